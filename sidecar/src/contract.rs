@@ -1,0 +1,285 @@
+//! The contract between the webhook, which writes pod specs, and the sidecar
+//! binary, which runs inside them.
+//!
+//! Both binaries build their half of the contract from this module only: the
+//! webhook calls the `*_command` builders to write container commands and
+//! probes, and the sidecar parses the same subcommands and flags and lays out
+//! the same files. Changing anything here changes both sides at once; the
+//! tests at the bottom pin the wire format, because pods created by an older
+//! webhook keep running with the binary their install image carried.
+//!
+//! # Shared volume layout
+//!
+//! One `emptyDir` volume per pod, named [`VOLUME_NAME`] (or a suffixed
+//! variant when the pod already uses that name), mounted at [`MOUNT_PATH`] in
+//! the install init container, in every kube-prestop sidecar and in every
+//! watched container:
+//!
+//! ```text
+//! /.kube-prestop/
+//!   bin/kube-prestop                 the static sidecar binary (install copies it here)
+//!   state/<container>/armed          the watcher for <container> is armed (startupProbe)
+//!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
+//!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
+//!   state/<container>/done-<id>      our hook run for instance <id> finished (its exit status)
+//!   id/<container>/                  source of <container>'s identifying mount
+//! ```
+//!
+//! A watched container `X` additionally mounts `id/X` (read-only) at
+//! `/.kube-prestop-id/X` (see [`id_mount_path`]). That mount point appears
+//! in `/proc/PID/mountinfo` of every process of `X` and of no other container,
+//! which is how the sidecar finds `X`'s processes in the shared PID namespace
+//! (mountinfo is readable across users; `/proc/PID/ns/*` is not).
+//!
+//! An *instance* of a container is one run of its container process (the
+//! kubelet restarts it under `restartPolicy: OnFailure`); it is named by
+//! [`instance_id`] from the process's PID and its start time.
+
+use std::path::{Path, PathBuf};
+
+/// Name of the shared `emptyDir` volume the webhook adds to a pod.
+pub const VOLUME_NAME: &str = "kube-prestop";
+
+/// Where the shared volume is mounted in the install init container, the
+/// sidecars and the watched containers.
+pub const MOUNT_PATH: &str = "/.kube-prestop";
+
+/// Path of the sidecar binary inside the install image; the install init
+/// container runs it with [`install_command`].
+pub const INSTALL_IMAGE_BINARY: &str = "/kube-prestop-sidecar";
+
+/// Path of the sidecar binary inside the shared volume, as seen by every
+/// container that mounts it at [`MOUNT_PATH`].
+pub const BINARY_PATH: &str = "/.kube-prestop/bin/kube-prestop";
+
+/// Parent of the per-container identifying mount points.
+pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
+
+/// File name, inside a container's state directory, of the mark the watcher
+/// writes once it is armed; the startupProbe ([`probe_command`]) checks it.
+pub const ARMED_FILE: &str = "armed";
+
+/// Subcommand that copies the binary into the shared volume.
+pub const SUBCOMMAND_INSTALL: &str = "install";
+/// Subcommand of the native sidecar: watch a container, run its hook on exit.
+pub const SUBCOMMAND_WATCH: &str = "watch";
+/// Subcommand that replaces a watched container's `preStop.exec.command`.
+pub const SUBCOMMAND_PRESTOP: &str = "prestop";
+/// Subcommand of the sidecar's startupProbe: succeeds once the watcher is armed.
+pub const SUBCOMMAND_PROBE: &str = "probe";
+
+/// Flag naming the watched container (a DNS label, as in the pod spec).
+pub const FLAG_CONTAINER: &str = "--container";
+/// Flag of `install`: where to write the binary.
+pub const FLAG_DEST: &str = "--dest";
+/// Flag overriding the shared volume's mount path (tests; default [`MOUNT_PATH`]).
+pub const FLAG_ROOT: &str = "--root";
+/// Flag overriding the parent of identifying mount points (tests; default [`ID_MOUNT_ROOT`]).
+pub const FLAG_ID_ROOT: &str = "--id-root";
+/// Separates the flags from the hook command, which is passed verbatim.
+pub const COMMAND_SEPARATOR: &str = "--";
+
+/// Environment variable set in the sidecar container: the pod's
+/// `terminationGracePeriodSeconds` (seconds, default 30), so the sidecar can
+/// log how much grace is left when SIGTERM arrives during a hook.
+pub const ENV_GRACE_PERIOD_SECONDS: &str = "KUBE_PRESTOP_GRACE_PERIOD_SECONDS";
+/// Environment variable given to the hook: the name of the container that exited.
+pub const ENV_HOOK_CONTAINER: &str = "KUBE_PRESTOP_CONTAINER";
+/// Environment variable given to the hook: the instance id ([`instance_id`])
+/// of the container run that exited.
+pub const ENV_HOOK_INSTANCE: &str = "KUBE_PRESTOP_INSTANCE";
+/// Environment variable given to the hook: `1` for the first attempt, `2`
+/// when a run interrupted by a sidecar restart is retried.
+pub const ENV_HOOK_ATTEMPT: &str = "KUBE_PRESTOP_ATTEMPT";
+
+/// The state directory of `container` under the shared volume mounted at `root`:
+/// `<root>/state/<container>`.
+pub fn state_dir(root: &Path, container: &str) -> PathBuf {
+    root.join("state").join(container)
+}
+
+/// Sub-path, inside the shared volume, of `container`'s identifying mount: `id/<container>`.
+pub fn id_sub_path(container: &str) -> String {
+    format!("id/{container}")
+}
+
+/// Mount point of `container`'s identifying mount: `/.kube-prestop-id/<container>`.
+pub fn id_mount_path(container: &str) -> String {
+    format!("{ID_MOUNT_ROOT}/{container}")
+}
+
+/// Name of one instance of a container: `<pid>-<starttime>`, from the
+/// container process's PID (in the pod's PID namespace) and field 22 of
+/// `/proc/PID/stat` (start time in clock ticks since boot). The pair is unique
+/// for the life of the node, so restarts and PID reuse never alias.
+pub fn instance_id(pid: i32, start_time_ticks: u64) -> String {
+    format!("{pid}-{start_time_ticks}")
+}
+
+/// File name of the mark that the preStop wrapper writes for an instance.
+pub fn prestop_mark_file(instance: &str) -> String {
+    format!("prestop-{instance}")
+}
+
+/// File name of the mark written when our hook run for an instance starts.
+pub fn running_file(instance: &str) -> String {
+    format!("running-{instance}")
+}
+
+/// File name of the outcome written when our hook run for an instance ends.
+pub fn done_file(instance: &str) -> String {
+    format!("done-{instance}")
+}
+
+fn with_hook(mut head: Vec<String>, hook: &[String]) -> Vec<String> {
+    head.push(COMMAND_SEPARATOR.to_owned());
+    head.extend(hook.iter().cloned());
+    head
+}
+
+/// Command of the install init container:
+/// `/kube-prestop-sidecar install --dest /.kube-prestop/bin/kube-prestop`.
+pub fn install_command() -> Vec<String> {
+    vec![
+        INSTALL_IMAGE_BINARY.to_owned(),
+        SUBCOMMAND_INSTALL.to_owned(),
+        FLAG_DEST.to_owned(),
+        BINARY_PATH.to_owned(),
+    ]
+}
+
+/// Command of the native sidecar that watches `container` and runs `hook`
+/// (the container's original `preStop.exec.command`) when it exits on its own:
+/// `/.kube-prestop/bin/kube-prestop watch --container X -- HOOK...`.
+pub fn watch_command(container: &str, hook: &[String]) -> Vec<String> {
+    with_hook(
+        vec![
+            BINARY_PATH.to_owned(),
+            SUBCOMMAND_WATCH.to_owned(),
+            FLAG_CONTAINER.to_owned(),
+            container.to_owned(),
+        ],
+        hook,
+    )
+}
+
+/// The wrapped `preStop.exec.command` of `container`:
+/// `/.kube-prestop/bin/kube-prestop prestop --container X -- HOOK...`.
+/// The wrapper records the kubelet's run, then `execvp`s `HOOK`.
+pub fn prestop_command(container: &str, hook: &[String]) -> Vec<String> {
+    with_hook(
+        vec![
+            BINARY_PATH.to_owned(),
+            SUBCOMMAND_PRESTOP.to_owned(),
+            FLAG_CONTAINER.to_owned(),
+            container.to_owned(),
+        ],
+        hook,
+    )
+}
+
+/// Command of the sidecar's startupProbe:
+/// `/.kube-prestop/bin/kube-prestop probe --container X`.
+pub fn probe_command(container: &str) -> Vec<String> {
+    vec![
+        BINARY_PATH.to_owned(),
+        SUBCOMMAND_PROBE.to_owned(),
+        FLAG_CONTAINER.to_owned(),
+        container.to_owned(),
+    ]
+}
+
+/// A command built by [`prestop_command`] taken apart again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrappedPreStop<'a> {
+    /// The watched container named by `--container`.
+    pub container: &'a str,
+    /// The original preStop command, after `--`.
+    pub hook: &'a [String],
+}
+
+/// Recognises a preStop command that [`prestop_command`] wrapped (used by the
+/// webhook for idempotency). Returns `None` for any other command.
+pub fn parse_prestop_command(command: &[String]) -> Option<WrappedPreStop<'_>> {
+    match command {
+        [bin, sub, flag, container, sep, hook @ ..]
+            if bin == BINARY_PATH
+                && sub == SUBCOMMAND_PRESTOP
+                && flag == FLAG_CONTAINER
+                && sep == COMMAND_SEPARATOR =>
+        {
+            Some(WrappedPreStop { container, hook })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn wire_format_is_pinned() {
+        assert_eq!(
+            install_command(),
+            s(&[
+                "/kube-prestop-sidecar",
+                "install",
+                "--dest",
+                "/.kube-prestop/bin/kube-prestop"
+            ])
+        );
+        assert_eq!(
+            watch_command("main", &s(&["sh", "-c", "echo bye"])),
+            s(&[
+                "/.kube-prestop/bin/kube-prestop",
+                "watch",
+                "--container",
+                "main",
+                "--",
+                "sh",
+                "-c",
+                "echo bye"
+            ])
+        );
+        assert_eq!(
+            probe_command("main"),
+            s(&["/.kube-prestop/bin/kube-prestop", "probe", "--container", "main"])
+        );
+        assert_eq!(id_mount_path("main"), "/.kube-prestop-id/main");
+        assert_eq!(id_sub_path("main"), "id/main");
+        assert_eq!(
+            state_dir(Path::new(MOUNT_PATH), "main"),
+            PathBuf::from("/.kube-prestop/state/main")
+        );
+        assert_eq!(instance_id(7, 12345), "7-12345");
+        assert_eq!(prestop_mark_file("7-1"), "prestop-7-1");
+        assert_eq!(running_file("7-1"), "running-7-1");
+        assert_eq!(done_file("7-1"), "done-7-1");
+    }
+
+    #[test]
+    fn binary_path_is_inside_the_mount() {
+        assert!(BINARY_PATH.starts_with(&format!("{MOUNT_PATH}/")));
+    }
+
+    #[test]
+    fn prestop_command_round_trips() {
+        let hook = s(&["/bin/cleanup", "--", "x"]);
+        let cmd = prestop_command("job", &hook);
+        let parsed = parse_prestop_command(&cmd);
+        assert_eq!(
+            parsed,
+            Some(WrappedPreStop {
+                container: "job",
+                hook: &hook
+            })
+        );
+        assert_eq!(parse_prestop_command(&hook), None);
+        assert_eq!(parse_prestop_command(&[]), None);
+    }
+}

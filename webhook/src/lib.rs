@@ -1,0 +1,4 @@
+//! kube-prestop webhook: the injection engine, the admission server and the
+//! offline `inject` command.
+
+pub mod engine;
