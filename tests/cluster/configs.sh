@@ -1,0 +1,159 @@
+# shellcheck shell=bash
+# Configuration files of containerd, CNI, the kubelet and kube-proxy.
+# Sourced by up.sh (needs lib.sh, pki.sh and images.sh).
+
+CONF="$STATE/config"
+
+write_containerd_config() {
+  mkdir -p "$CONF" "$STATE/containerd" "$STATE/cni/net.d"
+  cat >"$CONF/containerd.toml" <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+# Plugins that would touch host paths (/opt/containerd) or need absent kernel
+# features are off.
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # No AppArmor in this kernel; never load profiles into the host kernel.
+  disable_apparmor = true
+  enable_selinux = false
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        Root = "$STATE/runc"
+        # cgroup v1 via cgroupfs, matching the kubelet; no systemd involvement.
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
+EOF
+  # bridge + host-local IPAM inside the node's network namespace; no masquerade,
+  # as nothing may leave the namespace anyway.
+  cat >"$STATE/cni/net.d/10-kpt.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "kpt-pods",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "kpt-cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$STATE/cni/ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+}
+
+write_kubelet_config() {
+  mkdir -p "$CONF" "$STATE/kubelet" "$STATE/pod-logs"
+  : >"$CONF/resolv.conf"
+  cat >"$CONF/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+rotateCertificates: false
+serverTLSBootstrap: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: Webhook}
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+# cgroup v1 (hybrid host): cgroupfs driver, every cgroup of the kubelet and its
+# pods under a root of its own; only the pods' cgroup is enforced, no system or
+# kube reserved cgroups are touched.
+cgroupDriver: cgroupfs
+cgroupRoot: $CGROUP_ROOT
+cgroupsPerQOS: true
+enforceNodeAllocatable: [pods]
+failCgroupV1: false
+failSwapOn: false
+# Read the kernel tunables, never write them (see namespaces.sh).
+protectKernelDefaults: true
+# The iptables chains go to the node's own network namespace.
+makeIPTablesUtilChains: true
+resolvConf: $CONF/resolv.conf
+podLogsDir: $STATE/pod-logs
+volumePluginDir: $STATE/kubelet/volume-plugins
+staticPodPath: ""
+# Imported images cannot be pulled again: never garbage-collect them, and evict
+# only when the disk is really full (the disk is shared with other work).
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 200Mi
+  nodefs.available: 2%
+  nodefs.inodesFree: 2%
+  imagefs.available: 2%
+serializeImagePulls: false
+maxPods: 110
+EOF
+}
+
+write_kube_proxy_config() {
+  mkdir -p "$CONF"
+  cat >"$CONF/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $PKI/kube-proxy.kubeconfig
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: ["$NODE_IP/32"]
+# Zero means "leave as is": the conntrack table size is global, and none of the
+# timeouts are needed for tests.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+  udpTimeout: 0s
+  udpStreamTimeout: 0s
+iptables:
+  # Would set net.ipv4.conf.all.route_localnet.
+  localhostNodePorts: false
+EOF
+}

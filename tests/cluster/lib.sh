@@ -1,0 +1,171 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables are used by the scripts that source this file
+# Shared paths and helpers of the cluster harness. Sourced, never run.
+#
+# Layout of one running cluster (all under $STATE, removed by `make cluster-down`):
+#   pids/       one pidfile per process the harness started
+#   logs/       stdout+stderr of each of them
+#   pki/        the cluster's own CA and certificates (openssl)
+#   ns/mnt      the harness's mount namespace, kept by a bind mount
+#   kubeconfig  admin kubeconfig for clients on the host (apiserver via 127.0.0.1)
+# Every component runs inside the network namespace $NETNS and the mount namespace
+# ns/mnt: their mounts (pod volumes, overlay snapshots, pod netns files) stay in
+# that namespace and vanish with it, and no traffic can reach a real network.
+
+_lib_here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/cluster/versions.sh
+source "$_lib_here/versions.sh"
+
+STATE_ROOT="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}"
+STATE="$STATE_ROOT/cluster"
+# Left behind on purpose by cluster-down so that check-clean.sh can verify that
+# the processes of the last run are gone; tiny, outside $STATE.
+LAST_RUN="$STATE_ROOT/last-run"
+
+NETNS="${KUBE_PRESTOP_NETNS:-kpt-node}"
+NODE_NAME="kpt-node"
+NODE_IP="10.200.0.2"
+NODE_CIDR="10.200.0.0/24"
+POD_CIDR="10.201.0.0/24"
+POD_GATEWAY="10.201.0.1"
+SERVICE_CIDR="10.202.0.0/24"
+SERVICE_IP="10.202.0.1"
+# The apiserver listens on $NODE_IP:6443 inside the netns; a forwarder makes it
+# reachable from the host on this loopback port only.
+HOST_API_PORT="${KUBE_PRESTOP_API_PORT:-36443}"
+CGROUP_ROOT="/kube-prestop"
+
+MNTNS="$STATE/ns/mnt"
+CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
+KUBECONFIG_HOST="$STATE/kubeconfig"
+KUBECTL="$K8S_BIN/kubectl"
+
+log() { printf '[cluster %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+# Runs a command inside the harness's network and mount namespaces.
+# nsenter instead of `ip netns exec`: the latter remounts /sys, which would hide
+# the cgroup hierarchies from containerd and the kubelet.
+in_node() {
+  nsenter --mount="$MNTNS" --net="/run/netns/$NETNS" -- "$@"
+}
+
+# Network namespace only (host file system view): for clients and probes.
+in_netns() {
+  nsenter --net="/run/netns/$NETNS" -- "$@"
+}
+
+pid_alive() {
+  local pid="$1"
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
+}
+
+pidfile_pid() {
+  local f="$STATE/pids/$1.pid"
+  [[ -f "$f" ]] && cat "$f"
+}
+
+component_running() {
+  local pid
+  pid="$(pidfile_pid "$1" || true)"
+  pid_alive "$pid"
+}
+
+# start_component NAME CMD...: starts CMD inside the node namespaces, detached in
+# its own session (so that the shell or job that ran `make` can end without taking
+# it along), and records its PID. setsid and nsenter both exec, so $! is the PID of
+# CMD itself. Does nothing when NAME is already running.
+start_component() {
+  local name="$1"
+  shift
+  if component_running "$name"; then
+    log "$name: already running (pid $(pidfile_pid "$name"))"
+    return 0
+  fi
+  mkdir -p "$STATE/pids" "$STATE/logs"
+  setsid nsenter --mount="$MNTNS" --net="/run/netns/$NETNS" -- "$@" \
+    </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name.pid"
+  record_started "$name" $!
+  log "$name: started (pid $!, log $STATE/logs/$name.log)"
+}
+
+# Keeps PID and start time (clock ticks since boot) of every process started, so
+# that check-clean.sh can tell after cluster-down that none of them survives,
+# without mistaking a later process that reuses a PID for one of them.
+record_started() {
+  local name="$1" pid="$2" ticks
+  ticks="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null || echo 0)"
+  echo "$pid $ticks $name" >>"$STATE/pids/started"
+}
+
+# Same, for a process that must stay in the host network namespace (the loopback
+# side of the apiserver forwarder).
+start_host_component() {
+  local name="$1"
+  shift
+  if component_running "$name"; then
+    return 0
+  fi
+  mkdir -p "$STATE/pids" "$STATE/logs"
+  setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name.pid"
+  record_started "$name" $!
+  log "$name: started (pid $!)"
+}
+
+# stop_pid PID [TIMEOUT]: TERM, wait up to TIMEOUT seconds, then KILL.
+stop_pid() {
+  local pid="$1" timeout="${2:-20}" deadline
+  pid_alive "$pid" || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + timeout))
+  while pid_alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
+  if pid_alive "$pid"; then
+    log "pid $pid did not stop within ${timeout}s: SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while pid_alive "$pid"; do sleep 0.1; done
+  fi
+}
+
+stop_component() {
+  local name="$1" timeout="${2:-20}" pid
+  pid="$(pidfile_pid "$name" || true)"
+  if pid_alive "$pid"; then
+    log "$name: stopping pid $pid"
+    stop_pid "$pid" "$timeout"
+  fi
+  rm -f "$STATE/pids/$name.pid"
+}
+
+# wait_for DESCRIPTION TIMEOUT CMD...: polls CMD until it succeeds or the deadline
+# passes. Polling with a deadline, never a fixed sleep.
+wait_for() {
+  local what="$1" timeout="$2" deadline start=$SECONDS
+  shift 2
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      log "timed out after ${timeout}s waiting for $what"
+      return 1
+    fi
+    sleep 0.5
+  done
+  log "$what: ok after $((SECONDS - start))s"
+}
+
+kubectl_admin() {
+  "$KUBECTL" --kubeconfig "$KUBECONFIG_HOST" "$@"
+}
+
+# True when the harness's mount namespace exists (its bind mount is in place).
+mntns_exists() {
+  [[ -e "$MNTNS" ]] && findmnt -n --mountpoint "$MNTNS" >/dev/null 2>&1
+}
+
+netns_exists() {
+  [[ -e "/run/netns/$NETNS" ]]
+}

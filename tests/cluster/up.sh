@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Brings up the single-node test cluster (`make cluster-up`). Idempotent: parts
+# that are already running are left alone; stale state of an earlier run that did
+# not end with cluster-down is cleaned away first.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tests/cluster/lib.sh
+source "$here/lib.sh"
+# shellcheck source=tests/cluster/namespaces.sh
+source "$here/namespaces.sh"
+# shellcheck source=tests/cluster/pki.sh
+source "$here/pki.sh"
+# shellcheck source=tests/cluster/images.sh
+source "$here/images.sh"
+# shellcheck source=tests/cluster/tools.sh
+source "$here/tools.sh"
+# shellcheck source=tests/cluster/configs.sh
+source "$here/configs.sh"
+
+ETCD=""
+
+preflight() {
+  [[ $EUID -eq 0 ]] || die "must run as root (namespaces, mounts, cgroups)"
+  ensure_apt_packages containerd runc containernetworking-plugins iptables conntrack \
+    socat umoci catatonit busybox-static openssl iproute2 util-linux curl
+  "$here/build-k8s.sh" >&2
+  ETCD="$(ensure_etcd)"
+}
+
+# A state dir whose namespaces are gone (reboot, crash, manual kill) is stale.
+clean_stale_state() {
+  [[ -d "$STATE" ]] || return 0
+  if ! mntns_exists || ! netns_exists || ! component_running containerd; then
+    if [[ -d "$STATE/pids" ]] && ls "$STATE"/pids/*.pid >/dev/null 2>&1 || [[ -e "$MNTNS" ]]; then
+      log "found state of an earlier run that is not fully up: cleaning it first"
+      "$here/down.sh"
+    fi
+  fi
+}
+
+start_etcd() {
+  start_component etcd "$ETCD" --name kpt --data-dir "$STATE/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster kpt=http://127.0.0.1:2380 --log-level warn
+  wait_for "etcd healthy" 60 in_netns curl -fsS http://127.0.0.1:2379/health
+}
+
+start_apiserver() {
+  start_component kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --advertise-address="$NODE_IP" --bind-address=0.0.0.0 --secure-port=6443 \
+    --etcd-servers=http://127.0.0.1:2379 \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --client-ca-file="$PKI/ca.crt" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$PKI/ca.crt" \
+    --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction \
+    --allow-privileged=true \
+    --enable-aggregator-routing=true \
+    --cert-dir="$STATE/apiserver" \
+    --profiling=false
+  wait_for "kube-apiserver /readyz" 180 \
+    in_netns curl -fsS --cacert "$PKI/ca.crt" "https://$NODE_IP:6443/readyz"
+}
+
+# The apiserver listens only inside the node's network namespace. Clients on the
+# host (kubectl, helm, the e2e tests) reach it on 127.0.0.1:$HOST_API_PORT: one
+# socat in the namespace serves a unix socket in $STATE (file systems are not
+# network-namespaced), another on the host's loopback connects to that socket.
+start_api_forwarder() {
+  start_component api-forward-node socat \
+    "UNIX-LISTEN:$STATE/apiserver.sock,fork,unlink-early,mode=600" "TCP:$NODE_IP:6443"
+  wait_for "forwarder socket" 20 test -S "$STATE/apiserver.sock"
+  start_host_component api-forward-host socat \
+    "TCP-LISTEN:$HOST_API_PORT,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$STATE/apiserver.sock"
+  wait_for "apiserver on 127.0.0.1:$HOST_API_PORT" 30 \
+    curl -fsS --cacert "$PKI/ca.crt" "https://127.0.0.1:$HOST_API_PORT/readyz"
+}
+
+start_controllers() {
+  local kcm="$PKI/controller-manager.kubeconfig" sch="$PKI/scheduler.kubeconfig"
+  start_component kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig="$kcm" --authentication-kubeconfig="$kcm" --authorization-kubeconfig="$kcm" \
+    --bind-address=127.0.0.1 --leader-elect=false \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=true \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --cluster-name=kube-prestop --profiling=false
+  start_component kube-scheduler "$K8S_BIN/kube-scheduler" \
+    --kubeconfig="$sch" --authentication-kubeconfig="$sch" --authorization-kubeconfig="$sch" \
+    --bind-address=127.0.0.1 --leader-elect=false --profiling=false
+}
+
+start_containerd() {
+  write_containerd_config
+  start_component containerd containerd --config "$CONF/containerd.toml"
+  wait_for "containerd" 60 ctr --address "$CONTAINERD_SOCK" version
+}
+
+start_node() {
+  write_kubelet_config
+  write_kube_proxy_config
+  start_component kubelet "$K8S_BIN/kubelet" --config="$CONF/kubelet.yaml" \
+    --kubeconfig="$PKI/kubelet.kubeconfig" --root-dir="$STATE/kubelet" \
+    --cert-dir="$STATE/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
+  start_component kube-proxy "$K8S_BIN/kube-proxy" --config="$CONF/kube-proxy.yaml"
+}
+
+node_ready() {
+  [[ "$(kubectl_admin get node "$NODE_NAME" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
+write_env() {
+  cat >"$STATE/env.sh" <<EOF
+export KUBECONFIG=$KUBECONFIG_HOST
+export PATH=$K8S_BIN:\$PATH
+EOF
+}
+
+main() {
+  local start=$SECONDS
+  preflight
+  clean_stale_state
+  mkdir -p "$STATE"
+  setup_netns
+  setup_mntns
+  make_pki
+  start_containerd
+  import_base_images
+  start_etcd
+  start_apiserver
+  start_api_forwarder
+  start_controllers
+  start_node
+  wait_for "node $NODE_NAME Ready" 180 node_ready
+  wait_for "default ServiceAccount" 120 kubectl_admin -n default get serviceaccount default
+  write_env
+  log "cluster ready in $((SECONDS - start))s"
+  echo "export KUBECONFIG=$KUBECONFIG_HOST"
+  echo "export PATH=$K8S_BIN:\$PATH"
+}
+
+main "$@"
