@@ -1,55 +1,309 @@
-//! The injection engine: a pure function from a Pod and the configuration to
-//! a decision. No I/O happens here.
+//! The injection engine: a pure function from a Pod, what the cluster told us
+//! and the configuration to a [`Decision`]. No I/O, no clock, no randomness:
+//! the same input always gives the same output.
+//!
+//! * [`inject`]: a Pod at admission (CREATE).
+//! * [`inject_template`]: a pod template (Job, CronJob), as the webhook would
+//!   inject the pods created from it.
+//!
+//! Modules, one job each: [`select`] (which pods and containers),
+//! [`annotations`] (per-pod settings, status), [`names`] (names of what we
+//! add), [`resources`] (QoS class, LimitRanges), [`mutate`] (the mutation),
+//! [`quantity`] (Kubernetes quantities), [`config`] (configuration).
+//! `ANNOTATIONS.md` beside this file is the user-facing annotation table.
 
-use k8s_openapi::api::core::v1::{LimitRange, Pod};
+use k8s_openapi::api::core::v1::{LimitRange, Pod, PodTemplateSpec};
+
+pub mod annotations;
+pub mod config;
+pub mod mutate;
+pub mod names;
+pub mod quantity;
+pub mod resources;
+pub mod select;
+
+pub use config::{EngineConfig, ResourceDefaults};
+pub use resources::QosClass;
+pub use select::SkipReason;
 
 /// Everything the engine needs to know about the cluster, gathered by the
 /// caller (from a reflector cache in the server, from flags in `inject`).
 #[derive(Debug, Clone, Default)]
 pub struct ClusterContext {
     /// Namespace of the pod (from the admission request; pods from
-    /// `generateName` may have none in their metadata).
+    /// `generateName` may have none in their metadata). When empty, the
+    /// pod's `metadata.namespace` is used.
     pub namespace: String,
-    /// LimitRanges of that namespace.
+    /// LimitRanges of that namespace (only `type: Container` items are used).
     pub limit_ranges: Vec<LimitRange>,
 }
 
-/// Engine configuration (install image, default sidecar resources, ...).
-#[derive(Debug, Clone, Default)]
-pub struct EngineConfig {
-    /// Image of the install init container.
-    pub install_image: String,
-}
-
-/// Why a pod is left alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SkipReason {
-    /// Placeholder until the engine lands.
-    NoExecPreStop,
-}
-
-/// The engine's answer.
+/// The engine's answer for a Pod.
 #[derive(Debug, Clone)]
 pub enum Decision {
-    /// Leave the pod unchanged.
+    /// Leave the pod unchanged (the webhook answers with an empty patch).
     Skip(SkipReason),
     /// The mutated pod.
     Inject(Box<Pod>),
 }
 
-/// A pod the engine cannot handle.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// Placeholder until the engine lands.
-    #[error("invalid pod: {0}")]
-    Invalid(String),
+/// The engine's answer for a pod template.
+#[derive(Debug, Clone)]
+pub enum TemplateDecision {
+    /// Leave the template unchanged.
+    Skip(SkipReason),
+    /// The mutated template.
+    Inject(Box<PodTemplateSpec>),
 }
 
-/// Decide whether to inject `pod` and build the mutated pod.
-pub fn inject(
-    _pod: &Pod,
-    _cluster: &ClusterContext,
-    _config: &EngineConfig,
+/// Who will own the pods created from a template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerHint {
+    /// A `batch/v1` Job (a Job's or a CronJob's `jobTemplate`'s pod
+    /// template): at admission the Job controller's pods carry an
+    /// ownerReference to the Job, so they count as Job-owned.
+    Job,
+    /// No known owner: only the template's own ownerReferences and the
+    /// opt-in annotation count (a bare Pod, a Deployment's template, ...).
+    Unowned,
+}
+
+/// A pod the engine cannot handle. The server admits it unmodified (or
+/// denies it, if configured to) with a warning naming the error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The pod is malformed (e.g. it has no spec).
+    #[error("invalid pod: {0}")]
+    Invalid(String),
+    /// The engine configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// A `kube-prestop.io/` annotation has an invalid value.
+    #[error("invalid annotation {annotation}: {value:?}: {reason}")]
+    InvalidAnnotation {
+        /// The annotation key, e.g. `kube-prestop.io/sidecar-cpu-limit`.
+        annotation: String,
+        /// Its value, as written.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A cpu or memory quantity in the pod or a LimitRange does not parse.
+    #[error("invalid quantity at {location}: {value:?}")]
+    InvalidQuantity {
+        /// Where it was, e.g. `container "main" limits.cpu`.
+        location: String,
+        /// The quantity as written.
+        value: String,
+    },
+    /// No sidecar resources satisfy every LimitRange of the namespace.
+    #[error("LimitRange {limit_range:?} cannot be satisfied for {resource}: {detail}")]
+    LimitRangeUnsatisfiable {
+        /// Name of the LimitRange whose constraint fails.
+        limit_range: String,
+        /// `cpu` or `memory`.
+        resource: String,
+        /// The failing constraint.
+        detail: String,
+    },
+    /// A watched container already mounts something where the shared volume
+    /// or its identifying mount goes.
+    #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
+    MountPathConflict {
+        /// The container.
+        container: String,
+        /// Its conflicting mount path.
+        path: String,
+    },
+}
+
+impl EngineError {
+    /// Stable snake_case label for metrics and logs, e.g. `invalid_annotation`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Invalid(_) => "invalid_pod",
+            Self::InvalidConfig(_) => "invalid_config",
+            Self::InvalidAnnotation { .. } => "invalid_annotation",
+            Self::InvalidQuantity { .. } => "invalid_quantity",
+            Self::LimitRangeUnsatisfiable { .. } => "limit_range_unsatisfiable",
+            Self::MountPathConflict { .. } => "mount_path_conflict",
+        }
+    }
+}
+
+fn decide(
+    pod: &Pod,
+    owned_by_job: bool,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
 ) -> Result<Decision, EngineError> {
-    Ok(Decision::Skip(SkipReason::NoExecPreStop))
+    config.validate()?;
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(EngineError::Invalid("pod has no spec".to_owned()));
+    };
+    let namespace = if cluster.namespace.is_empty() {
+        pod.metadata.namespace.as_deref().unwrap_or_default()
+    } else {
+        cluster.namespace.as_str()
+    };
+    let input = select::SelectInput {
+        namespace,
+        webhook_namespace: &config.webhook_namespace,
+        owned_by_job,
+    };
+    match select::select(pod, spec, input)? {
+        select::Selection::Skip(reason) => Ok(Decision::Skip(reason)),
+        select::Selection::Watch(watched, overrides) => {
+            let out = mutate::mutate(pod.clone(), &watched, &overrides, cluster, config)?;
+            Ok(Decision::Inject(Box::new(out)))
+        }
+    }
+}
+
+/// Decides whether to inject `pod` (a Pod at admission, CREATE) and builds
+/// the mutated pod.
+///
+/// The pod counts as Job-owned when an ownerReference has `kind: Job`,
+/// `apiVersion: batch/v1`. The pod's name is never used (pods from
+/// `generateName` have none at admission).
+///
+/// Errors: see [`EngineError`]; every variant is a property of the input, never
+/// a transient condition.
+pub fn inject(
+    pod: &Pod,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<Decision, EngineError> {
+    decide(pod, select::owned_by_job(pod), cluster, config)
+}
+
+/// Injects a pod template exactly as the webhook would inject the pods
+/// created from it, `owner` telling who will own them (see [`OwnerHint`]).
+///
+/// The template's `metadata` and `spec` become a Pod's; `cluster.namespace`
+/// should be the namespace the workload goes to. Errors: as [`inject`]; a
+/// template without `spec` is [`EngineError::Invalid`].
+pub fn inject_template(
+    template: &PodTemplateSpec,
+    owner: OwnerHint,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<TemplateDecision, EngineError> {
+    let pod = Pod {
+        metadata: template.metadata.clone().unwrap_or_default(),
+        spec: template.spec.clone(),
+        status: None,
+    };
+    let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
+    Ok(match decide(&pod, owned, cluster, config)? {
+        Decision::Skip(reason) => TemplateDecision::Skip(reason),
+        Decision::Inject(pod) => {
+            let pod = *pod;
+            TemplateDecision::Inject(Box::new(PodTemplateSpec {
+                metadata: Some(pod.metadata),
+                spec: pod.spec,
+            }))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, ExecAction, Lifecycle, LifecycleHandler, PodSpec};
+
+    fn template() -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: None,
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".into()),
+                containers: vec![Container {
+                    name: "main".into(),
+                    image: Some("busybox".into()),
+                    lifecycle: Some(Lifecycle {
+                        pre_stop: Some(LifecycleHandler {
+                            exec: Some(ExecAction {
+                                command: Some(vec!["echo".into(), "bye".into()]),
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn cluster() -> ClusterContext {
+        ClusterContext {
+            namespace: "default".into(),
+            limit_ranges: vec![],
+        }
+    }
+
+    #[test]
+    fn template_of_a_job_is_injected_and_idempotent() {
+        let config = EngineConfig::default();
+        let out = match inject_template(&template(), OwnerHint::Job, &cluster(), &config).unwrap() {
+            TemplateDecision::Inject(t) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            out.spec
+                .as_ref()
+                .unwrap()
+                .init_containers
+                .as_ref()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(matches!(
+            inject_template(&out, OwnerHint::Job, &cluster(), &config).unwrap(),
+            TemplateDecision::Skip(SkipReason::AlreadyInjected)
+        ));
+    }
+
+    #[test]
+    fn unowned_template_is_skipped() {
+        assert!(matches!(
+            inject_template(
+                &template(),
+                OwnerHint::Unowned,
+                &cluster(),
+                &EngineConfig::default()
+            )
+            .unwrap(),
+            TemplateDecision::Skip(SkipReason::NotJobOwned)
+        ));
+    }
+
+    #[test]
+    fn missing_spec_and_bad_config_are_errors() {
+        let t = PodTemplateSpec::default();
+        let e =
+            inject_template(&t, OwnerHint::Job, &cluster(), &EngineConfig::default()).unwrap_err();
+        assert_eq!(e.as_str(), "invalid_pod");
+        let config = EngineConfig {
+            install_image: String::new(),
+            ..Default::default()
+        };
+        let e = inject_template(&template(), OwnerHint::Job, &cluster(), &config).unwrap_err();
+        assert_eq!(e.as_str(), "invalid_config");
+    }
+
+    #[test]
+    fn namespace_falls_back_to_metadata() {
+        let mut t = template();
+        t.metadata = Some(Default::default());
+        t.metadata.as_mut().unwrap().namespace = Some("kube-system".into());
+        let c = ClusterContext::default();
+        assert!(matches!(
+            inject_template(&t, OwnerHint::Job, &c, &EngineConfig::default()).unwrap(),
+            TemplateDecision::Skip(SkipReason::NamespaceExcluded)
+        ));
+    }
 }

@@ -1,0 +1,304 @@
+//! Pod annotations: the per-pod settings the engine reads and the status it
+//! writes. All live under the `kube-prestop.io/` prefix; the table for users
+//! is `ANNOTATIONS.md` beside this file.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::EngineError;
+use super::config::ResourceDefaults;
+use super::quantity;
+
+/// `"true"` opts a non-Job pod in, `"false"` opts any pod out.
+pub const INJECT: &str = "kube-prestop.io/inject";
+/// Restricts injection to the named containers (comma-separated).
+pub const CONTAINERS: &str = "kube-prestop.io/containers";
+/// Overrides the sidecar's `resources.requests.cpu`.
+pub const SIDECAR_CPU_REQUEST: &str = "kube-prestop.io/sidecar-cpu-request";
+/// Overrides the sidecar's `resources.requests.memory`.
+pub const SIDECAR_MEMORY_REQUEST: &str = "kube-prestop.io/sidecar-memory-request";
+/// Overrides the sidecar's `resources.limits.cpu`.
+pub const SIDECAR_CPU_LIMIT: &str = "kube-prestop.io/sidecar-cpu-limit";
+/// Overrides the sidecar's `resources.limits.memory`.
+pub const SIDECAR_MEMORY_LIMIT: &str = "kube-prestop.io/sidecar-memory-limit";
+/// Written on injection: [`STATUS_INJECTED`].
+pub const STATUS: &str = "kube-prestop.io/status";
+/// Value of [`STATUS`] on an injected pod.
+pub const STATUS_INJECTED: &str = "injected";
+/// Written on injection: the webhook crate's version.
+pub const VERSION: &str = "kube-prestop.io/version";
+/// kubectl's default container for `logs`/`exec`; set to the first watched
+/// container when the pod does not set it.
+pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+
+/// The per-pod settings read from annotations, validated.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodOverrides {
+    /// [`INJECT`]: `Some(true)` opted in, `Some(false)` opted out.
+    pub inject: Option<bool>,
+    /// [`CONTAINERS`]: only these containers are watched (order of the pod
+    /// spec is kept); `None` watches every container with an exec preStop.
+    pub containers: Option<Vec<String>>,
+    /// [`SIDECAR_CPU_REQUEST`].
+    pub cpu_request: Option<Quantity>,
+    /// [`SIDECAR_MEMORY_REQUEST`].
+    pub memory_request: Option<Quantity>,
+    /// [`SIDECAR_CPU_LIMIT`].
+    pub cpu_limit: Option<Quantity>,
+    /// [`SIDECAR_MEMORY_LIMIT`].
+    pub memory_limit: Option<Quantity>,
+}
+
+fn invalid(annotation: &str, value: &str, reason: &str) -> EngineError {
+    EngineError::InvalidAnnotation {
+        annotation: annotation.to_owned(),
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn positive_quantity(
+    annotations: &BTreeMap<String, String>,
+    key: &str,
+) -> Result<Option<Quantity>, EngineError> {
+    match annotations.get(key) {
+        None => Ok(None),
+        Some(value) => match quantity::parse_nanos(value) {
+            Ok(n) if n > 0 => Ok(Some(Quantity(value.clone()))),
+            Ok(_) => Err(invalid(key, value, "must be a positive quantity")),
+            Err(_) => Err(invalid(key, value, "not a Kubernetes quantity")),
+        },
+    }
+}
+
+impl PodOverrides {
+    /// Reads and validates the annotations (`None` = no annotations).
+    ///
+    /// Errors: [`EngineError::InvalidAnnotation`] naming the annotation and the
+    /// value when [`INJECT`] is not exactly `true`/`false`, [`CONTAINERS`] is
+    /// empty or names an invalid container name, a resource value is not a
+    /// positive quantity, or an overridden request exceeds its limit.
+    pub fn parse(annotations: Option<&BTreeMap<String, String>>) -> Result<Self, EngineError> {
+        let empty = BTreeMap::new();
+        let annotations = annotations.unwrap_or(&empty);
+        let inject = match annotations.get(INJECT).map(String::as_str) {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(other) => return Err(invalid(INJECT, other, "must be \"true\" or \"false\"")),
+        };
+        let containers = match annotations.get(CONTAINERS) {
+            None => None,
+            Some(value) => {
+                let names: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if names.is_empty() {
+                    return Err(invalid(CONTAINERS, value, "names no container"));
+                }
+                if let Some(bad) = names.iter().find(|n| !super::names::is_dns_label(n)) {
+                    return Err(invalid(
+                        CONTAINERS,
+                        value,
+                        &format!("{bad:?} is not a valid container name"),
+                    ));
+                }
+                Some(names)
+            }
+        };
+        Ok(Self {
+            inject,
+            containers,
+            cpu_request: positive_quantity(annotations, SIDECAR_CPU_REQUEST)?,
+            memory_request: positive_quantity(annotations, SIDECAR_MEMORY_REQUEST)?,
+            cpu_limit: positive_quantity(annotations, SIDECAR_CPU_LIMIT)?,
+            memory_limit: positive_quantity(annotations, SIDECAR_MEMORY_LIMIT)?,
+        })
+    }
+
+    /// Whether any sidecar resource annotation is set.
+    pub fn has_resources(&self) -> bool {
+        self.cpu_request.is_some()
+            || self.memory_request.is_some()
+            || self.cpu_limit.is_some()
+            || self.memory_limit.is_some()
+    }
+
+    /// `base` with the resource annotations applied.
+    ///
+    /// Errors: [`EngineError::InvalidAnnotation`] when the resulting request of
+    /// a resource exceeds its limit (naming the request annotation when it is
+    /// set, the limit annotation otherwise).
+    pub fn sidecar_resources(
+        &self,
+        base: &ResourceDefaults,
+    ) -> Result<ResourceDefaults, EngineError> {
+        let merged = ResourceDefaults {
+            cpu_request: self
+                .cpu_request
+                .clone()
+                .unwrap_or_else(|| base.cpu_request.clone()),
+            memory_request: self
+                .memory_request
+                .clone()
+                .unwrap_or_else(|| base.memory_request.clone()),
+            cpu_limit: self
+                .cpu_limit
+                .clone()
+                .unwrap_or_else(|| base.cpu_limit.clone()),
+            memory_limit: self
+                .memory_limit
+                .clone()
+                .unwrap_or_else(|| base.memory_limit.clone()),
+        };
+        let pairs = [
+            (
+                &merged.cpu_request,
+                &merged.cpu_limit,
+                &self.cpu_request,
+                SIDECAR_CPU_REQUEST,
+                SIDECAR_CPU_LIMIT,
+            ),
+            (
+                &merged.memory_request,
+                &merged.memory_limit,
+                &self.memory_request,
+                SIDECAR_MEMORY_REQUEST,
+                SIDECAR_MEMORY_LIMIT,
+            ),
+        ];
+        for (request, limit, request_set, request_key, limit_key) in pairs {
+            let (Ok(r), Ok(l)) = (quantity::parse(request), quantity::parse(limit)) else {
+                continue; // the configuration is validated separately
+            };
+            if r > l {
+                let (key, value) = if request_set.is_some() {
+                    (request_key, &request.0)
+                } else {
+                    (limit_key, &limit.0)
+                };
+                return Err(invalid(
+                    key,
+                    value,
+                    &format!("request {} exceeds limit {}", request.0, limit.0),
+                ));
+            }
+        }
+        Ok(merged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn err_of(pairs: &[(&str, &str)]) -> (String, String) {
+        match PodOverrides::parse(Some(&ann(pairs))) {
+            Err(EngineError::InvalidAnnotation {
+                annotation, value, ..
+            }) => (annotation, value),
+            other => panic!("expected InvalidAnnotation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn none_and_empty_are_default() {
+        assert_eq!(PodOverrides::parse(None).unwrap(), PodOverrides::default());
+        assert_eq!(
+            PodOverrides::parse(Some(&ann(&[("other.io/x", "y")]))).unwrap(),
+            PodOverrides::default()
+        );
+    }
+
+    #[test]
+    fn parses_valid_values() {
+        let o = PodOverrides::parse(Some(&ann(&[
+            (INJECT, "true"),
+            (CONTAINERS, "main, upload"),
+            (SIDECAR_CPU_REQUEST, "50m"),
+            (SIDECAR_MEMORY_LIMIT, "1Gi"),
+        ])))
+        .unwrap();
+        assert_eq!(o.inject, Some(true));
+        assert_eq!(
+            o.containers,
+            Some(vec!["main".to_owned(), "upload".to_owned()])
+        );
+        assert_eq!(o.cpu_request, Some(Quantity("50m".into())));
+        assert_eq!(o.memory_limit, Some(Quantity("1Gi".into())));
+        assert!(o.has_resources());
+        let r = o.sidecar_resources(&ResourceDefaults::sidecar()).unwrap();
+        assert_eq!(r.cpu_request.0, "50m");
+        assert_eq!(r.memory_request.0, "32Mi");
+        assert_eq!(r.memory_limit.0, "1Gi");
+        assert_eq!(
+            PodOverrides::parse(Some(&ann(&[(INJECT, "false")])))
+                .unwrap()
+                .inject,
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn errors_name_annotation_and_value() {
+        assert_eq!(err_of(&[(INJECT, "yes")]), (INJECT.into(), "yes".into()));
+        assert_eq!(err_of(&[(INJECT, "True")]), (INJECT.into(), "True".into()));
+        assert_eq!(
+            err_of(&[(SIDECAR_CPU_REQUEST, "lots")]),
+            (SIDECAR_CPU_REQUEST.into(), "lots".into())
+        );
+        assert_eq!(
+            err_of(&[(SIDECAR_MEMORY_LIMIT, "0")]),
+            (SIDECAR_MEMORY_LIMIT.into(), "0".into())
+        );
+        assert_eq!(
+            err_of(&[(SIDECAR_CPU_LIMIT, "-1")]),
+            (SIDECAR_CPU_LIMIT.into(), "-1".into())
+        );
+        assert_eq!(
+            err_of(&[(CONTAINERS, " , ")]),
+            (CONTAINERS.into(), " , ".into())
+        );
+        assert_eq!(
+            err_of(&[(CONTAINERS, "Main")]),
+            (CONTAINERS.into(), "Main".into())
+        );
+        let msg = PodOverrides::parse(Some(&ann(&[(INJECT, "yes")])))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(INJECT) && msg.contains("\"yes\""), "{msg}");
+    }
+
+    #[test]
+    fn request_over_limit_is_an_error() {
+        let o = PodOverrides::parse(Some(&ann(&[(SIDECAR_CPU_REQUEST, "2")]))).unwrap();
+        match o.sidecar_resources(&ResourceDefaults::sidecar()) {
+            Err(EngineError::InvalidAnnotation {
+                annotation, value, ..
+            }) => {
+                assert_eq!(annotation, SIDECAR_CPU_REQUEST);
+                assert_eq!(value, "2");
+            }
+            other => panic!("{other:?}"),
+        }
+        let o = PodOverrides::parse(Some(&ann(&[(SIDECAR_MEMORY_LIMIT, "1Mi")]))).unwrap();
+        match o.sidecar_resources(&ResourceDefaults::sidecar()) {
+            Err(EngineError::InvalidAnnotation { annotation, .. }) => {
+                assert_eq!(annotation, SIDECAR_MEMORY_LIMIT);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

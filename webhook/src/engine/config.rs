@@ -1,0 +1,184 @@
+//! Engine configuration: what the operator chooses for every pod (the server
+//! and the `inject` command fill it from flags).
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::EngineError;
+use super::quantity;
+
+/// Install image used when none is configured:
+/// `ghcr.io/kube-prestop/kube-prestop-sidecar:<crate version>`.
+pub const DEFAULT_INSTALL_IMAGE: &str = concat!(
+    "ghcr.io/kube-prestop/kube-prestop-sidecar:",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// Namespace the webhook runs in when none is configured; pods there are
+/// never injected.
+pub const DEFAULT_WEBHOOK_NAMESPACE: &str = "kube-prestop";
+
+/// CPU and memory requests and limits for one kind of injected container.
+///
+/// Values are Kubernetes quantities: CPU in cores (`10m` = 0.01 core),
+/// memory in bytes (`32Mi`). How they are applied depends on the pod's QoS
+/// class and the namespace's LimitRanges (see `engine::resources`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceDefaults {
+    /// `resources.requests.cpu`.
+    pub cpu_request: Quantity,
+    /// `resources.requests.memory`.
+    pub memory_request: Quantity,
+    /// `resources.limits.cpu`.
+    pub cpu_limit: Quantity,
+    /// `resources.limits.memory`.
+    pub memory_limit: Quantity,
+}
+
+impl ResourceDefaults {
+    /// Defaults of the native sidecar: requests `10m` CPU / `32Mi` memory,
+    /// limits `200m` / `256Mi`. Requests are small on purpose: a restartable
+    /// init container's requests *add* to the pod's (KEP-753), for the whole
+    /// life of the pod; the limits leave room for the hook, which runs inside
+    /// the sidecar's cgroup.
+    pub fn sidecar() -> Self {
+        Self::new("10m", "32Mi", "200m", "256Mi")
+    }
+
+    /// Defaults of the install init container: requests `10m` / `16Mi`,
+    /// limits `100m` / `32Mi` (it only copies one static binary). A regular
+    /// init container counts towards the pod's effective request as a
+    /// maximum over init containers, not a sum.
+    pub fn install() -> Self {
+        Self::new("10m", "16Mi", "100m", "32Mi")
+    }
+
+    /// Builds defaults from four quantity strings (no validation; see
+    /// [`ResourceDefaults::validate`]).
+    pub fn new(
+        cpu_request: &str,
+        memory_request: &str,
+        cpu_limit: &str,
+        memory_limit: &str,
+    ) -> Self {
+        Self {
+            cpu_request: Quantity(cpu_request.to_owned()),
+            memory_request: Quantity(memory_request.to_owned()),
+            cpu_limit: Quantity(cpu_limit.to_owned()),
+            memory_limit: Quantity(memory_limit.to_owned()),
+        }
+    }
+
+    /// Checks every value parses, is positive and each request is at most its
+    /// limit. Errors: [`EngineError::InvalidConfig`] naming `what` and the value.
+    pub fn validate(&self, what: &str) -> Result<(), EngineError> {
+        let get = |field: &str, q: &Quantity| -> Result<i128, EngineError> {
+            match quantity::parse(q) {
+                Ok(v) if v > 0 => Ok(v),
+                _ => Err(EngineError::InvalidConfig(format!(
+                    "{what} {field} {:?} is not a positive quantity",
+                    q.0
+                ))),
+            }
+        };
+        let cpu_req = get("cpu request", &self.cpu_request)?;
+        let mem_req = get("memory request", &self.memory_request)?;
+        let cpu_lim = get("cpu limit", &self.cpu_limit)?;
+        let mem_lim = get("memory limit", &self.memory_limit)?;
+        if cpu_req > cpu_lim || mem_req > mem_lim {
+            return Err(EngineError::InvalidConfig(format!(
+                "{what} requests exceed limits"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Engine configuration.
+///
+/// `EngineConfig::default()` is usable as is: the default install image, pull
+/// policy `IfNotPresent`, webhook namespace `kube-prestop` and the default
+/// resources of [`ResourceDefaults::sidecar`] and [`ResourceDefaults::install`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    /// Image of the install init container (must hold the static sidecar
+    /// binary at `contract::INSTALL_IMAGE_BINARY`). Must not be empty.
+    pub install_image: String,
+    /// `imagePullPolicy` of the install init container: `Always`,
+    /// `IfNotPresent` or `Never`.
+    pub install_image_pull_policy: String,
+    /// Namespace the webhook itself runs in; its pods are never injected
+    /// (nor are `kube-system`'s).
+    pub webhook_namespace: String,
+    /// Default resources of each native sidecar (overridable per pod with
+    /// annotations, see `ANNOTATIONS.md`).
+    pub sidecar_resources: ResourceDefaults,
+    /// Resources of the install init container.
+    pub install_resources: ResourceDefaults,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            install_image: DEFAULT_INSTALL_IMAGE.to_owned(),
+            install_image_pull_policy: "IfNotPresent".to_owned(),
+            webhook_namespace: DEFAULT_WEBHOOK_NAMESPACE.to_owned(),
+            sidecar_resources: ResourceDefaults::sidecar(),
+            install_resources: ResourceDefaults::install(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks the configuration. Callers may call it once at start-up to fail
+    /// fast; [`super::inject`] calls it on every pod as well.
+    ///
+    /// Errors: [`EngineError::InvalidConfig`] for an empty install image, an
+    /// unknown pull policy or invalid resources.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.install_image.trim().is_empty() {
+            return Err(EngineError::InvalidConfig(
+                "install image is empty".to_owned(),
+            ));
+        }
+        if !matches!(
+            self.install_image_pull_policy.as_str(),
+            "Always" | "IfNotPresent" | "Never"
+        ) {
+            return Err(EngineError::InvalidConfig(format!(
+                "install image pull policy {:?} is not Always, IfNotPresent or Never",
+                self.install_image_pull_policy
+            )));
+        }
+        self.sidecar_resources.validate("sidecar")?;
+        self.install_resources.validate("install")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        EngineConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let mut c = EngineConfig {
+            install_image: String::new(),
+            ..Default::default()
+        };
+        assert!(c.validate().is_err());
+        c.install_image = "x".into();
+        c.install_image_pull_policy = "Sometimes".into();
+        assert!(c.validate().is_err());
+        c.install_image_pull_policy = "Never".into();
+        c.sidecar_resources.cpu_request = Quantity("1".into());
+        assert!(matches!(c.validate(), Err(EngineError::InvalidConfig(m)) if m.contains("exceed")));
+        c.sidecar_resources.cpu_request = Quantity("lots".into());
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,435 @@
+//! The mutation (DESIGN §3, "Mutation, for each watched container X").
+//!
+//! Resulting `initContainers` order: the user's init containers and native
+//! sidecars unchanged, then the install init container, then one native
+//! sidecar per watched container in `containers` order. The kubelet starts
+//! init containers in order (a native sidecar only counts as started once its
+//! startupProbe passes) and stops native sidecars in reverse order at pod end,
+//! so ours stop first while the user's sidecars (mesh or database proxies)
+//! are still up during the hook.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, Pod, PodSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use kube_prestop_sidecar::contract;
+
+use super::annotations::{self, PodOverrides};
+use super::config::EngineConfig;
+use super::names;
+use super::resources::{self, ResourceContext};
+use super::select::exec_prestop;
+use super::{ClusterContext, EngineError};
+
+/// UID and GID of the install init container (the conventional "nonroot").
+pub const INSTALL_UID: i64 = 65532;
+/// Default `terminationGracePeriodSeconds` of a pod (seconds).
+pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
+/// Sidecar startupProbe period (seconds).
+pub const PROBE_PERIOD_SECONDS: i32 = 1;
+/// Sidecar startupProbe failure threshold: 600 × 1 s before the kubelet
+/// restarts the sidecar.
+pub const PROBE_FAILURE_THRESHOLD: i32 = 600;
+/// Sidecar startupProbe timeout (seconds; exec probes honour it).
+pub const PROBE_TIMEOUT_SECONDS: i32 = 5;
+
+fn taken_container_names(spec: &PodSpec) -> BTreeSet<String> {
+    spec.containers
+        .iter()
+        .map(|c| c.name.clone())
+        .chain(
+            spec.init_containers
+                .iter()
+                .flatten()
+                .map(|c| c.name.clone()),
+        )
+        .chain(
+            spec.ephemeral_containers
+                .iter()
+                .flatten()
+                .map(|c| c.name.clone()),
+        )
+        .collect()
+}
+
+/// A path with trailing slashes removed, for comparing mount points.
+fn clean(path: &str) -> &str {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() { "/" } else { trimmed }
+}
+
+/// Refuses a container that already mounts something at our mount points.
+fn check_mounts(c: &Container) -> Result<(), EngineError> {
+    for m in c.volume_mounts.iter().flatten() {
+        let p = clean(&m.mount_path);
+        let ours = p == contract::MOUNT_PATH
+            || p.starts_with(&format!("{}/", contract::MOUNT_PATH))
+            || p == contract::ID_MOUNT_ROOT
+            || p.starts_with(&format!("{}/", contract::ID_MOUNT_ROOT));
+        if ours {
+            return Err(EngineError::MountPathConflict {
+                container: c.name.clone(),
+                path: m.mount_path.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Restricted-profile security context of the install init container.
+fn install_security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(INSTALL_UID),
+        run_as_group: Some(INSTALL_UID),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn shared_mount(volume: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::MOUNT_PATH.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// The install init container.
+fn install_container(
+    name: String,
+    volume: &str,
+    config: &EngineConfig,
+    resources: Option<ResourceRequirements>,
+) -> Container {
+    Container {
+        name,
+        image: Some(config.install_image.clone()),
+        image_pull_policy: Some(config.install_image_pull_policy.clone()),
+        command: Some(contract::install_command()),
+        volume_mounts: Some(vec![shared_mount(volume)]),
+        security_context: Some(install_security_context()),
+        resources,
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// X's env for the sidecar: `resourceFieldRef`s without `containerName`
+/// (which refer to the container they are in) pinned to X, any user
+/// `KUBE_PRESTOP_GRACE_PERIOD_SECONDS` replaced by ours (last).
+pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = x
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name != contract::ENV_GRACE_PERIOD_SECONDS)
+        .cloned()
+        .map(|mut e| {
+            if let Some(r) = e
+                .value_from
+                .as_mut()
+                .and_then(|v| v.resource_field_ref.as_mut())
+                && r.container_name.as_deref().is_none_or(str::is_empty)
+            {
+                r.container_name = Some(x.name.clone());
+            }
+            e
+        })
+        .collect();
+    env.push(EnvVar {
+        name: contract::ENV_GRACE_PERIOD_SECONDS.to_owned(),
+        value: Some(grace_period_seconds.to_string()),
+        value_from: None,
+    });
+    env
+}
+
+/// The native sidecar watching `x`, whose preStop command is `hook`.
+fn sidecar_container(
+    name: String,
+    x: &Container,
+    hook: &[String],
+    volume: &str,
+    grace_period_seconds: i64,
+    resources: Option<ResourceRequirements>,
+) -> Container {
+    let mut mounts = x.volume_mounts.clone().unwrap_or_default();
+    mounts.push(shared_mount(volume));
+    Container {
+        name,
+        image: x.image.clone(),
+        image_pull_policy: x.image_pull_policy.clone(),
+        command: Some(contract::watch_command(&x.name, hook)),
+        args: None,
+        env: Some(sidecar_env(x, grace_period_seconds)),
+        env_from: x.env_from.clone(),
+        volume_mounts: Some(mounts),
+        volume_devices: x.volume_devices.clone(),
+        working_dir: x.working_dir.clone(),
+        security_context: x.security_context.clone(),
+        restart_policy: Some("Always".to_owned()),
+        startup_probe: Some(Probe {
+            exec: Some(ExecAction {
+                command: Some(contract::probe_command(&x.name)),
+            }),
+            period_seconds: Some(PROBE_PERIOD_SECONDS),
+            failure_threshold: Some(PROBE_FAILURE_THRESHOLD),
+            timeout_seconds: Some(PROBE_TIMEOUT_SECONDS),
+            ..Default::default()
+        }),
+        resources,
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Default::default()
+    }
+}
+
+/// Wraps X's preStop command and adds its two mounts of the shared volume:
+/// the whole volume at `contract::MOUNT_PATH` (read-write: the wrapper writes
+/// its mark) and the identifying mount (`subPath: id/X`, read-only, at
+/// `/.kube-prestop-id/X`; the kubelet creates a missing subPath directory).
+fn wrap_watched(x: &mut Container, hook: &[String], volume: &str) {
+    let command = contract::prestop_command(&x.name, hook);
+    if let Some(exec) = x
+        .lifecycle
+        .as_mut()
+        .and_then(|l| l.pre_stop.as_mut())
+        .and_then(|p| p.exec.as_mut())
+    {
+        exec.command = Some(command);
+    }
+    let mounts = x.volume_mounts.get_or_insert_with(Vec::new);
+    mounts.push(shared_mount(volume));
+    mounts.push(VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::id_mount_path(&x.name),
+        sub_path: Some(contract::id_sub_path(&x.name)),
+        read_only: Some(true),
+        ..Default::default()
+    });
+}
+
+/// Applies the whole mutation to `pod` for the containers at `watched`
+/// (indices into `spec.containers`, each with an exec preStop).
+///
+/// Errors: [`EngineError::MountPathConflict`] when a watched container
+/// already mounts under `/.kube-prestop` or `/.kube-prestop-id`; resource
+/// errors from [`resources::container_resources`]; annotation errors from
+/// [`PodOverrides::sidecar_resources`].
+pub fn mutate(
+    mut pod: Pod,
+    watched: &[usize],
+    overrides: &PodOverrides,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<Pod, EngineError> {
+    let Some(spec) = pod.spec.as_mut() else {
+        return Err(EngineError::Invalid("pod has no spec".to_owned()));
+    };
+
+    // Resources, from the pod as it was.
+    let ctx = ResourceContext {
+        qos: resources::pod_qos(spec)?,
+        pod_level: resources::has_pod_level_resources(spec),
+        explicit: overrides.has_resources(),
+    };
+    let sidecar_defaults = overrides.sidecar_resources(&config.sidecar_resources)?;
+    let sidecar_resources =
+        resources::container_resources(&sidecar_defaults, ctx, &cluster.limit_ranges)?;
+    let install_resources = resources::container_resources(
+        &config.install_resources,
+        ResourceContext {
+            explicit: false,
+            ..ctx
+        },
+        &cluster.limit_ranges,
+    )?;
+
+    // Names.
+    let mut taken = taken_container_names(spec);
+    let volumes: BTreeSet<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.clone())
+        .collect();
+    let volume = names::first_free(contract::VOLUME_NAME, &volumes);
+    let install_name = names::first_free(names::INSTALL_CONTAINER, &taken);
+    taken.insert(install_name.clone());
+
+    let grace = spec
+        .termination_grace_period_seconds
+        .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
+    let mut added = vec![install_container(
+        install_name,
+        &volume,
+        config,
+        install_resources,
+    )];
+    let mut first_watched = None;
+    for &i in watched {
+        let Some(x) = spec.containers.get_mut(i) else {
+            continue;
+        };
+        let Some(hook) = exec_prestop(x).map(<[String]>::to_vec) else {
+            continue;
+        };
+        check_mounts(x)?;
+        let name = names::sidecar_name(&x.name, &taken);
+        taken.insert(name.clone());
+        added.push(sidecar_container(
+            name,
+            x,
+            &hook,
+            &volume,
+            grace,
+            sidecar_resources.clone(),
+        ));
+        wrap_watched(x, &hook, &volume);
+        first_watched.get_or_insert_with(|| x.name.clone());
+    }
+
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .extend(added);
+    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: volume,
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
+    if spec.host_pid != Some(true) {
+        spec.share_process_namespace = Some(true);
+    }
+
+    let meta = pod
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    meta.insert(
+        annotations::STATUS.to_owned(),
+        annotations::STATUS_INJECTED.to_owned(),
+    );
+    meta.insert(
+        annotations::VERSION.to_owned(),
+        env!("CARGO_PKG_VERSION").to_owned(),
+    );
+    if let Some(first) = first_watched {
+        meta.entry(annotations::DEFAULT_CONTAINER.to_owned())
+            .or_insert(first);
+    }
+    Ok(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVarSource, ResourceFieldSelector};
+
+    #[test]
+    fn resource_field_ref_is_pinned_only_when_unnamed() {
+        let field = |name: Option<&str>| EnvVarSource {
+            resource_field_ref: Some(ResourceFieldSelector {
+                container_name: name.map(str::to_owned),
+                resource: "limits.memory".into(),
+                divisor: None,
+            }),
+            ..Default::default()
+        };
+        let x = Container {
+            name: "main".into(),
+            env: Some(vec![
+                EnvVar {
+                    name: "MEM".into(),
+                    value_from: Some(field(None)),
+                    value: None,
+                },
+                EnvVar {
+                    name: "EMPTY".into(),
+                    value_from: Some(field(Some(""))),
+                    value: None,
+                },
+                EnvVar {
+                    name: "OTHER".into(),
+                    value_from: Some(field(Some("helper"))),
+                    value: None,
+                },
+                EnvVar {
+                    name: contract::ENV_GRACE_PERIOD_SECONDS.into(),
+                    value: Some("999".into()),
+                    value_from: None,
+                },
+            ]),
+            ..Default::default()
+        };
+        let env = sidecar_env(&x, 45);
+        let pinned = |i: usize| {
+            env[i]
+                .value_from
+                .as_ref()
+                .unwrap()
+                .resource_field_ref
+                .as_ref()
+                .unwrap()
+                .container_name
+                .clone()
+        };
+        assert_eq!(pinned(0).as_deref(), Some("main"));
+        assert_eq!(pinned(1).as_deref(), Some("main"));
+        assert_eq!(pinned(2).as_deref(), Some("helper"));
+        assert_eq!(env.len(), 4);
+        assert_eq!(env[3].name, contract::ENV_GRACE_PERIOD_SECONDS);
+        assert_eq!(env[3].value.as_deref(), Some("45"));
+    }
+
+    #[test]
+    fn mount_conflicts() {
+        let with = |path: &str| Container {
+            name: "x".into(),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "v".into(),
+                mount_path: path.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert!(check_mounts(&with("/data")).is_ok());
+        assert!(check_mounts(&with("/.kube-prestop-other")).is_ok());
+        for bad in [
+            "/.kube-prestop",
+            "/.kube-prestop/",
+            "/.kube-prestop/x",
+            "/.kube-prestop-id/x",
+        ] {
+            assert!(
+                matches!(
+                    check_mounts(&with(bad)),
+                    Err(EngineError::MountPathConflict { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn install_is_restricted() {
+        let sc = install_security_context();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.capabilities.unwrap().drop.unwrap(), vec!["ALL"]);
+        assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+}

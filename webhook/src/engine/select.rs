@@ -1,0 +1,463 @@
+//! Selection: which pods are injected, and which of their containers are
+//! watched (DESIGN §3, "A pod is injected when all hold").
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube_prestop_sidecar::contract;
+
+use super::EngineError;
+use super::annotations::{self, PodOverrides};
+
+/// Namespace never injected, whatever its labels: `kube-system`.
+pub const KUBE_SYSTEM: &str = "kube-system";
+
+/// Why a pod is left alone. The server answers with an empty patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// The pod's namespace is `kube-system` or the webhook's own namespace.
+    NamespaceExcluded,
+    /// Annotation `kube-prestop.io/inject: "false"`.
+    OptedOut,
+    /// Not owned by a `batch/v1` Job and not opted in with
+    /// `kube-prestop.io/inject: "true"`.
+    NotJobOwned,
+    /// `restartPolicy` is `Always` or unset (the API default is `Always`):
+    /// containers are restarted, never "exit on their own" for good.
+    RestartPolicyAlways,
+    /// No regular container has a non-empty `lifecycle.preStop.exec.command`
+    /// (`httpGet`, `tcpSocket` and `sleep` handlers are not watched).
+    NoExecPreStop,
+    /// A Windows pod (`spec.os.name: windows`, or a
+    /// `kubernetes.io/os: windows` node selector): no shared PID namespace.
+    WindowsPod,
+    /// The pod already carries our sidecar or wrapped preStop commands: a
+    /// second pass changes nothing (`reinvocationPolicy: IfNeeded`).
+    AlreadyInjected,
+}
+
+impl SkipReason {
+    /// Stable snake_case label for metrics and logs, e.g. `not_job_owned`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::NamespaceExcluded => "namespace_excluded",
+            Self::OptedOut => "opted_out",
+            Self::NotJobOwned => "not_job_owned",
+            Self::RestartPolicyAlways => "restart_policy_always",
+            Self::NoExecPreStop => "no_exec_prestop",
+            Self::WindowsPod => "windows_pod",
+            Self::AlreadyInjected => "already_injected",
+        }
+    }
+
+    /// Every reason, in the order the rules are checked.
+    pub const ALL: [SkipReason; 7] = [
+        Self::NamespaceExcluded,
+        Self::AlreadyInjected,
+        Self::OptedOut,
+        Self::WindowsPod,
+        Self::NotJobOwned,
+        Self::RestartPolicyAlways,
+        Self::NoExecPreStop,
+    ];
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NamespaceExcluded => {
+                "the namespace is kube-system or the webhook's own namespace"
+            }
+            Self::OptedOut => "the pod is opted out with kube-prestop.io/inject: \"false\"",
+            Self::NotJobOwned => {
+                "the pod is not owned by a Job and not opted in with kube-prestop.io/inject: \"true\""
+            }
+            Self::RestartPolicyAlways => {
+                "the pod's restartPolicy is Always (or unset), not Never or OnFailure"
+            }
+            Self::NoExecPreStop => {
+                "no regular container has a lifecycle.preStop.exec command (httpGet, tcpSocket and sleep handlers are not supported)"
+            }
+            Self::WindowsPod => "the pod is a Windows pod",
+            Self::AlreadyInjected => "the pod is already injected",
+        })
+    }
+}
+
+/// Whether the pod carries kube-prestop's parts: an init container running
+/// the sidecar's `watch` or `install` command, or a preStop command wrapped
+/// by `contract::prestop_command`. The status annotation alone does not count
+/// (it may have been copied from another pod without the containers).
+pub fn is_injected(spec: &PodSpec) -> bool {
+    let ours = |c: &Container| {
+        c.command.as_deref().is_some_and(|cmd| {
+            cmd == contract::install_command().as_slice()
+                || (cmd.first().map(String::as_str) == Some(contract::BINARY_PATH)
+                    && cmd.get(1).map(String::as_str) == Some(contract::SUBCOMMAND_WATCH))
+        })
+    };
+    spec.init_containers.iter().flatten().any(ours)
+        || spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|c| {
+                exec_prestop(c).is_some_and(|cmd| contract::parse_prestop_command(cmd).is_some())
+            })
+}
+
+/// The container's non-empty `lifecycle.preStop.exec.command`, if any.
+pub fn exec_prestop(c: &Container) -> Option<&[String]> {
+    c.lifecycle
+        .as_ref()?
+        .pre_stop
+        .as_ref()?
+        .exec
+        .as_ref()?
+        .command
+        .as_deref()
+        .filter(|cmd| !cmd.is_empty())
+}
+
+/// Whether an ownerReference names a `batch/v1` Job.
+pub fn owned_by_job(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Job" && o.api_version == "batch/v1")
+}
+
+/// Whether the pod is a Windows pod: `spec.os.name: windows`, or a node
+/// selector `kubernetes.io/os: windows`.
+pub fn is_windows(spec: &PodSpec) -> bool {
+    spec.os.as_ref().is_some_and(|os| os.name == "windows")
+        || spec
+            .node_selector
+            .as_ref()
+            .and_then(|s| s.get("kubernetes.io/os"))
+            .is_some_and(|os| os == "windows")
+}
+
+/// Everything selection needs besides the pod spec.
+#[derive(Debug, Clone, Copy)]
+pub struct SelectInput<'a> {
+    /// The pod's namespace.
+    pub namespace: &'a str,
+    /// The webhook's own namespace.
+    pub webhook_namespace: &'a str,
+    /// The pod is (or will be) owned by a Job.
+    pub owned_by_job: bool,
+}
+
+/// The outcome of selection.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selection {
+    /// Do not inject.
+    Skip(SkipReason),
+    /// Inject, watching these indices of `spec.containers` (in spec order)
+    /// with the validated annotations.
+    Watch(Vec<usize>, PodOverrides),
+}
+
+/// Applies the selection rules in this order: namespace excluded, already
+/// injected, annotations parsed (errors here), opted out, Windows, owner,
+/// restartPolicy, exec preStop.
+///
+/// Errors: [`EngineError::InvalidAnnotation`] for a malformed annotation, or
+/// when `kube-prestop.io/containers` names a container that is not a
+/// regular container with an exec preStop.
+pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selection, EngineError> {
+    if input.namespace == KUBE_SYSTEM
+        || (!input.webhook_namespace.is_empty() && input.namespace == input.webhook_namespace)
+    {
+        return Ok(Selection::Skip(SkipReason::NamespaceExcluded));
+    }
+    if is_injected(spec) {
+        return Ok(Selection::Skip(SkipReason::AlreadyInjected));
+    }
+    let overrides = PodOverrides::parse(pod.metadata.annotations.as_ref())?;
+    if overrides.inject == Some(false) {
+        return Ok(Selection::Skip(SkipReason::OptedOut));
+    }
+    if is_windows(spec) {
+        return Ok(Selection::Skip(SkipReason::WindowsPod));
+    }
+    if !input.owned_by_job && overrides.inject != Some(true) {
+        return Ok(Selection::Skip(SkipReason::NotJobOwned));
+    }
+    if !matches!(spec.restart_policy.as_deref(), Some("Never" | "OnFailure")) {
+        return Ok(Selection::Skip(SkipReason::RestartPolicyAlways));
+    }
+    let candidates: Vec<usize> = spec
+        .containers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| exec_prestop(c).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    let watched = match &overrides.containers {
+        None => candidates,
+        Some(names) => {
+            if let Some(missing) = names.iter().find(|n| {
+                !candidates
+                    .iter()
+                    .any(|&i| spec.containers.get(i).is_some_and(|c| &c.name == *n))
+            }) {
+                return Err(EngineError::InvalidAnnotation {
+                    annotation: annotations::CONTAINERS.to_owned(),
+                    value: names.join(","),
+                    reason: format!(
+                        "{missing:?} is not a regular container with a lifecycle.preStop.exec command"
+                    ),
+                });
+            }
+            candidates
+                .into_iter()
+                .filter(|&i| {
+                    spec.containers
+                        .get(i)
+                        .is_some_and(|c| names.contains(&c.name))
+                })
+                .collect()
+        }
+    };
+    if watched.is_empty() {
+        return Ok(Selection::Skip(SkipReason::NoExecPreStop));
+    }
+    Ok(Selection::Watch(watched, overrides))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, PodOS,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn exec_container(name: &str, cmd: &[&str]) -> Container {
+        Container {
+            name: name.into(),
+            lifecycle: Some(Lifecycle {
+                pre_stop: Some(LifecycleHandler {
+                    exec: Some(ExecAction {
+                        command: Some(cmd.iter().map(|s| (*s).to_owned()).collect()),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn job_pod(containers: Vec<Container>) -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "batch/v1".into(),
+                    kind: "Job".into(),
+                    name: "j".into(),
+                    uid: "u".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers,
+                restart_policy: Some("Never".into()),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn run(pod: &Pod) -> Result<Selection, EngineError> {
+        run_ns(pod, "default")
+    }
+
+    fn run_ns(pod: &Pod, ns: &str) -> Result<Selection, EngineError> {
+        select(
+            pod,
+            pod.spec.as_ref().unwrap(),
+            SelectInput {
+                namespace: ns,
+                webhook_namespace: "kube-prestop",
+                owned_by_job: owned_by_job(pod),
+            },
+        )
+    }
+
+    fn skip(pod: &Pod) -> SkipReason {
+        match run(pod).unwrap() {
+            Selection::Skip(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn annotate(pod: &mut Pod, k: &str, v: &str) {
+        pod.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(k.into(), v.into());
+    }
+
+    #[test]
+    fn selects_exec_prestop_containers() {
+        let pod = job_pod(vec![
+            exec_container("a", &["x"]),
+            Container {
+                name: "b".into(),
+                ..Default::default()
+            },
+            exec_container("c", &["y"]),
+            exec_container("empty", &[]),
+        ]);
+        assert_eq!(
+            run(&pod).unwrap(),
+            Selection::Watch(vec![0, 2], PodOverrides::default())
+        );
+    }
+
+    #[test]
+    fn namespaces() {
+        let pod = job_pod(vec![exec_container("a", &["x"])]);
+        for ns in ["kube-system", "kube-prestop"] {
+            assert_eq!(
+                run_ns(&pod, ns).unwrap(),
+                Selection::Skip(SkipReason::NamespaceExcluded)
+            );
+        }
+    }
+
+    #[test]
+    fn ownership_and_opt_in_out() {
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        pod.metadata.owner_references.as_mut().unwrap()[0].kind = "ReplicaSet".into();
+        assert_eq!(skip(&pod), SkipReason::NotJobOwned);
+        // Wrong group.
+        pod.metadata.owner_references.as_mut().unwrap()[0] = OwnerReference {
+            api_version: "example.com/v1".into(),
+            kind: "Job".into(),
+            ..Default::default()
+        };
+        assert_eq!(skip(&pod), SkipReason::NotJobOwned);
+        annotate(&mut pod, annotations::INJECT, "true");
+        assert!(matches!(run(&pod).unwrap(), Selection::Watch(..)));
+        annotate(&mut pod, annotations::INJECT, "false");
+        assert_eq!(skip(&pod), SkipReason::OptedOut);
+        annotate(&mut pod, annotations::INJECT, "maybe");
+        assert!(matches!(
+            run(&pod),
+            Err(EngineError::InvalidAnnotation { .. })
+        ));
+    }
+
+    #[test]
+    fn restart_policies() {
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        for (policy, injected) in [
+            (Some("Never"), true),
+            (Some("OnFailure"), true),
+            (Some("Always"), false),
+            (None, false),
+        ] {
+            pod.spec.as_mut().unwrap().restart_policy = policy.map(str::to_owned);
+            assert_eq!(
+                matches!(run(&pod).unwrap(), Selection::Watch(..)),
+                injected,
+                "{policy:?}"
+            );
+        }
+        pod.spec.as_mut().unwrap().restart_policy = None;
+        assert_eq!(skip(&pod), SkipReason::RestartPolicyAlways);
+    }
+
+    #[test]
+    fn http_prestop_and_none() {
+        let mut c = exec_container("a", &["x"]);
+        let handler = c.lifecycle.as_mut().unwrap().pre_stop.as_mut().unwrap();
+        handler.exec = None;
+        handler.http_get = Some(HTTPGetAction {
+            port: IntOrString::Int(8080),
+            ..Default::default()
+        });
+        assert_eq!(skip(&job_pod(vec![c])), SkipReason::NoExecPreStop);
+        assert_eq!(
+            skip(&job_pod(vec![Container {
+                name: "a".into(),
+                ..Default::default()
+            }])),
+            SkipReason::NoExecPreStop
+        );
+    }
+
+    #[test]
+    fn windows() {
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        pod.spec.as_mut().unwrap().os = Some(PodOS {
+            name: "windows".into(),
+        });
+        assert_eq!(skip(&pod), SkipReason::WindowsPod);
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        pod.spec.as_mut().unwrap().node_selector =
+            Some([("kubernetes.io/os".to_owned(), "windows".to_owned())].into());
+        assert_eq!(skip(&pod), SkipReason::WindowsPod);
+    }
+
+    #[test]
+    fn already_injected() {
+        let wrapped = contract::prestop_command("a", &["x".to_owned()]);
+        let wrapped: Vec<&str> = wrapped.iter().map(String::as_str).collect();
+        assert_eq!(
+            skip(&job_pod(vec![exec_container("a", &wrapped)])),
+            SkipReason::AlreadyInjected
+        );
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        pod.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+            name: "whatever".into(),
+            command: Some(contract::watch_command("a", &["x".to_owned()])),
+            ..Default::default()
+        }]);
+        assert_eq!(skip(&pod), SkipReason::AlreadyInjected);
+        // The status annotation alone is not enough.
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        annotate(&mut pod, annotations::STATUS, annotations::STATUS_INJECTED);
+        assert!(matches!(run(&pod).unwrap(), Selection::Watch(..)));
+    }
+
+    #[test]
+    fn containers_annotation() {
+        let mut pod = job_pod(vec![
+            exec_container("a", &["x"]),
+            exec_container("b", &["y"]),
+        ]);
+        annotate(&mut pod, annotations::CONTAINERS, "b");
+        match run(&pod).unwrap() {
+            Selection::Watch(w, _) => assert_eq!(w, vec![1]),
+            other => panic!("{other:?}"),
+        }
+        annotate(&mut pod, annotations::CONTAINERS, "b,c");
+        match run(&pod) {
+            Err(EngineError::InvalidAnnotation {
+                annotation, value, ..
+            }) => {
+                assert_eq!(annotation, annotations::CONTAINERS);
+                assert_eq!(value, "b,c");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn labels_are_stable_and_distinct() {
+        let labels: std::collections::BTreeSet<_> =
+            SkipReason::ALL.iter().map(SkipReason::as_str).collect();
+        assert_eq!(labels.len(), SkipReason::ALL.len());
+        assert_eq!(SkipReason::NotJobOwned.as_str(), "not_job_owned");
+        assert!(!SkipReason::OptedOut.to_string().is_empty());
+    }
+}
