@@ -19,6 +19,7 @@
 //! /.kube-prestop/
 //!   bin/kube-prestop                 the static sidecar binary (install copies it here)
 //!   state/<container>/armed          the watcher for <container> is armed (startupProbe)
+//!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
 //!   state/<container>/done-<id>      our hook run for instance <id> finished (its exit status)
@@ -119,6 +120,56 @@ pub fn instance_id(pid: i32, start_time_ticks: u64) -> String {
 /// File name of the mark that the preStop wrapper writes for an instance.
 pub fn prestop_mark_file(instance: &str) -> String {
     format!("prestop-{instance}")
+}
+
+/// File name of the mark the watcher writes when it first finds an instance
+/// of the container. After a sidecar restart, a `seen-<id>` whose process is
+/// gone and that has neither `done-<id>` nor `prestop-<id>` is an exit that
+/// happened while the sidecar was down: its hook still runs.
+pub fn seen_file(instance: &str) -> String {
+    format!("{SEEN_PREFIX}{instance}")
+}
+
+/// Prefix of [`seen_file`] names.
+pub const SEEN_PREFIX: &str = "seen-";
+/// Prefix of [`prestop_mark_file`] names.
+pub const PRESTOP_PREFIX: &str = "prestop-";
+/// Prefix of [`running_file`] names.
+pub const RUNNING_PREFIX: &str = "running-";
+/// Prefix of [`done_file`] names.
+pub const DONE_PREFIX: &str = "done-";
+
+/// Exit status recorded for a hook whose command does not exist, and the
+/// wrapper's exit status in that case (as a POSIX shell does).
+pub const EXIT_COMMAND_NOT_FOUND: i32 = 127;
+/// Exit status recorded for a hook whose command exists but cannot be
+/// executed (permission denied, bad format), as a POSIX shell does.
+pub const EXIT_COMMAND_NOT_EXECUTABLE: i32 = 126;
+/// Exit status of every subcommand on a usage error (unknown flag, missing or
+/// malformed argument).
+pub const EXIT_USAGE: i32 = 2;
+
+/// Splits an instance id built by [`instance_id`] into PID and start time
+/// (clock ticks since boot). `None` when `id` is not of that shape.
+pub fn parse_instance_id(id: &str) -> Option<(i32, u64)> {
+    let (pid, start) = id.split_once('-')?;
+    let pid: i32 = pid.parse().ok()?;
+    let start: u64 = start.parse().ok()?;
+    (pid > 0).then_some((pid, start))
+}
+
+/// Whether `name` is a valid container name as the watcher accepts it: a DNS
+/// label (RFC 1123: 1 to 63 lower-case alphanumerics or `-`, starting and
+/// ending with an alphanumeric), as Kubernetes requires of container names.
+/// This also keeps the name safe as a single path component.
+pub fn is_valid_container_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+        && b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
 }
 
 /// File name of the mark written when our hook run for an instance starts.
@@ -248,7 +299,12 @@ mod tests {
         );
         assert_eq!(
             probe_command("main"),
-            s(&["/.kube-prestop/bin/kube-prestop", "probe", "--container", "main"])
+            s(&[
+                "/.kube-prestop/bin/kube-prestop",
+                "probe",
+                "--container",
+                "main"
+            ])
         );
         assert_eq!(id_mount_path("main"), "/.kube-prestop-id/main");
         assert_eq!(id_sub_path("main"), "id/main");
@@ -260,6 +316,34 @@ mod tests {
         assert_eq!(prestop_mark_file("7-1"), "prestop-7-1");
         assert_eq!(running_file("7-1"), "running-7-1");
         assert_eq!(done_file("7-1"), "done-7-1");
+        assert_eq!(seen_file("7-1"), "seen-7-1");
+        assert!(seen_file("7-1").starts_with(SEEN_PREFIX));
+        assert!(prestop_mark_file("7-1").starts_with(PRESTOP_PREFIX));
+        assert!(running_file("7-1").starts_with(RUNNING_PREFIX));
+        assert!(done_file("7-1").starts_with(DONE_PREFIX));
+    }
+
+    #[test]
+    fn instance_ids_parse_back() {
+        assert_eq!(parse_instance_id(&instance_id(42, 9001)), Some((42, 9001)));
+        assert_eq!(parse_instance_id("42"), None);
+        assert_eq!(parse_instance_id("x-1"), None);
+        assert_eq!(parse_instance_id("0-1"), None);
+        assert_eq!(parse_instance_id("1-2-3"), None);
+    }
+
+    #[test]
+    fn container_names_are_dns_labels() {
+        assert!(is_valid_container_name("main"));
+        assert!(is_valid_container_name("a-1"));
+        assert!(is_valid_container_name(&"a".repeat(63)));
+        assert!(!is_valid_container_name(&"a".repeat(64)));
+        assert!(!is_valid_container_name(""));
+        assert!(!is_valid_container_name("-a"));
+        assert!(!is_valid_container_name("a-"));
+        assert!(!is_valid_container_name("A"));
+        assert!(!is_valid_container_name("../x"));
+        assert!(!is_valid_container_name("a/b"));
     }
 
     #[test]

@@ -2,6 +2,40 @@
 //! namespace and runs its preStop command when it exits on its own.
 //!
 //! [`contract`] is shared with the webhook, which writes the pod specs that
-//! run this binary.
+//! run this binary. The other modules are the binary's parts, one job each:
+//!
+//! - [`procfs`]: reading `/proc` (processes vanish mid-read; that is normal);
+//! - [`finder`]: finding the watched container's process by its identifying mount;
+//! - [`state`]: the per-instance records in the shared volume (atomic writes);
+//! - [`hook`]: running the hook command as a child in its own process group;
+//! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`);
+//! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
+//! - [`install`]: copying the binary into the shared volume;
+//! - [`cli`]: command-line parsing over the contract's names.
+//!
+//! The sidecar's own log lines go to stderr, one line per event, each starting
+//! with [`LOG_PREFIX`]; the hook's output is passed through untouched.
 
+pub mod cli;
 pub mod contract;
+pub mod finder;
+pub mod hook;
+pub mod install;
+pub mod procfs;
+pub mod state;
+pub mod watch;
+pub mod wrapper;
+
+/// Prefix of every line the binary itself writes to stderr.
+pub const LOG_PREFIX: &str = "kube-prestop:";
+
+/// Writes one log line `kube-prestop: <message>` to stderr with a single
+/// `write(2)`, so it never interleaves mid-line with the hook's output, which
+/// shares the file descriptor.
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        let line = format!("{} {}\n", $crate::LOG_PREFIX, format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}

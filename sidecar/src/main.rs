@@ -1,4 +1,83 @@
+//! The kube-prestop sidecar binary; see the library docs and `--help`.
+
+use std::path::{Path, PathBuf};
+use std::process::exit;
+
+use kube_prestop_sidecar::cli::{self, Cli, USAGE};
+use kube_prestop_sidecar::contract;
+use kube_prestop_sidecar::{install, log, procfs, watch, wrapper};
+
 fn main() {
-    eprintln!("kube-prestop-sidecar: not implemented yet");
-    std::process::exit(2);
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect::<Result<_, _>>()
+    {
+        Ok(a) => a,
+        Err(bad) => {
+            log!("error: argument {bad:?} is not valid UTF-8\n{USAGE}");
+            exit(contract::EXIT_USAGE);
+        }
+    };
+    let parsed = match cli::parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            // The user's preStop must never be lost because of us: a
+            // wrapper with malformed flags still runs the command after `--`.
+            if args.first().map(String::as_str) == Some(contract::SUBCOMMAND_PRESTOP)
+                && let Some(hook) = cli::hook_after_separator(&args)
+            {
+                log!("prestop: error: {e}; running the preStop command without recording it");
+                exit(wrapper::exec(hook));
+            }
+            log!("error: {e}\n{USAGE}");
+            exit(contract::EXIT_USAGE);
+        }
+    };
+    let code = match parsed {
+        Cli::Help => {
+            println!("{USAGE}");
+            0
+        }
+        Cli::Version => {
+            println!("kube-prestop {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Cli::Install { dest } => match install::install(Path::new("/proc/self/exe"), &dest) {
+            Ok(()) => {
+                log!("installed {}", dest.display());
+                0
+            }
+            Err(e) => {
+                log!("error: install failed: {e}");
+                1
+            }
+        },
+        Cli::Probe(t) => {
+            let armed = contract::state_dir(&t.root, &t.container).join(contract::ARMED_FILE);
+            if armed.exists() {
+                0
+            } else {
+                log!(
+                    "probe: watcher for container {} not armed yet ({} missing)",
+                    t.container,
+                    armed.display()
+                );
+                1
+            }
+        }
+        Cli::PreStop(t, hook) => wrapper::run(&t, &hook),
+        Cli::Watch(target, hook) => {
+            let grace_seconds = std::env::var(contract::ENV_GRACE_PERIOD_SECONDS)
+                .ok()
+                .and_then(|v| v.trim().parse().ok());
+            watch::run(watch::WatchConfig {
+                target,
+                hook,
+                proc_root: PathBuf::from(procfs::PROC_ROOT),
+                grace_seconds,
+            })
+        }
+    };
+    exit(code);
 }

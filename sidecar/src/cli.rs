@@ -1,0 +1,280 @@
+//! Command-line parsing, over the names in [`crate::contract`].
+//!
+//! ```text
+//! kube-prestop install --dest PATH
+//! kube-prestop watch   --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+//! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+//! kube-prestop probe   --container X [--root DIR]
+//! ```
+//!
+//! Flags take their value as the next argument or after `=`. Everything after
+//! the first `--` is the hook command, passed verbatim. Errors are
+//! [`UsageError`]s; the binary prints them and exits with
+//! [`contract::EXIT_USAGE`].
+
+use std::path::PathBuf;
+
+use crate::contract::{
+    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT,
+};
+
+/// Usage text printed by `--help` and after usage errors.
+pub const USAGE: &str = "usage:
+  kube-prestop install --dest PATH
+  kube-prestop watch   --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+  kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+  kube-prestop probe   --container NAME [--root DIR]
+  kube-prestop --help | --version";
+
+/// A malformed command line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Flags shared by `watch`, `prestop` and `probe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The watched container (a DNS label).
+    pub container: String,
+    /// Mount path of the shared volume ([`contract::MOUNT_PATH`] by default).
+    pub root: PathBuf,
+    /// Parent of identifying mount points ([`contract::ID_MOUNT_ROOT`] by default).
+    pub id_root: PathBuf,
+}
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cli {
+    /// `install --dest PATH`.
+    Install {
+        /// Where to put the binary.
+        dest: PathBuf,
+    },
+    /// `watch ... -- HOOK...`.
+    Watch(Target, Vec<String>),
+    /// `prestop ... -- HOOK...`.
+    PreStop(Target, Vec<String>),
+    /// `probe ...`.
+    Probe(Target),
+    /// `--help` / `-h`.
+    Help,
+    /// `--version` / `-V`.
+    Version,
+}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// Parses `args` (without the program name).
+pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
+    let Some((sub, rest)) = args.split_first() else {
+        return err("missing subcommand");
+    };
+    let sub = sub.as_str();
+    match sub {
+        "--help" | "-h" | "help" => return Ok(Cli::Help),
+        "--version" | "-V" => return Ok(Cli::Version),
+        _ => {}
+    }
+    let known = [
+        contract::SUBCOMMAND_INSTALL,
+        contract::SUBCOMMAND_WATCH,
+        contract::SUBCOMMAND_PRESTOP,
+        contract::SUBCOMMAND_PROBE,
+    ];
+    if !known.contains(&sub) {
+        return err(format!("unknown subcommand {sub:?}"));
+    }
+    let allowed: &[&str] = match sub {
+        s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST],
+        s if s == contract::SUBCOMMAND_PROBE => &[FLAG_CONTAINER, FLAG_ROOT],
+        _ => &[FLAG_CONTAINER, FLAG_ROOT, FLAG_ID_ROOT],
+    };
+    let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
+
+    let mut values: Vec<(&'static str, String)> = Vec::new();
+    let mut hook: Option<Vec<String>> = None;
+    let mut i = 0;
+    while i < rest.len() {
+        let a = rest[i].as_str();
+        if a == COMMAND_SEPARATOR {
+            if !takes_hook {
+                return err(format!("{sub} takes no command after {COMMAND_SEPARATOR}"));
+            }
+            hook = Some(rest[i + 1..].to_vec());
+            break;
+        }
+        if a == "--help" || a == "-h" {
+            return Ok(Cli::Help);
+        }
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
+            _ => (a, None),
+        };
+        let Some(flag) = allowed.iter().find(|f| **f == name) else {
+            return if a.starts_with('-') {
+                err(format!("unknown flag {name:?} for {sub}"))
+            } else {
+                err(format!("unexpected argument {a:?} for {sub}"))
+            };
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                i += 1;
+                match rest.get(i) {
+                    Some(v) if v != COMMAND_SEPARATOR => v.clone(),
+                    _ => return err(format!("{flag} needs a value")),
+                }
+            }
+        };
+        if value.is_empty() {
+            return err(format!("{flag} needs a non-empty value"));
+        }
+        if values.iter().any(|(f, _)| f == flag) {
+            return err(format!("{flag} given twice"));
+        }
+        values.push((flag, value));
+        i += 1;
+    }
+    let get = |f: &str| values.iter().find(|(n, _)| *n == f).map(|(_, v)| v.clone());
+
+    if sub == contract::SUBCOMMAND_INSTALL {
+        let Some(dest) = get(FLAG_DEST) else {
+            return err(format!("install needs {FLAG_DEST} PATH"));
+        };
+        return Ok(Cli::Install { dest: dest.into() });
+    }
+    let Some(container) = get(FLAG_CONTAINER) else {
+        return err(format!("{sub} needs {FLAG_CONTAINER} NAME"));
+    };
+    if !contract::is_valid_container_name(&container) {
+        return err(format!(
+            "{FLAG_CONTAINER} {container:?} is not a valid container name (a DNS label: 1-63 of a-z, 0-9, '-')"
+        ));
+    }
+    let target = Target {
+        container,
+        root: get(FLAG_ROOT)
+            .unwrap_or_else(|| contract::MOUNT_PATH.to_owned())
+            .into(),
+        id_root: get(FLAG_ID_ROOT)
+            .unwrap_or_else(|| contract::ID_MOUNT_ROOT.to_owned())
+            .into(),
+    };
+    if !takes_hook {
+        return Ok(Cli::Probe(target));
+    }
+    let hook = match hook {
+        Some(h) if !h.is_empty() && !h[0].is_empty() => h,
+        _ => {
+            return err(format!(
+                "{sub} needs the hook command after {COMMAND_SEPARATOR}"
+            ));
+        }
+    };
+    if sub == contract::SUBCOMMAND_WATCH {
+        Ok(Cli::Watch(target, hook))
+    } else {
+        Ok(Cli::PreStop(target, hook))
+    }
+}
+
+/// The hook command after the first `--`, if any: lets the `prestop` wrapper
+/// still run the user's preStop when its own flags are malformed.
+pub fn hook_after_separator(args: &[String]) -> Option<&[String]> {
+    let i = args.iter().position(|a| a == COMMAND_SEPARATOR)?;
+    let h = &args[i + 1..];
+    (!h.is_empty()).then_some(h)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn contract_commands_parse() {
+        let hook = s(&["sh", "-c", "echo bye", "--", "--container"]);
+        let w = contract::watch_command("main", &hook);
+        let Cli::Watch(t, h) = parse(&w[1..]).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(t.container, "main");
+        assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));
+        assert_eq!(t.id_root, PathBuf::from(contract::ID_MOUNT_ROOT));
+        assert_eq!(h, hook);
+        let p = contract::prestop_command("main", &hook);
+        assert!(matches!(parse(&p[1..]).unwrap(), Cli::PreStop(_, h) if h == hook));
+        let pr = contract::probe_command("main");
+        assert!(matches!(parse(&pr[1..]).unwrap(), Cli::Probe(t) if t.container == "main"));
+        let i = contract::install_command();
+        assert_eq!(
+            parse(&i[1..]).unwrap(),
+            Cli::Install {
+                dest: contract::BINARY_PATH.into()
+            }
+        );
+    }
+
+    #[test]
+    fn overrides_and_equals_form() {
+        let c = parse(&s(&[
+            "watch",
+            "--container=a",
+            "--root",
+            "/r",
+            "--id-root=/i",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        let Cli::Watch(t, _) = c else { unreachable!() };
+        assert_eq!(t.root, PathBuf::from("/r"));
+        assert_eq!(t.id_root, PathBuf::from("/i"));
+    }
+
+    #[test]
+    fn bad_input() {
+        for bad in [
+            vec![],
+            s(&["frobnicate"]),
+            s(&["watch", "--container", "a"]),
+            s(&["watch", "--container", "a", "--"]),
+            s(&["watch", "--container", "a", "--", ""]),
+            s(&["watch", "--bogus", "x", "--container", "a", "--", "x"]),
+            s(&["watch", "--container", "--", "x"]),
+            s(&["watch", "--container", "A_B", "--", "x"]),
+            s(&["watch", "--container", "../etc", "--", "x"]),
+            s(&["watch", "--container", "a", "--container", "b", "--", "x"]),
+            s(&["watch", "stray", "--container", "a", "--", "x"]),
+            s(&["probe", "--container", "a", "--", "x"]),
+            s(&["probe", "--container", "a", "--id-root", "/x"]),
+            s(&["probe"]),
+            s(&["install"]),
+            s(&["install", "--dest"]),
+            s(&["install", "--dest", ""]),
+            s(&["install", "--container", "a"]),
+        ] {
+            assert!(parse(&bad).is_err(), "{bad:?} should fail");
+        }
+        assert_eq!(parse(&s(&["--help"])).unwrap(), Cli::Help);
+        assert_eq!(parse(&s(&["probe", "-h"])).unwrap(), Cli::Help);
+        assert_eq!(parse(&s(&["--version"])).unwrap(), Cli::Version);
+    }
+
+    #[test]
+    fn hook_after_separator_finds_the_command() {
+        assert_eq!(
+            hook_after_separator(&s(&["prestop", "--bogus", "--", "a", "b"])),
+            Some(&s(&["a", "b"])[..])
+        );
+        assert_eq!(hook_after_separator(&s(&["prestop", "--"])), None);
+        assert_eq!(hook_after_separator(&s(&["prestop"])), None);
+    }
+}

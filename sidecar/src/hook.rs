@@ -1,0 +1,178 @@
+//! Running the hook: the watched container's declared preStop command, as a
+//! child of the sidecar in its own process group.
+//!
+//! The child inherits the sidecar's environment (the watched container's
+//! env, as the webhook copies it), working directory and stdout/stderr, so
+//! its output reaches `kubectl logs POD -c SIDECAR` unchanged; stdin is
+//! `/dev/null`, as for the kubelet's exec handlers. It also gets
+//! [`contract::ENV_HOOK_CONTAINER`], [`contract::ENV_HOOK_INSTANCE`] and
+//! [`contract::ENV_HOOK_ATTEMPT`].
+//!
+//! The caller is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the hook's
+//! orphaned descendants are re-parented to it and reaped by [`reap`]. When the
+//! hook's leader exits, its process group is killed ([`kill_group`]). The
+//! child gets `PR_SET_PDEATHSIG(SIGKILL)`: a hook never outlives a crashed
+//! sidecar (as in Kubernetes, where the runtime kills the sidecar container's
+//! processes with it), so the restarted sidecar's retry never runs in
+//! parallel with the interrupted run.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::contract;
+
+/// A hook process that was started.
+#[derive(Debug)]
+pub struct RunningHook {
+    /// PID of the hook's leader, also its process group id.
+    pub pid: Pid,
+    /// The instance id of the container run it is for.
+    pub instance: String,
+    /// 1, or 2 for a retry after a sidecar restart.
+    pub attempt: u32,
+    /// When it started.
+    pub started: Instant,
+}
+
+/// How a hook ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStatus {
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by this signal number.
+    Signaled(i32),
+    /// The command does not exist (recorded as 127, like a shell).
+    NotFound,
+    /// The command exists but cannot be executed (recorded as 126).
+    NotExecutable,
+}
+
+impl HookStatus {
+    /// The status as a shell would report it: the exit code, 128 + signal,
+    /// 127 or 126.
+    pub fn code(&self) -> i32 {
+        match self {
+            HookStatus::Exited(c) => *c,
+            HookStatus::Signaled(s) => 128 + s,
+            HookStatus::NotFound => contract::EXIT_COMMAND_NOT_FOUND,
+            HookStatus::NotExecutable => contract::EXIT_COMMAND_NOT_EXECUTABLE,
+        }
+    }
+
+    /// Human-readable form for logs and records (`exit 3`, `signal 9`, ...).
+    pub fn describe(&self) -> String {
+        match self {
+            HookStatus::Exited(c) => format!("exit {c}"),
+            HookStatus::Signaled(s) => format!("signal {s}"),
+            HookStatus::NotFound => "command not found".to_owned(),
+            HookStatus::NotExecutable => "command not executable".to_owned(),
+        }
+    }
+}
+
+/// Starts `argv` for `container`'s instance `instance`. On a spawn failure
+/// returns the status to record (not found / not executable) and the error.
+pub fn spawn(
+    argv: &[String],
+    container: &str,
+    instance: &str,
+    attempt: u32,
+) -> Result<RunningHook, (HookStatus, io::Error)> {
+    let Some((prog, args)) = argv.split_first() else {
+        return Err((HookStatus::NotFound, io::Error::other("empty hook command")));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .env(contract::ENV_HOOK_CONTAINER, container)
+        .env(contract::ENV_HOOK_INSTANCE, instance)
+        .env(contract::ENV_HOOK_ATTEMPT, attempt.to_string())
+        .stdin(Stdio::null())
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    match cmd.spawn() {
+        Ok(child) => Ok(RunningHook {
+            pid: Pid::from_raw(child.id() as i32),
+            instance: instance.to_owned(),
+            attempt,
+            started: Instant::now(),
+        }),
+        Err(e) => {
+            let status = match e.kind() {
+                io::ErrorKind::NotFound => HookStatus::NotFound,
+                _ => HookStatus::NotExecutable,
+            };
+            Err((status, e))
+        }
+    }
+}
+
+/// Reaps every child that has exited (the hook and any re-parented orphan);
+/// returns the status of `hook` if it was among them.
+pub fn reap(hook: Option<Pid>) -> Option<HookStatus> {
+    let mut found = None;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if Some(pid) == hook => {
+                found = Some(HookStatus::Exited(code))
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if Some(pid) == hook => {
+                found = Some(HookStatus::Signaled(sig as i32))
+            }
+            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return found,
+            Ok(_) => {}
+            Err(Errno::EINTR) => {}
+            Err(_) => return found,
+        }
+    }
+}
+
+/// Kills what is left of the hook's process group (`SIGKILL`); a group that
+/// no longer exists is fine.
+pub fn kill_group(pgid: Pid) {
+    let _ = killpg(pgid, Signal::SIGKILL);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn statuses() {
+        assert_eq!(HookStatus::Exited(3).code(), 3);
+        assert_eq!(HookStatus::Signaled(9).code(), 137);
+        assert_eq!(HookStatus::NotFound.code(), 127);
+        assert_eq!(HookStatus::NotExecutable.code(), 126);
+        assert_eq!(HookStatus::Signaled(9).describe(), "signal 9");
+    }
+
+    #[test]
+    fn missing_command_is_127() {
+        let e = spawn(&["/nonexistent/kube-prestop-hook".into()], "c", "1-2", 1).unwrap_err();
+        assert_eq!(e.0, HookStatus::NotFound);
+        let e = spawn(&[], "c", "1-2", 1).unwrap_err();
+        assert_eq!(e.0.code(), 127);
+    }
+}

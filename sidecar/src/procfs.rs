@@ -1,0 +1,298 @@
+//! Reading `/proc`: process listing, `/proc/PID/stat`, `/proc/PID/mountinfo`
+//! and `/proc/loadavg`.
+//!
+//! Processes exit at any moment, so every per-process read can find the
+//! process gone: that is [`ProcError::Gone`], an ordinary outcome the callers
+//! handle by forgetting the process, never an error worth logging.
+//!
+//! Everything read here is readable across users in a shared PID namespace
+//! (DESIGN §4 "Facts"): `stat` and `mountinfo` of another container's
+//! processes need no ptrace permission.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Where procfs is mounted in every container.
+pub const PROC_ROOT: &str = "/proc";
+
+/// Errors of a per-process read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    /// The process exited (or is a zombie whose namespaces are gone) while
+    /// or before we read it: `ENOENT`, `ESRCH`, or `EINVAL` from
+    /// `/proc/PID/mountinfo` of a zombie.
+    #[error("process is gone")]
+    Gone,
+    /// The file was read but is not in the format the kernel documents in proc(5).
+    #[error("malformed {0}")]
+    Malformed(String),
+    /// Any other I/O error (for example `EACCES` under an unusual hardening).
+    #[error("{path}: {source}")]
+    Io {
+        /// The file that failed.
+        path: PathBuf,
+        /// The underlying error.
+        source: io::Error,
+    },
+}
+
+fn io_err(path: &Path, source: io::Error) -> ProcError {
+    match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) | Some(libc::EINVAL) => ProcError::Gone,
+        _ => ProcError::Io {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+/// The fields of `/proc/PID/stat` the watcher uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Field 3: one-letter state (`R`, `S`, `Z`, ...).
+    pub state: u8,
+    /// Field 4: parent PID as seen from the reader's PID namespace; `0` when
+    /// the parent is outside it (a container's first process, whose parent is
+    /// the runtime's shim on the host).
+    pub ppid: i32,
+    /// Field 22: start time in clock ticks (`sysconf(_SC_CLK_TCK)`) since boot.
+    pub start_time: u64,
+}
+
+/// Parses the contents of `/proc/PID/stat`. The command name (field 2) may
+/// hold spaces and parentheses, so fields are counted after the *last* `)`.
+pub fn parse_stat(content: &str) -> Result<Stat, ProcError> {
+    let bad = || ProcError::Malformed(format!("stat: {}", content.trim_end()));
+    let rest = content
+        .rfind(')')
+        .map(|i| &content[i + 1..])
+        .ok_or_else(bad)?;
+    // rest starts with " S ppid ..." : fields 3.. of stat(5).
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let state = fields
+        .first()
+        .and_then(|s| s.bytes().next())
+        .ok_or_else(bad)?;
+    let ppid = fields.get(1).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+    // field 22 is index 22 - 3 = 19 in `fields`.
+    let start_time = fields
+        .get(19)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    Ok(Stat {
+        state,
+        ppid,
+        start_time,
+    })
+}
+
+/// Reads and parses `<proc>/<pid>/stat`.
+pub fn read_stat(proc_root: &Path, pid: i32) -> Result<Stat, ProcError> {
+    let path = proc_root.join(pid.to_string()).join("stat");
+    let content = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    parse_stat(&content)
+}
+
+/// PIDs of all processes (thread-group leaders) listed in `proc_root`.
+/// Entries vanishing during the listing are skipped.
+pub fn list_pids(proc_root: &Path) -> io::Result<Vec<i32>> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir(proc_root)? {
+        let Ok(entry) = entry else { continue };
+        if let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+/// Decodes the octal escapes (`\040` space, `\011` tab, `\012` newline,
+/// `\134` backslash) the kernel uses for paths in mountinfo.
+pub fn unescape_mount_path(raw: &str) -> String {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether mountinfo `content` has a mount whose mount point (field 5) is
+/// `mount_point`, or ends with it after a `/`. The suffix form matches a
+/// container process that the runtime is still setting up: its mounts are
+/// made under the root file system's host path (`.../rootfs/.kube-prestop-id/X`)
+/// before `pivot_root`, which makes them `/.kube-prestop-id/X`. Only processes
+/// in the pod's PID namespace are ever looked at, and no other container of
+/// the pod mounts anything at that path.
+pub fn mountinfo_has_mount_point(content: &str, mount_point: &str) -> bool {
+    let mount_point = mount_point.trim_end_matches('/');
+    content.lines().any(|line| {
+        let Some(field) = line.split(' ').nth(4) else {
+            return false;
+        };
+        let mp = unescape_mount_path(field);
+        mp == mount_point
+            || (mp.len() > mount_point.len()
+                && mp.ends_with(mount_point)
+                && (mount_point.starts_with('/')
+                    || mp.as_bytes()[mp.len() - mount_point.len() - 1] == b'/'))
+    })
+}
+
+/// Reads `<proc>/<pid>/mountinfo` and looks for `mount_point` as
+/// [`mountinfo_has_mount_point`] does.
+pub fn has_mount_point(proc_root: &Path, pid: i32, mount_point: &str) -> Result<bool, ProcError> {
+    let path = proc_root.join(pid.to_string()).join("mountinfo");
+    let content = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    Ok(mountinfo_has_mount_point(&content, mount_point))
+}
+
+/// An open `/proc/loadavg`, re-read with `pread` to learn the last PID the
+/// kernel allocated in the reader's PID namespace (its fifth field is
+/// `idr_get_cursor(&task_active_pid_ns(current)->idr) - 1`). When it has not
+/// changed, no process was created since the last look, so the `/proc`
+/// listing need not be read again: one system call per idle poll tick.
+#[derive(Debug)]
+pub struct LastPid {
+    file: File,
+    buf: [u8; 128],
+}
+
+impl LastPid {
+    /// Opens `<proc>/loadavg`.
+    pub fn open(proc_root: &Path) -> io::Result<Self> {
+        Ok(Self {
+            file: File::open(proc_root.join("loadavg"))?,
+            buf: [0; 128],
+        })
+    }
+
+    /// The last PID allocated in our PID namespace.
+    pub fn read(&mut self) -> io::Result<u64> {
+        let n = self.file.read_at(&mut self.buf, 0)?;
+        parse_loadavg_last_pid(&self.buf[..n])
+            .ok_or_else(|| io::Error::other("malformed /proc/loadavg"))
+    }
+}
+
+/// The fifth field of `/proc/loadavg` (`0.00 0.01 0.05 1/123 4567`).
+pub fn parse_loadavg_last_pid(content: &[u8]) -> Option<u64> {
+    std::str::from_utf8(content)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(4)?
+        .parse()
+        .ok()
+}
+
+/// Clock ticks per second for [`Stat::start_time`] (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as u64 } else { 100 }
+}
+
+/// Now, in the unit and clock of [`Stat::start_time`]: clock ticks since boot
+/// (`CLOCK_BOOTTIME`, which the kernel uses for process start times).
+pub fn now_ticks() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    let hz = clock_ticks_per_second();
+    (ts.tv_sec as u64) * hz + (ts.tv_nsec as u64) * hz / 1_000_000_000
+}
+
+/// Reads all of a small file into a string (used for state records).
+pub fn read_small(path: &Path) -> io::Result<String> {
+    let mut s = String::new();
+    File::open(path)?.read_to_string(&mut s)?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_comm() {
+        let line = "42 (a) b (c) ) S 0 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.state, b'S');
+        assert_eq!(s.ppid, 0);
+        assert_eq!(s.start_time, 123456);
+        assert!(matches!(
+            parse_stat("42 (x) S"),
+            Err(ProcError::Malformed(_))
+        ));
+        assert!(parse_stat("").is_err());
+    }
+
+    #[test]
+    fn own_stat_reads() {
+        let me = std::process::id() as i32;
+        let s = read_stat(Path::new(PROC_ROOT), me).unwrap();
+        assert!(s.start_time <= now_ticks());
+        assert!(matches!(
+            read_stat(Path::new(PROC_ROOT), i32::MAX),
+            Err(ProcError::Gone)
+        ));
+        assert!(matches!(
+            has_mount_point(Path::new(PROC_ROOT), i32::MAX, "/x"),
+            Err(ProcError::Gone)
+        ));
+        assert!(list_pids(Path::new(PROC_ROOT)).unwrap().contains(&me));
+    }
+
+    #[test]
+    fn mountinfo_matching() {
+        let mi = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                  30 22 8:1 /kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n\
+                  31 22 8:1 /x /with\\040space rw - ext4 /dev/sda1 rw\n";
+        assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main"));
+        assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main/"));
+        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id/mai"));
+        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id/main2"));
+        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id"));
+        assert!(mountinfo_has_mount_point(mi, "/with space"));
+        let pre_pivot = "40 22 0:5 /id/main /run/containerd/t/abc/rootfs/.kube-prestop-id/main ro - ext4 x rw\n";
+        assert!(mountinfo_has_mount_point(
+            pre_pivot,
+            "/.kube-prestop-id/main"
+        ));
+        assert!(!mountinfo_has_mount_point("garbage", "/x"));
+        assert_eq!(unescape_mount_path("a\\134b\\011"), "a\\b\t");
+        assert_eq!(unescape_mount_path("trail\\04"), "trail\\04");
+    }
+
+    #[test]
+    fn loadavg() {
+        assert_eq!(
+            parse_loadavg_last_pid(b"0.00 0.01 0.05 1/123 4567\n"),
+            Some(4567)
+        );
+        assert_eq!(parse_loadavg_last_pid(b"0.00"), None);
+        let mut l = LastPid::open(Path::new(PROC_ROOT)).unwrap();
+        let a = l.read().unwrap();
+        std::process::Command::new("true").status().unwrap();
+        assert_ne!(l.read().unwrap(), a);
+    }
+}

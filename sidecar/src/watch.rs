@@ -1,0 +1,647 @@
+//! `watch`: the native sidecar's main loop (DESIGN §4 "How it watches").
+//!
+//! One thread, one `ppoll(2)` over a signalfd (`SIGTERM`, `SIGINT`, `SIGCHLD`)
+//! and, while the watched container runs, a pidfd of its process. While the
+//! container runs and no hook runs, the loop sleeps in `ppoll` with no
+//! timeout: no periodic wake-ups. While the container is absent, it ticks
+//! every [`TICK`] (every [`FAST_TICK`] while a freshly created parentless
+//! process is being set up by the runtime) to find the next instance; a tick
+//! costs one `pread` of `/proc/loadavg` when no process was created.
+//!
+//! Per instance (see [`crate::contract`] for the files):
+//! 1. found: `seen-<id>` is written, a pidfd is held;
+//! 2. exited: if `prestop-<id>` exists the kubelet ran the preStop itself and
+//!    nothing runs (`done-<id>` says `outcome=skipped-prestop`); otherwise
+//!    `running-<id>` is written, the hook runs, and `done-<id>` records its
+//!    status and duration;
+//! 3. the search resumes (under `restartPolicy: OnFailure` the kubelet starts
+//!    a new instance), ignoring processes older than the observed exit.
+//!
+//! On start, the records of a previous run of the sidecar are reconciled: an
+//! instance that was seen and whose process is gone without `done-<id>` or
+//! `prestop-<id>` exited while the sidecar was down, and its hook runs now;
+//! one with `running-<id>` but no `done-<id>` was interrupted and is retried
+//! once (attempt 2); a second interruption is logged and given up.
+//!
+//! The loop never returns before `SIGTERM`/`SIGINT` (the kubelet restarts a
+//! native sidecar that exits): every error is logged and waited out.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::time::TimeSpec;
+
+use crate::cli::Target;
+use crate::finder::{self, Instance, Scanner};
+use crate::hook::{self, HookStatus, RunningHook};
+use crate::procfs;
+use crate::state::{self, StateStore, format_record};
+use crate::{contract, log};
+
+/// Search interval while the container is absent.
+pub const TICK: Duration = Duration::from_millis(1);
+/// Search interval while a new parentless process may still be getting its
+/// mounts from the runtime (its mountinfo is re-read every tick).
+pub const FAST_TICK: Duration = Duration::from_micros(250);
+/// Liveness check interval when the kernel has no `pidfd_open` (< 5.3).
+const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
+
+/// Settings of the `watch` subcommand.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Container, shared volume and identifying-mount root.
+    pub target: Target,
+    /// The hook command (the container's original preStop command).
+    pub hook: Vec<String>,
+    /// Where procfs is mounted ([`procfs::PROC_ROOT`]).
+    pub proc_root: PathBuf,
+    /// [`contract::ENV_GRACE_PERIOD_SECONDS`], if set and valid.
+    pub grace_seconds: Option<u64>,
+}
+
+/// Opens a pidfd for `pid` (`pidfd_open(2)`, Linux 5.3; allowed by the
+/// default container seccomp profile and needs no ptrace permission).
+/// Polling it for `POLLIN` reports the process's exit even though it is not
+/// our child.
+pub fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
+    // SAFETY: plain system call with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if r < 0 {
+        Err(Errno::last())
+    } else {
+        // SAFETY: the kernel returned a new file descriptor that we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+    }
+}
+
+#[derive(Debug)]
+struct Watched {
+    instance: Instance,
+    pidfd: Option<OwnedFd>,
+    since: Instant,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    instance: Instance,
+    attempt: u32,
+    exit_ticks: u64,
+}
+
+struct Watcher {
+    cfg: WatchConfig,
+    store: StateStore,
+    scanner: Scanner,
+    watched: Option<Watched>,
+    hook: Option<(RunningHook, Job)>,
+    queue: VecDeque<Job>,
+    terminating: Option<Instant>,
+    armed: bool,
+    arm_retry_at: Instant,
+    arm_backoff: Duration,
+    searching_since: Instant,
+    next_wait_log: Instant,
+    wait_log_interval: Duration,
+    last_scan_error: Option<Instant>,
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3}s", d.as_secs_f64())
+}
+
+/// Runs the watcher. Returns the process exit status (0) only after
+/// `SIGTERM` or `SIGINT`, once no hook is running or queued.
+pub fn run(cfg: WatchConfig) -> i32 {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
+        mask.add(s);
+    }
+    let sfd = match sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None)
+        .and_then(|_| SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            // Without a signalfd we cannot wait for SIGTERM in poll. Restore
+            // the default dispositions so SIGTERM ends us, and wait for it.
+            let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&mask), None);
+            log!("fatal: cannot create signalfd: {e}; waiting for SIGTERM without watching");
+            loop {
+                // SAFETY: pause has no preconditions.
+                unsafe { libc::pause() };
+            }
+        }
+    };
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        log!(
+            "warning: cannot become a child subreaper ({e}); orphans of the hook are reaped by the pod's init instead"
+        );
+    }
+    let now = Instant::now();
+    let mount_point = finder::mount_point(&cfg.target.id_root, &cfg.target.container);
+    let mut w = Watcher {
+        store: StateStore::new(&cfg.target.root, &cfg.target.container),
+        scanner: Scanner::new(&cfg.proc_root, mount_point.clone()),
+        cfg,
+        watched: None,
+        hook: None,
+        queue: VecDeque::new(),
+        terminating: None,
+        armed: false,
+        arm_retry_at: now,
+        arm_backoff: Duration::from_secs(1),
+        searching_since: now,
+        next_wait_log: now + Duration::from_secs(10),
+        wait_log_interval: Duration::from_secs(10),
+        last_scan_error: None,
+    };
+    log!(
+        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} pid={}",
+        w.cfg.target.container,
+        mount_point,
+        w.store.dir().display(),
+        w.cfg.hook,
+        w.cfg
+            .grace_seconds
+            .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s")),
+        std::process::id()
+    );
+    // A mark left by a previous run of the sidecar must not pass the probe
+    // before this run is ready.
+    let _ = w.store.remove(contract::ARMED_FILE);
+    w.recover();
+    w.arm();
+    w.main_loop(&sfd)
+}
+
+impl Watcher {
+    fn c(&self) -> &str {
+        &self.cfg.target.container
+    }
+
+    fn main_loop(&mut self, sfd: &SignalFd) -> i32 {
+        loop {
+            let now = Instant::now();
+            if !self.armed && now >= self.arm_retry_at && self.terminating.is_none() {
+                self.arm();
+            }
+            self.start_next_hook();
+            if self.terminating.is_some() && self.hook.is_none() && self.queue.is_empty() {
+                let _ = self.store.remove(contract::ARMED_FILE);
+                log!("exiting container={} status=0", self.c());
+                return 0;
+            }
+            if self.watched.is_none() && self.terminating.is_none() {
+                self.search(now);
+            }
+            let now = Instant::now();
+            let mut timeout: Option<Duration> = None;
+            let mut min_to = |d: Duration| {
+                timeout = Some(timeout.map_or(d, |t: Duration| t.min(d)));
+            };
+            if self.terminating.is_none() {
+                match &self.watched {
+                    None => {
+                        min_to(if self.scanner.has_fast_pending(now) {
+                            FAST_TICK
+                        } else {
+                            TICK
+                        });
+                        if now >= self.next_wait_log {
+                            log!(
+                                "still waiting for container={} to appear waited={}",
+                                self.c(),
+                                secs(now - self.searching_since)
+                            );
+                            self.wait_log_interval =
+                                (self.wait_log_interval * 2).min(Duration::from_secs(600));
+                            self.next_wait_log = now + self.wait_log_interval;
+                        }
+                    }
+                    Some(Watched { pidfd: None, .. }) => min_to(NO_PIDFD_TICK),
+                    Some(_) => {}
+                }
+                if !self.armed {
+                    min_to(self.arm_retry_at.saturating_duration_since(now));
+                }
+            }
+            let (sig_ready, x_ready) = {
+                let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                }
+                match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => {
+                        log!("error: poll failed: {e}");
+                        std::thread::sleep(TICK);
+                    }
+                }
+                let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+            };
+            let x_gone = x_ready
+                || matches!(&self.watched, Some(Watched { pidfd: None, instance, .. })
+                    if !instance.is_alive(&self.cfg.proc_root));
+            if x_gone {
+                self.on_container_exit();
+            }
+            if sig_ready {
+                self.on_signals(sfd);
+            }
+        }
+    }
+
+    /// Writes the `armed` mark for the startupProbe; on failure (missing or
+    /// read-only volume) logs and schedules a retry with backoff.
+    fn arm(&mut self) {
+        let res = self.store.ensure_dir().and_then(|_| {
+            self.store.write(
+                contract::ARMED_FILE,
+                &format_record(&[("pid", std::process::id().to_string())]),
+            )
+        });
+        match res {
+            Ok(()) => {
+                self.armed = true;
+                log!(
+                    "armed container={} mark={}",
+                    self.c(),
+                    self.store.path(contract::ARMED_FILE).display()
+                );
+            }
+            Err(e) => {
+                log!(
+                    "error: cannot arm (is the shared volume mounted and writable?): {e}; retrying in {}",
+                    secs(self.arm_backoff)
+                );
+                self.arm_retry_at = Instant::now() + self.arm_backoff;
+                self.arm_backoff = (self.arm_backoff * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
+
+    /// Reconciles the records of a previous run (see the module docs).
+    fn recover(&mut self) {
+        let names = match self.store.list() {
+            Ok(n) => n,
+            Err(e) => {
+                if self.store.dir().exists() {
+                    log!("error: cannot read previous state: {e}");
+                }
+                return;
+            }
+        };
+        let groups = state::group_by_instance(&self.store, &names);
+        let mut floor = 0u64;
+        let mut jobs = Vec::new();
+        for (id, r) in &groups {
+            let Some(inst) = Instance::from_id(id) else {
+                continue;
+            };
+            if r.done {
+                if let Some(t) = self.store.read(&contract::done_file(id)).and_then(|m| {
+                    m.get("exit_observed_ticks")
+                        .and_then(|v| v.parse::<u64>().ok())
+                }) {
+                    floor = floor.max(t);
+                }
+                continue;
+            }
+            if inst.is_alive(&self.cfg.proc_root) {
+                log!(
+                    "recovered container={} instance={id} still running; watching it again",
+                    self.c()
+                );
+                continue;
+            }
+            let now_ticks = procfs::now_ticks();
+            if r.prestop {
+                log!(
+                    "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
+                    self.c()
+                );
+                self.write_done(id, "skipped-prestop", None, 0, None, now_ticks);
+                continue;
+            }
+            match r.running_attempt {
+                Some(a) if a >= 2 => {
+                    log!(
+                        "error: container={} instance={id} hook was interrupted twice (attempt {a}); not retrying again",
+                        self.c()
+                    );
+                    self.write_done(id, "abandoned", None, a, None, now_ticks);
+                }
+                Some(a) => {
+                    log!(
+                        "recovered container={} instance={id} hook was interrupted by a sidecar restart (attempt {}); retrying once",
+                        self.c(),
+                        a.max(1)
+                    );
+                    jobs.push(Job {
+                        instance: inst,
+                        attempt: a.max(1) + 1,
+                        exit_ticks: now_ticks,
+                    });
+                }
+                None if r.seen => {
+                    log!(
+                        "recovered container={} instance={id} exited while the sidecar was down; running its hook",
+                        self.c()
+                    );
+                    jobs.push(Job {
+                        instance: inst,
+                        attempt: 1,
+                        exit_ticks: now_ticks,
+                    });
+                }
+                None => {}
+            }
+        }
+        jobs.sort_by_key(|j| j.instance.start_time);
+        self.queue.extend(jobs);
+        self.scanner.set_floor(floor);
+    }
+
+    fn search(&mut self, now: Instant) {
+        match self.scanner.step(now) {
+            Ok(Some(inst)) => self.attach(inst),
+            Ok(None) => {}
+            Err(e) => {
+                if self
+                    .last_scan_error
+                    .is_none_or(|t| now.duration_since(t) > Duration::from_secs(60))
+                {
+                    log!("error: cannot scan {}: {e}", self.cfg.proc_root.display());
+                    self.last_scan_error = Some(now);
+                }
+            }
+        }
+    }
+
+    /// Holds a pidfd on a found instance, or handles its exit right away if
+    /// it is already gone (a container that lived only milliseconds).
+    fn attach(&mut self, inst: Instance) {
+        let id = inst.id();
+        let seen = format_record(&[
+            ("pid", inst.pid.to_string()),
+            ("start_time_ticks", inst.start_time.to_string()),
+        ]);
+        if let Err(e) = self.store.write(&contract::seen_file(&id), &seen) {
+            log!("error: {e} (an exit while the sidecar is down may go unnoticed)");
+        }
+        let waited = secs(self.searching_since.elapsed());
+        let pidfd = match pidfd_open(inst.pid) {
+            Ok(fd) => Some(fd),
+            Err(Errno::ESRCH) => None,
+            Err(e) => {
+                log!(
+                    "warning: pidfd_open failed ({e}); checking the process every {}",
+                    secs(NO_PIDFD_TICK)
+                );
+                None
+            }
+        };
+        // The start time read after pidfd_open proves the pidfd is this
+        // instance's (the PID was not reused in between).
+        if !inst.is_alive(&self.cfg.proc_root) {
+            self.scanner.forget(inst.pid);
+            log!(
+                "found container={} instance={id} pid={} after {waited}, already exited",
+                self.c(),
+                inst.pid
+            );
+            self.instance_exited(inst, procfs::now_ticks());
+            return;
+        }
+        log!(
+            "watching container={} instance={id} pid={} found_after={waited}",
+            self.c(),
+            inst.pid
+        );
+        self.watched = Some(Watched {
+            instance: inst,
+            pidfd,
+            since: Instant::now(),
+        });
+    }
+
+    fn on_container_exit(&mut self) {
+        let Some(w) = self.watched.take() else { return };
+        let exit_ticks = procfs::now_ticks();
+        log!(
+            "container exited container={} instance={} ran_for={}",
+            self.c(),
+            w.instance.id(),
+            secs(w.since.elapsed())
+        );
+        self.instance_exited(w.instance, exit_ticks);
+    }
+
+    fn instance_exited(&mut self, inst: Instance, exit_ticks: u64) {
+        self.scanner.set_floor(exit_ticks);
+        self.searching_since = Instant::now();
+        self.wait_log_interval = Duration::from_secs(10);
+        self.next_wait_log = self.searching_since + self.wait_log_interval;
+        self.queue.push_back(Job {
+            instance: inst,
+            attempt: 1,
+            exit_ticks,
+        });
+        self.start_next_hook();
+    }
+
+    fn write_done(
+        &self,
+        id: &str,
+        outcome: &str,
+        status: Option<HookStatus>,
+        attempt: u32,
+        dur: Option<Duration>,
+        exit_ticks: u64,
+    ) {
+        let mut rec = vec![
+            ("outcome", outcome.to_owned()),
+            ("attempt", attempt.to_string()),
+        ];
+        if let Some(s) = status {
+            rec.push(("exit_status", s.code().to_string()));
+            rec.push(("status", s.describe()));
+        }
+        if let Some(d) = dur {
+            rec.push(("duration_ms", d.as_millis().to_string()));
+        }
+        rec.push(("exit_observed_ticks", exit_ticks.to_string()));
+        if let Err(e) = self
+            .store
+            .write(&contract::done_file(id), &format_record(&rec))
+        {
+            log!("error: {e} (a restarted sidecar may run this hook again)");
+        }
+    }
+
+    fn start_next_hook(&mut self) {
+        while self.hook.is_none() {
+            let Some(job) = self.queue.pop_front() else {
+                return;
+            };
+            let id = job.instance.id();
+            if self.store.exists(&contract::prestop_mark_file(&id)) {
+                log!(
+                    "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
+                    self.c(),
+                    contract::prestop_mark_file(&id)
+                );
+                self.write_done(
+                    &id,
+                    "skipped-prestop",
+                    None,
+                    job.attempt,
+                    None,
+                    job.exit_ticks,
+                );
+                continue;
+            }
+            let rec = format_record(&[("attempt", job.attempt.to_string())]);
+            if let Err(e) = self.store.write(&contract::running_file(&id), &rec) {
+                log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
+            }
+            match hook::spawn(&self.cfg.hook, &self.cfg.target.container, &id, job.attempt) {
+                Ok(h) => {
+                    log!(
+                        "hook started container={} instance={id} attempt={} pid={} command={:?}",
+                        self.c(),
+                        job.attempt,
+                        h.pid,
+                        self.cfg.hook
+                    );
+                    self.hook = Some((h, job));
+                }
+                Err((status, e)) => {
+                    log!(
+                        "hook failed to start container={} instance={id} attempt={} command={:?} error=\"{e}\" status={} exit_status={}",
+                        self.c(),
+                        job.attempt,
+                        self.cfg.hook,
+                        status.describe(),
+                        status.code()
+                    );
+                    self.write_done(
+                        &id,
+                        "ran",
+                        Some(status),
+                        job.attempt,
+                        Some(Duration::ZERO),
+                        job.exit_ticks,
+                    );
+                }
+            }
+        }
+    }
+
+    fn on_signals(&mut self, sfd: &SignalFd) {
+        let mut chld = false;
+        let mut term = None;
+        loop {
+            match sfd.read_signal() {
+                Ok(Some(si)) => match Signal::try_from(si.ssi_signo as i32) {
+                    Ok(Signal::SIGCHLD) => chld = true,
+                    Ok(s @ (Signal::SIGTERM | Signal::SIGINT)) => term = Some(s),
+                    _ => {}
+                },
+                Ok(None) => break,
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    log!("error: reading signalfd: {e}");
+                    break;
+                }
+            }
+        }
+        if chld {
+            self.reap();
+        }
+        if let Some(s) = term {
+            self.on_term(s);
+        }
+    }
+
+    fn reap(&mut self) {
+        let status = hook::reap(self.hook.as_ref().map(|(h, _)| h.pid));
+        let Some(status) = status else { return };
+        let Some((h, job)) = self.hook.take() else {
+            return;
+        };
+        hook::kill_group(h.pid);
+        let dur = h.started.elapsed();
+        log!(
+            "hook finished container={} instance={} attempt={} status=\"{}\" exit_status={} duration={}",
+            self.c(),
+            h.instance,
+            h.attempt,
+            status.describe(),
+            status.code(),
+            secs(dur)
+        );
+        self.write_done(
+            &h.instance,
+            "ran",
+            Some(status),
+            h.attempt,
+            Some(dur),
+            job.exit_ticks,
+        );
+        // Reap whatever the group kill left behind.
+        let _ = hook::reap(None);
+    }
+
+    fn on_term(&mut self, sig: Signal) {
+        if self.terminating.is_some() {
+            log!("{sig} received again; still waiting for the hook");
+            return;
+        }
+        self.terminating = Some(Instant::now());
+        // The kubelet stops the sidecar only after the watched container
+        // exited; take that exit if the poll that saw the signal raced it.
+        if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
+            let mut fds = [PollFd::new(p.as_fd(), PollFlags::POLLIN)];
+            let ready = matches!(ppoll(&mut fds, Some(TimeSpec::from_duration(Duration::ZERO)), None), Ok(n) if n > 0);
+            if ready {
+                self.on_container_exit();
+            }
+        }
+        if let Some(w) = self.watched.take() {
+            log!(
+                "{sig} received while container={} instance={} still runs; not waiting for it",
+                self.c(),
+                w.instance.id()
+            );
+        }
+        let grace = self
+            .cfg
+            .grace_seconds
+            .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s"));
+        if let Some((h, _)) = &self.hook {
+            log!(
+                "{sig} received while hook runs container={} instance={} pid={} running_for={} queued={}; grace period {grace}; the hook keeps running until it ends or the kubelet's SIGKILL",
+                self.c(),
+                h.instance,
+                h.pid,
+                secs(h.started.elapsed()),
+                self.queue.len()
+            );
+        } else if !self.queue.is_empty() {
+            log!(
+                "{sig} received container={} with {} hook(s) still to run; grace period {grace}; running them until the kubelet's SIGKILL",
+                self.c(),
+                self.queue.len()
+            );
+        } else {
+            log!("{sig} received container={}; no hook running", self.c());
+        }
+    }
+}
