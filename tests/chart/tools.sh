@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Installs the chart test tools when missing, cached outside the repository:
+#   helm         from the Go module proxy (helm.sh/helm/v3)
+#   kubeconform  from the Go module proxy (github.com/yannh/kubeconform)
+#   Kubernetes JSON schemas for kubeconform, generated from the OpenAPI
+#   document inside the k8s.io/kubernetes module (no schema download site is
+#   reachable from here).
+#
+# Source it and call `chart_tools_install`; it sets HELM, KUBECONFORM and
+# K8S_SCHEMA_DIR. Or run it directly: it installs and prints the paths.
+#
+# Cache: ${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools/
+set -euo pipefail
+
+HELM_VERSION="${HELM_VERSION:-v3.19.5}"
+KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.7.0}"
+# Kubernetes release whose OpenAPI document the schemas are made from.
+K8S_SCHEMA_VERSION="${K8S_SCHEMA_VERSION:-v1.34.4}"
+
+CHART_TOOLS_CACHE="${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools"
+CHART_TOOLS_SELF_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+chart_tools_log() { printf '[chart-tools] %s\n' "$*" >&2; }
+
+# go_install_cached MODULE_PATH@VERSION BIN_NAME DEST_DIR
+go_install_cached() {
+    local pkg="$1" bin="$2" dest="$3"
+    if [[ -x "${dest}/${bin}" ]]; then
+        return 0
+    fi
+    command -v go >/dev/null || { chart_tools_log "go is required to build ${bin}"; return 1; }
+    chart_tools_log "building ${pkg} (once; cached in ${dest})"
+    mkdir -p "${dest}"
+    local tmp
+    tmp="$(mktemp -d "${dest}/.build.XXXXXX")"
+    # Build outside any module so the repository's files play no part.
+    (cd "${tmp}" && GOBIN="${tmp}" GOFLAGS=-buildvcs=false CGO_ENABLED=0 go install -trimpath -ldflags='-s -w' "${pkg}")
+    mv "${tmp}/${bin}" "${dest}/${bin}"
+    rm -rf "${tmp}"
+}
+
+# Generates kubeconform's layout (<dir>/<kind>-<group>-<version>.json, and the
+# "-standalone-strict" variant) from the Kubernetes OpenAPI v2 document.
+k8s_schemas_install() {
+    local dest="$1"
+    if [[ -f "${dest}/.complete" ]]; then
+        return 0
+    fi
+    command -v go >/dev/null || { chart_tools_log "go is required to fetch k8s.io/kubernetes"; return 1; }
+    chart_tools_log "generating Kubernetes ${K8S_SCHEMA_VERSION} JSON schemas (once; cached in ${dest})"
+    local modjson dir
+    modjson="$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${K8S_SCHEMA_VERSION}")"
+    dir="$(printf '%s' "${modjson}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+    local swagger="${dir}/api/openapi-spec/swagger.json"
+    [[ -f "${swagger}" ]] || { chart_tools_log "no ${swagger}"; return 1; }
+    rm -rf "${dest}.tmp"
+    mkdir -p "${dest}.tmp"
+    python3 "${CHART_TOOLS_SELF_DIR}/openapi2jsonschema.py" "${swagger}" "${dest}.tmp"
+    rm -rf "${dest}"
+    mv "${dest}.tmp" "${dest}"
+    touch "${dest}/.complete"
+}
+
+chart_tools_install() {
+    local bindir="${CHART_TOOLS_CACHE}/bin"
+    go_install_cached "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm "${bindir}/helm-${HELM_VERSION}"
+    go_install_cached "github.com/yannh/kubeconform/cmd/kubeconform@${KUBECONFORM_VERSION}" kubeconform \
+        "${bindir}/kubeconform-${KUBECONFORM_VERSION}"
+    k8s_schemas_install "${CHART_TOOLS_CACHE}/k8s-schemas/${K8S_SCHEMA_VERSION}"
+    HELM="${bindir}/helm-${HELM_VERSION}/helm"
+    KUBECONFORM="${bindir}/kubeconform-${KUBECONFORM_VERSION}/kubeconform"
+    K8S_SCHEMA_DIR="${CHART_TOOLS_CACHE}/k8s-schemas/${K8S_SCHEMA_VERSION}"
+    export HELM KUBECONFORM K8S_SCHEMA_DIR
+}
+
+if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
+    chart_tools_install
+    printf 'HELM=%s\nKUBECONFORM=%s\nK8S_SCHEMA_DIR=%s\n' "${HELM}" "${KUBECONFORM}" "${K8S_SCHEMA_DIR}"
+fi
