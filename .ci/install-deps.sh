@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine of the project's kind lacks for `make test`:
+# Debian packages, the Rust components and the musl target. Idempotent and
+# quick when everything is present. Component builds (Kubernetes, etcd, helm,
+# kubeconform) are cached by the scripts that use them.
+set -euo pipefail
+
+packages=(
+  # sidecar tests: unshare/nsenter
+  util-linux
+  # static builds: ring's C parts for the musl target
+  musl-tools
+  # images without Docker
+  umoci
+  # local cluster: runtime, network, pause and workload images
+  containerd runc containernetworking-plugins iproute2 iptables conntrack
+  catatonit busybox-static openssl
+  # script lint
+  shellcheck
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "==> apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+rustup component add rustfmt clippy >/dev/null
+rustup target add x86_64-unknown-linux-musl >/dev/null
