@@ -1,0 +1,241 @@
+//! Golden tests of the injection engine.
+//!
+//! Each folder under `tests/golden/<case>/` holds:
+//! * `input.yaml`: a Pod as the apiserver sends it at admission (canonical:
+//!   it must survive a round trip through the k8s-openapi `Pod` unchanged);
+//! * `context.yaml` (optional): `namespace` (default `default`) and
+//!   `limitRanges` (a list of LimitRange objects);
+//! * `expected.yaml`: the injected Pod, or `{skip: <label>, reason: <text>}`,
+//!   or `{error: <label>, message: <text>}`.
+//!
+//! For every injected case the test also checks that the JSON Patch from
+//! `json_patch::diff(input, output)` applied to the input gives the expected
+//! output, that the output parses as a k8s-openapi Pod, that a second pass is
+//! `Skip(AlreadyInjected)` (empty patch), that the QoS class is not lowered,
+//! and that every container and volume name is a unique DNS label.
+//!
+//! `UPDATE_GOLDEN=1 cargo test -p kube-prestop-webhook --test golden`
+//! rewrites the expected files; review every change by eye: they are the spec.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{LimitRange, Pod};
+use kube_prestop_webhook::engine::{
+    self, ClusterContext, Decision, EngineConfig, SkipReason, names, resources,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The cases the issue and the design require; more may exist.
+const REQUIRED: &[&str] = &[
+    "simple-job",
+    "two-containers-different-prestops",
+    "httpget-prestop",
+    "no-prestop",
+    "deployment-restart-always",
+    "opt-in-restart-always",
+    "guaranteed-qos",
+    "best-effort",
+    "host-pid",
+    "windows-pod",
+    "existing-init-and-native-sidecar",
+    "kube-system",
+    "webhook-namespace",
+    "opted-out",
+    "already-injected",
+    "resource-field-ref",
+    "generate-name",
+    "limit-range",
+    "best-effort-limit-range",
+    "opt-in-non-job",
+    "name-collisions",
+    "invalid-annotation",
+];
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Context {
+    namespace: Option<String>,
+    #[serde(default)]
+    limit_ranges: Vec<LimitRange>,
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn read_yaml(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        install_image: "registry.example/kube-prestop-sidecar:test".to_owned(),
+        ..Default::default()
+    }
+}
+
+fn cases() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn outcome(decision: &Result<Decision, engine::EngineError>) -> Value {
+    match decision {
+        Ok(Decision::Skip(reason)) => {
+            json!({"skip": reason.as_str(), "reason": reason.to_string()})
+        }
+        Ok(Decision::Inject(pod)) => serde_json::to_value(pod.as_ref()).unwrap(),
+        Err(e) => json!({"error": e.as_str(), "message": e.to_string()}),
+    }
+}
+
+fn check_names(case: &str, pod: &Pod) {
+    let spec = pod.spec.as_ref().unwrap();
+    let mut seen = BTreeSet::new();
+    let all = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in all {
+        assert!(
+            names::is_dns_label(&c.name),
+            "{case}: bad name {:?}",
+            c.name
+        );
+        assert!(
+            seen.insert(c.name.clone()),
+            "{case}: duplicate {:?}",
+            c.name
+        );
+    }
+    let mut volumes = BTreeSet::new();
+    for v in spec.volumes.iter().flatten() {
+        assert!(
+            names::is_dns_label(&v.name),
+            "{case}: bad volume {:?}",
+            v.name
+        );
+        assert!(
+            volumes.insert(v.name.clone()),
+            "{case}: duplicate volume {:?}",
+            v.name
+        );
+    }
+}
+
+fn run_case(dir: &Path, update: bool) -> Result<(), String> {
+    let case = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let raw_input = read_yaml(&dir.join("input.yaml"));
+    let pod: Pod = serde_json::from_value(raw_input.clone())
+        .map_err(|e| format!("{case}: input is not a Pod: {e}"))?;
+    let input = serde_json::to_value(&pod).unwrap();
+    if input != raw_input {
+        return Err(format!(
+            "{case}: input.yaml is not canonical (lost or changed in a Pod round trip): {}",
+            serde_json::to_string(&json_patch::diff(&raw_input, &input)).unwrap()
+        ));
+    }
+    let context_path = dir.join("context.yaml");
+    let context: Context = if context_path.exists() {
+        serde_json::from_value(read_yaml(&context_path)).map_err(|e| format!("{case}: {e}"))?
+    } else {
+        Context::default()
+    };
+    let cluster = ClusterContext {
+        namespace: context.namespace.unwrap_or_else(|| "default".to_owned()),
+        limit_ranges: context.limit_ranges,
+    };
+    let config = config();
+    let decision = engine::inject(&pod, &cluster, &config);
+    let actual = outcome(&decision);
+
+    let expected_path = dir.join("expected.yaml");
+    if update {
+        fs::write(&expected_path, serde_saphyr::to_string(&actual).unwrap()).unwrap();
+    }
+    let expected = read_yaml(&expected_path);
+    if actual != expected {
+        return Err(format!(
+            "{case}: output differs from expected.yaml; patch expected -> actual: {}",
+            serde_json::to_string_pretty(&json_patch::diff(&expected, &actual)).unwrap()
+        ));
+    }
+
+    if let Ok(Decision::Inject(out)) = &decision {
+        // The webhook's patch, applied to the input, gives the expected output.
+        let patch = json_patch::diff(&input, &actual);
+        let mut patched = input.clone();
+        json_patch::patch(&mut patched, &patch).map_err(|e| format!("{case}: patch: {e}"))?;
+        if patched != expected {
+            return Err(format!("{case}: patched input differs from expected"));
+        }
+        // The output is a valid Pod.
+        let reparsed: Pod = serde_json::from_value(expected.clone())
+            .map_err(|e| format!("{case}: output is not a Pod: {e}"))?;
+        // Idempotent: a second pass is skipped, i.e. an empty patch.
+        match engine::inject(&reparsed, &cluster, &config) {
+            Ok(Decision::Skip(SkipReason::AlreadyInjected)) => {}
+            other => return Err(format!("{case}: second pass gave {other:?}")),
+        }
+        // QoS class never lowered.
+        let before = resources::pod_qos(pod.spec.as_ref().unwrap()).unwrap();
+        let after = resources::pod_qos(out.spec.as_ref().unwrap()).unwrap();
+        if after < before {
+            return Err(format!("{case}: QoS lowered from {before:?} to {after:?}"));
+        }
+        check_names(&case, out);
+    }
+    Ok(())
+}
+
+#[test]
+fn golden_cases() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let dirs = cases();
+    let present: BTreeSet<String> = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut failures: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| run_case(d, update).err())
+        .collect();
+    for required in REQUIRED {
+        if !present.contains(*required) {
+            failures.push(format!("missing golden case {required}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The kinds of outcome the golden cases must cover: every skip reason.
+#[test]
+fn every_skip_reason_has_a_golden_case() {
+    let mut covered = BTreeSet::new();
+    for dir in cases() {
+        if let Some(label) = read_yaml(&dir.join("expected.yaml"))
+            .get("skip")
+            .and_then(Value::as_str)
+        {
+            covered.insert(label.to_owned());
+        }
+    }
+    for reason in SkipReason::ALL {
+        assert!(
+            covered.contains(reason.as_str()),
+            "no golden case for {}",
+            reason.as_str()
+        );
+    }
+}
