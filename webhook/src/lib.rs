@@ -2,4 +2,11 @@
 //! offline `inject` command.
 
 pub mod certmanager;
+pub mod cli;
+pub mod cluster_cache;
 pub mod engine;
+pub mod inject_cmd;
+pub mod logging;
+pub mod metrics;
+pub mod server;
+pub mod tls;

@@ -1,3 +1,127 @@
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+//! `kube-prestop-webhook`: the admission server (`serve`) and offline
+//! injection (`inject`).
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
+use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
+use kube_prestop_webhook::{inject_cmd, logging};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = logging::init(cli.log.log_format, &cli.log.log_level) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Inject(args) => inject(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn inject(args: InjectArgs) -> anyhow::Result<()> {
+    let input = if args.filename.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read stdin")?;
+        text
+    } else {
+        std::fs::read_to_string(&args.filename)
+            .with_context(|| format!("cannot read {}", args.filename.display()))?
+    };
+    let config = args.engine.engine_config();
+    let out = inject_cmd::run(&input, &args.namespace, &config, args.output)?;
+    for line in &out.summaries {
+        tracing::info!("{line}");
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out.text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write stdout")?;
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(serve_async(args))
+}
+
+fn server_config(args: &ServeArgs) -> ServerConfig {
+    let mut config = ServerConfig::new(
+        args.listen_addr,
+        args.metrics_addr,
+        args.tls_cert_file.clone(),
+        args.tls_key_file.clone(),
+    );
+    config.cert_reload_interval = args.cert_reload_interval;
+    config.drain_delay = args.drain_delay;
+    config.shutdown_grace = args.shutdown_grace;
+    config.failure_mode = args.failure_mode;
+    config.engine = args.engine.engine_config();
+    config.max_body_bytes = args.max_body_bytes;
+    config.body_read_timeout = args.read_timeout;
+    config.conn_limits = ConnLimits {
+        max_connections: args.max_connections,
+        handshake_timeout: args.read_timeout,
+        header_read_timeout: args.read_timeout,
+        ..config.conn_limits
+    };
+    config
+}
+
+async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
+    let config = server_config(&args);
+    let cache = ClusterCache::connect(args.kubeconfig.as_deref(), args.no_cluster)
+        .await
+        .context("cannot set up the LimitRange cache")?;
+    let server = Server::bind(config, cache).await?;
+    // Machine-readable for scripts that start with port 0.
+    println!(
+        "listening https={} metrics={}",
+        server.https_addr(),
+        server.metrics_addr()
+    );
+    server.run(shutdown_signal()).await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received"),
+        () = term => tracing::info!("SIGTERM received"),
+    }
 }

@@ -1,0 +1,128 @@
+//! Command line of `kube-prestop-webhook`: `serve` (the admission server)
+//! and `inject` (offline injection), sharing the engine and logging flags.
+
+mod duration;
+mod engine_flags;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+pub use duration::parse_duration;
+pub use engine_flags::EngineArgs;
+
+use crate::inject_cmd::OutputFormat;
+use crate::logging::LogFormat;
+use crate::server::{DEFAULT_MAX_BODY_BYTES, FailureMode};
+
+/// Mutating admission webhook that makes a Job container's preStop command
+/// run when the container exits on its own.
+#[derive(Debug, Parser)]
+#[command(name = "kube-prestop-webhook", version, about)]
+pub struct Cli {
+    /// Logging flags.
+    #[command(flatten)]
+    pub log: LogArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the admission server (HTTPS `/mutate`, plain-HTTP `/metrics`).
+    Serve(ServeArgs),
+    /// Inject Pods, Jobs and CronJobs from a manifest file offline and print
+    /// the result (like `istioctl kube-inject`).
+    Inject(InjectArgs),
+}
+
+/// Logging flags, for both subcommands.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "KUBE_PRESTOP_LOG_FORMAT", global = true)]
+    pub log_format: LogFormat,
+    /// Log level or filter in RUST_LOG syntax (e.g. `info`, `debug`,
+    /// `kube_prestop_webhook=debug,info`).
+    #[arg(long, default_value = "info", env = "RUST_LOG", global = true)]
+    pub log_level: String,
+}
+
+/// Flags of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Engine configuration.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// HTTPS listen address for `/mutate`, `/livez`, `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8443", env = "KUBE_PRESTOP_LISTEN_ADDR")]
+    pub listen_addr: SocketAddr,
+    /// Plain-HTTP listen address for `/metrics`, `/livez`, `/readyz`.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:9090",
+        env = "KUBE_PRESTOP_METRICS_ADDR"
+    )]
+    pub metrics_addr: SocketAddr,
+    /// PEM certificate chain of the serving certificate (leaf first);
+    /// reloaded when it changes on disk.
+    #[arg(long, env = "KUBE_PRESTOP_TLS_CERT_FILE")]
+    pub tls_cert_file: PathBuf,
+    /// PEM private key of the serving certificate; reloaded with it.
+    #[arg(long, env = "KUBE_PRESTOP_TLS_KEY_FILE")]
+    pub tls_key_file: PathBuf,
+    /// How often the certificate files are checked for changes.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "KUBE_PRESTOP_CERT_RELOAD_INTERVAL")]
+    pub cert_reload_interval: Duration,
+    /// On SIGTERM: time readiness fails before the listener closes, so the
+    /// endpoint is removed first.
+    #[arg(long, default_value = "5s", value_parser = parse_duration, env = "KUBE_PRESTOP_DRAIN_DELAY")]
+    pub drain_delay: Duration,
+    /// On SIGTERM: longest wait for in-flight requests after the listener
+    /// closes.
+    #[arg(long, default_value = "20s", value_parser = parse_duration, env = "KUBE_PRESTOP_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Duration,
+    /// What to do with a pod the engine cannot handle: `allow` admits it
+    /// unmodified with a warning; `deny` refuses it (fail closed).
+    #[arg(long, value_enum, default_value_t = FailureMode::Allow, env = "KUBE_PRESTOP_FAILURE_MODE")]
+    pub failure_mode: FailureMode,
+    /// Largest `/mutate` request body in bytes (larger: HTTP 413). Default
+    /// 7 MiB: twice the API server's 3 MiB request limit plus envelope.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "KUBE_PRESTOP_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+    /// Connections served at once.
+    #[arg(long, default_value_t = 1024, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// Time allowed for a client to send request headers (HTTP/1.1) and,
+    /// separately, the TLS handshake and the request body.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
+    pub read_timeout: Duration,
+    /// Kubeconfig for the LimitRange cache (default: KUBECONFIG,
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run without a cluster: LimitRanges are taken as empty.
+    #[arg(long, env = "KUBE_PRESTOP_NO_CLUSTER")]
+    pub no_cluster: bool,
+}
+
+/// Flags of `inject`.
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// Engine configuration.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Manifest file (YAML, multi-document YAML or JSON); `-` reads stdin.
+    #[arg(short = 'f', long = "filename")]
+    pub filename: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+    /// Namespace of documents without `metadata.namespace`.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+}

@@ -1,0 +1,254 @@
+//! Injection of one document: Pods as they are, the pod templates of Jobs
+//! and CronJobs as the webhook would see the Job controller's pods; other
+//! kinds unchanged. The result is the input document with the engine's
+//! changes applied as a JSON Patch, so fields the engine did not touch keep
+//! the user's spelling.
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::InjectError;
+use super::documents::{Document, locate_path};
+use super::strict::{StrictError, display_path, from_value_strict};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use crate::engine::{self, ClusterContext, Decision, EngineConfig, EngineError, SkipReason};
+
+/// What happened to one document.
+#[derive(Debug, Clone)]
+pub struct Transformed {
+    /// The output document.
+    pub value: Value,
+    /// `Kind/name` and what was done, for the summary on stderr.
+    pub summary: String,
+}
+
+/// Inject one document (recursing into `v1` `List` items).
+pub fn transform(
+    doc: &Document,
+    value: &Value,
+    default_namespace: &str,
+    config: &EngineConfig,
+) -> Result<Transformed, InjectError> {
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    let name = value
+        .pointer("/metadata/name")
+        .or_else(|| value.pointer("/metadata/generateName"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let namespace = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(default_namespace)
+        .to_owned();
+    let context = ClusterContext {
+        namespace,
+        limit_ranges: Vec::new(),
+    };
+    let label = format!("{kind}/{name}");
+    let decided = match (api_version, kind) {
+        ("v1", "Pod") => {
+            let pod: Pod = strict(doc, value, kind)?;
+            let decision = engine::inject(&pod, &context, config)
+                .map_err(|e| engine_error(doc, &label, &e))?;
+            match decision {
+                Decision::Skip(reason) => Err(skip_label(&reason)),
+                Decision::Inject(after) => Ok(diff(doc, &pod, &*after)?),
+            }
+        }
+        ("batch/v1", "Job") => {
+            let job: Job = strict(doc, value, kind)?;
+            let template = job.spec.as_ref().map(|s| &s.template);
+            match template
+                .map(|t| inject_template(t, &name, &context, config))
+                .transpose()
+            {
+                Err(e) => return Err(engine_error(doc, &label, &e)),
+                Ok(None) => Err("no spec.template".to_owned()),
+                Ok(Some(Err(reason))) => Err(reason),
+                Ok(Some(Ok(after))) => {
+                    let mut injected = job.clone();
+                    if let Some(spec) = injected.spec.as_mut() {
+                        spec.template = after;
+                    }
+                    Ok(diff(doc, &job, &injected)?)
+                }
+            }
+        }
+        ("batch/v1", "CronJob") => {
+            let cron: CronJob = strict(doc, value, kind)?;
+            let template = cron
+                .spec
+                .as_ref()
+                .and_then(|s| s.job_template.spec.as_ref())
+                .map(|s| &s.template);
+            match template
+                .map(|t| inject_template(t, &name, &context, config))
+                .transpose()
+            {
+                Err(e) => return Err(engine_error(doc, &label, &e)),
+                Ok(None) => Err("no spec.jobTemplate.spec.template".to_owned()),
+                Ok(Some(Err(reason))) => Err(reason),
+                Ok(Some(Ok(after))) => {
+                    let mut injected = cron.clone();
+                    if let Some(job_spec) = injected
+                        .spec
+                        .as_mut()
+                        .and_then(|s| s.job_template.spec.as_mut())
+                    {
+                        job_spec.template = after;
+                    }
+                    Ok(diff(doc, &cron, &injected)?)
+                }
+            }
+        }
+        ("v1", "List") => {
+            let mut out = value.clone();
+            let mut summaries = Vec::new();
+            if let Some(items) = out.get_mut("items").and_then(Value::as_array_mut) {
+                for item in items.iter_mut() {
+                    let t = transform(doc, item, default_namespace, config)?;
+                    *item = t.value;
+                    summaries.push(t.summary);
+                }
+            }
+            return Ok(Transformed {
+                value: out,
+                summary: format!("List [{}]", summaries.join("; ")),
+            });
+        }
+        _ => {
+            return Ok(Transformed {
+                value: value.clone(),
+                summary: format!("{label}: passed through (not a Pod, Job or CronJob)"),
+            });
+        }
+    };
+    Ok(match decided {
+        Ok((patch, typed_after)) => {
+            let mut out = value.clone();
+            let value = match json_patch::patch(&mut out, &patch) {
+                Ok(()) => out,
+                // The input's own spelling did not take the patch (e.g. a
+                // number where the type has a string): emit the typed result.
+                Err(_) => typed_after,
+            };
+            Transformed {
+                value,
+                summary: format!("{label}: injected"),
+            }
+        }
+        Err(reason) => Transformed {
+            value: value.clone(),
+            summary: format!("{label}: not injected ({reason})"),
+        },
+    })
+}
+
+/// Run the engine on a pod template, as the webhook would see the pods the
+/// Job controller makes from it. `Ok(Err(reason))`: not injected.
+///
+/// Until the engine offers its own template entry point, the template is
+/// wrapped in a Pod owned by a Job (as the Job controller's pods are), and
+/// the owner reference is dropped again afterwards.
+fn inject_template(
+    template: &PodTemplateSpec,
+    owner_name: &str,
+    context: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<Result<PodTemplateSpec, String>, EngineError> {
+    let owner = OwnerReference {
+        api_version: "batch/v1".to_owned(),
+        kind: "Job".to_owned(),
+        name: owner_name.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+        uid: String::new(),
+    };
+    let mut metadata = template.metadata.clone().unwrap_or_default();
+    let had_owners = metadata.owner_references.clone();
+    metadata
+        .owner_references
+        .get_or_insert_with(Vec::new)
+        .push(owner);
+    if metadata.namespace.is_none() {
+        metadata.namespace = Some(context.namespace.clone());
+    }
+    let pod = Pod {
+        metadata,
+        spec: template.spec.clone(),
+        status: None,
+    };
+    match engine::inject(&pod, context, config)? {
+        Decision::Skip(reason) => Ok(Err(skip_label(&reason))),
+        Decision::Inject(pod) => {
+            let mut metadata = pod.metadata;
+            metadata.owner_references = had_owners;
+            metadata
+                .namespace
+                .clone_from(&template.metadata.as_ref().and_then(|m| m.namespace.clone()));
+            Ok(Ok(PodTemplateSpec {
+                metadata: Some(metadata),
+                spec: pod.spec,
+            }))
+        }
+    }
+}
+
+fn skip_label(reason: &SkipReason) -> String {
+    crate::server::labels::skip_reason(reason)
+}
+
+fn strict<T: serde::de::DeserializeOwned + Serialize>(
+    doc: &Document,
+    value: &Value,
+    kind: &str,
+) -> Result<T, InjectError> {
+    from_value_strict(value).map_err(|e| match e {
+        StrictError::Invalid(message) => InjectError::Invalid {
+            document: doc.number,
+            line: doc.first_line,
+            message: format!("not a valid {kind}: {message}"),
+        },
+        StrictError::UnknownField(path) => InjectError::UnknownField {
+            document: doc.number,
+            line: locate_path(doc, &path),
+            kind: kind.to_owned(),
+            path: display_path(&path),
+        },
+    })
+}
+
+fn engine_error(doc: &Document, label: &str, e: &EngineError) -> InjectError {
+    InjectError::Engine {
+        document: doc.number,
+        line: doc.first_line,
+        object: label.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// The patch from `before` to `after` (both serialized through their type)
+/// and `after` as JSON.
+fn diff<T: Serialize>(
+    doc: &Document,
+    before: &T,
+    after: &T,
+) -> Result<(json_patch::Patch, Value), InjectError> {
+    let to_value = |v: &T| {
+        serde_json::to_value(v).map_err(|e| InjectError::Invalid {
+            document: doc.number,
+            line: doc.first_line,
+            message: e.to_string(),
+        })
+    };
+    let after = to_value(after)?;
+    Ok((json_patch::diff(&to_value(before)?, &after), after))
+}

@@ -1,0 +1,110 @@
+//! Prometheus metrics of the admission server (`prometheus-client`), served
+//! in the text exposition format on the plain-HTTP metrics port.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `kube_prestop_admissions_total` | counter | `decision`, `reason` | admission reviews answered |
+//! | `kube_prestop_admission_duration_seconds` | histogram | | time from a complete request body to the response, in seconds |
+//! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Labels of `kube_prestop_admissions_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabels {
+    /// `inject`, `skip`, `ignored` (not a pod CREATE), `error` or `denied`.
+    pub decision: String,
+    /// Machine-readable reason: the engine's skip reason or error kind, or
+    /// `injected`, `other_resource`, `other_operation`.
+    pub reason: String,
+}
+
+/// All metrics of the process, cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    admissions: Family<AdmissionLabels, Counter>,
+    duration: Histogram,
+    cert_expiry: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Histogram buckets in seconds: 0.5 ms .. ~2 s. Admission is a pure
+/// in-memory computation; the apiserver's default webhook timeout is 10 s.
+const DURATION_BUCKETS: [f64; 13] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let admissions = Family::<AdmissionLabels, Counter>::default();
+        registry.register(
+            "kube_prestop_admissions",
+            "Admission reviews answered, by decision and reason",
+            admissions.clone(),
+        );
+        let duration = Histogram::new(DURATION_BUCKETS);
+        registry.register_with_unit(
+            "kube_prestop_admission_duration",
+            "Time to answer an admission review",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        let cert_expiry = Gauge::default();
+        registry.register_with_unit(
+            "kube_prestop_certificate_expiry_timestamp",
+            "notAfter of the serving certificate as a Unix timestamp",
+            Unit::Seconds,
+            cert_expiry.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            admissions,
+            duration,
+            cert_expiry,
+        }
+    }
+
+    /// Count one answered review.
+    pub fn record_admission(&self, decision: &str, reason: &str, seconds: f64) {
+        self.admissions
+            .get_or_create(&AdmissionLabels {
+                decision: decision.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+        self.duration.observe(seconds);
+    }
+
+    /// Set the serving certificate's `notAfter` (Unix seconds).
+    pub fn set_certificate_expiry(&self, not_after_unix: i64) {
+        self.cert_expiry.set(not_after_unix);
+    }
+
+    /// The OpenMetrics text exposition of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,286 @@
+//! The admission decision for one request body: parse the AdmissionReview,
+//! run the engine on pod CREATEs, answer with a JSON Patch. Pure apart from
+//! reading the cluster cache; no I/O, no panics.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
+};
+use kube::core::{DynamicObject, Status, TypeMeta};
+use serde_json::Value;
+
+use super::labels;
+use crate::cluster_cache::ClusterCache;
+use crate::engine::{self, ClusterContext, Decision, EngineConfig};
+
+/// What to do with a pod the engine cannot handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FailureMode {
+    /// Admit the pod unmodified, with an admission warning (default: a bug
+    /// of ours never blocks a Job's pods).
+    #[default]
+    Allow,
+    /// Deny the pod (fail closed).
+    Deny,
+}
+
+/// The outcome of one request, ready to be sent, counted and logged.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// 200 for every AdmissionReview answer, 400 when the body is not one.
+    pub http_status: u16,
+    /// Response body (an AdmissionReview, or `{"error": "..."}` on 400).
+    pub body: Vec<u8>,
+    /// `inject`, `skip`, `ignored`, `error` or `invalid` (HTTP 400).
+    pub decision: &'static str,
+    /// Machine-readable reason (metric label).
+    pub reason: String,
+    /// Human-readable detail for the log line (error message), if any.
+    pub detail: Option<String>,
+    /// Request facts for the log line.
+    pub request: RequestFacts,
+}
+
+/// What the log line says about the request.
+#[derive(Debug, Clone, Default)]
+pub struct RequestFacts {
+    /// `request.uid`.
+    pub uid: String,
+    /// `request.namespace`.
+    pub namespace: String,
+    /// Controlling owner as `Kind/name`, or empty.
+    pub owner: String,
+    /// Pod name, else `generateName`, else empty.
+    pub pod: String,
+    /// `request.operation` (`CREATE`, ...).
+    pub operation: String,
+    /// `request.resource` as `group/version/resource`.
+    pub resource: String,
+}
+
+/// Decide on one request body.
+pub fn review(
+    body: &[u8],
+    cache: &ClusterCache,
+    config: &EngineConfig,
+    failure_mode: FailureMode,
+) -> Outcome {
+    let (request, object) = match parse(body) {
+        Ok(parsed) => parsed,
+        Err(message) => return bad_request(message),
+    };
+    let mut facts = RequestFacts {
+        uid: request.uid.clone(),
+        namespace: request.namespace.clone().unwrap_or_default(),
+        operation: format!("{:?}", request.operation).to_uppercase(),
+        resource: format!(
+            "{}/{}/{}",
+            request.resource.group, request.resource.version, request.resource.resource
+        ),
+        ..RequestFacts::default()
+    };
+    let response = base_response(&request);
+
+    let is_pods = request.resource.group.is_empty()
+        && request.resource.resource == "pods"
+        && request.sub_resource.as_deref().unwrap_or("").is_empty();
+    if !is_pods {
+        return answer(response, "ignored", "other_resource", None, facts);
+    }
+    if !matches!(request.operation, Operation::Create) {
+        return answer(response, "ignored", "other_operation", None, facts);
+    }
+
+    let pod: Pod = match object.map(serde_json::from_value::<Pod>) {
+        Some(Ok(pod)) => pod,
+        Some(Err(e)) => {
+            let msg = format!("the pod object does not parse: {e}");
+            return failure(response, failure_mode, "invalid_pod", msg, facts);
+        }
+        None => {
+            let msg = "the request has no object".to_owned();
+            return failure(response, failure_mode, "invalid_pod", msg, facts);
+        }
+    };
+    facts.owner = owner_of(&pod);
+    facts.pod = pod
+        .metadata
+        .name
+        .clone()
+        .or_else(|| pod.metadata.generate_name.clone())
+        .unwrap_or_default();
+    let namespace = request
+        .namespace
+        .clone()
+        .or_else(|| pod.metadata.namespace.clone())
+        .unwrap_or_else(|| "default".to_owned());
+    let context = ClusterContext {
+        limit_ranges: cache.limit_ranges(&namespace),
+        namespace,
+    };
+
+    // A panic in the engine is a bug of ours: treat it like an engine error
+    // so the failure mode decides, instead of dropping the connection.
+    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine::inject(&pod, &context, config)
+    }));
+    let Ok(decided) = decided else {
+        let msg = "internal error in the injection engine".to_owned();
+        return failure(response, failure_mode, "engine_panic", msg, facts);
+    };
+    match decided {
+        Ok(Decision::Skip(reason)) => {
+            answer(response, "skip", &labels::skip_reason(&reason), None, facts)
+        }
+        Ok(Decision::Inject(mutated)) => match patch_between(&pod, &mutated) {
+            Ok(patch) if patch.0.is_empty() => answer(response, "inject", "no_change", None, facts),
+            Ok(patch) => match response.clone().with_patch(patch) {
+                Ok(patched) => answer(patched, "inject", "injected", None, facts),
+                Err(e) => failure(response, failure_mode, "patch_error", e.to_string(), facts),
+            },
+            Err(e) => failure(response, failure_mode, "patch_error", e.to_string(), facts),
+        },
+        Err(e) => {
+            let reason = labels::engine_error(&e);
+            failure(response, failure_mode, &reason, e.to_string(), facts)
+        }
+    }
+}
+
+/// Parse the body; the pod object is taken out of the request first, so a
+/// malformed pod still yields a request (with its uid) to answer.
+fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Value>), String> {
+    let mut value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
+    let api_version = value.get("apiVersion").and_then(Value::as_str);
+    let kind = value.get("kind").and_then(Value::as_str);
+    if api_version != Some(META_API_VERSION_V1) || kind != Some(META_KIND) {
+        return Err(format!(
+            "expected apiVersion {META_API_VERSION_V1} kind {META_KIND}, got apiVersion {} kind {}",
+            api_version.unwrap_or("<none>"),
+            kind.unwrap_or("<none>")
+        ));
+    }
+    let mut object = None;
+    if let Some(request) = value.get_mut("request").and_then(Value::as_object_mut) {
+        object = request.remove("object").filter(|o| !o.is_null());
+        request.remove("oldObject");
+    }
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(|e| format!("not an AdmissionReview: {e}"))?;
+    let request: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|_| "the AdmissionReview has no request".to_owned())?;
+    if request.uid.is_empty() {
+        return Err("the AdmissionReview request has no uid".to_owned());
+    }
+    Ok((request, object))
+}
+
+/// A response echoing the request uid, typed `admission.k8s.io/v1`
+/// `AdmissionReview`, allowed, no patch.
+fn base_response(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(request);
+    response.types = TypeMeta {
+        api_version: META_API_VERSION_V1.to_owned(),
+        kind: META_KIND.to_owned(),
+    };
+    response
+}
+
+/// RFC 6902 patch from the pod as received to the mutated pod, both
+/// serialized through the same k8s-openapi type so only the engine's
+/// changes show.
+fn patch_between(before: &Pod, after: &Pod) -> Result<json_patch::Patch, serde_json::Error> {
+    let before = serde_json::to_value(before)?;
+    let after = serde_json::to_value(after)?;
+    Ok(json_patch::diff(&before, &after))
+}
+
+/// `Kind/name` of the controlling owner (else the first owner), or empty.
+fn owner_of(pod: &Pod) -> String {
+    let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
+    owners
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .or_else(|| owners.first())
+        .map(|o| format!("{}/{}", o.kind, o.name))
+        .unwrap_or_default()
+}
+
+fn failure(
+    response: AdmissionResponse,
+    mode: FailureMode,
+    reason: &str,
+    message: String,
+    facts: RequestFacts,
+) -> Outcome {
+    let response = match mode {
+        FailureMode::Allow => {
+            let mut r = response;
+            r.warnings = Some(vec![format!(
+                "kube-prestop: pod admitted without the preStop sidecar: {message}"
+            )]);
+            r
+        }
+        FailureMode::Deny => {
+            let mut r = response;
+            r.allowed = false;
+            r.result = Status::failure(
+                &format!(
+                    "kube-prestop: cannot inject the preStop sidecar (failure mode deny): {message}"
+                ),
+                "InternalError",
+            )
+            .with_code(500);
+            r
+        }
+    };
+    answer(response, "error", reason, Some(message), facts)
+}
+
+fn answer(
+    response: AdmissionResponse,
+    decision: &'static str,
+    reason: &str,
+    detail: Option<String>,
+    request: RequestFacts,
+) -> Outcome {
+    let review = response.into_review();
+    match serde_json::to_vec(&review) {
+        Ok(body) => Outcome {
+            http_status: 200,
+            body,
+            decision,
+            reason: reason.to_owned(),
+            detail,
+            request,
+        },
+        // Serializing plain data cannot fail; answer 500-ish JSON regardless.
+        Err(e) => Outcome {
+            http_status: 500,
+            body: error_body(&format!("cannot serialize the response: {e}")),
+            decision: "error",
+            reason: "serialize".to_owned(),
+            detail: Some(e.to_string()),
+            request,
+        },
+    }
+}
+
+fn bad_request(message: String) -> Outcome {
+    Outcome {
+        http_status: 400,
+        body: error_body(&message),
+        decision: "invalid",
+        reason: "bad_request".to_owned(),
+        detail: Some(message),
+        request: RequestFacts::default(),
+    }
+}
+
+/// `{"error": "..."}`.
+pub fn error_body(message: &str) -> Vec<u8> {
+    let value = serde_json::json!({ "error": message });
+    value.to_string().into_bytes()
+}

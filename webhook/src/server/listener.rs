@@ -1,0 +1,107 @@
+//! The HTTPS accept loop: connection limit, TLS handshake timeout,
+//! HTTP/1.1 and HTTP/2 on one port (ALPN), graceful shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+/// Limits applied to every connection.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnLimits {
+    /// Connections served at once; further clients wait in the accept queue.
+    pub max_connections: usize,
+    /// Time allowed for the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// HTTP/1.1: time allowed to receive a request's headers.
+    pub header_read_timeout: Duration,
+    /// HTTP/2: keep-alive ping interval (a dead peer is dropped after one
+    /// unanswered ping of the same length).
+    pub http2_keep_alive: Duration,
+}
+
+/// Accept and serve connections until `stop` resolves, then let in-flight
+/// requests finish for at most `grace`.
+pub async fn serve_tls(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    router: Router,
+    limits: ConnLimits,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    tokio::pin!(stop);
+    loop {
+        let next = async {
+            let permit = permits.clone().acquire_owned().await;
+            let accepted = listener.accept().await;
+            (permit, accepted)
+        };
+        let (permit, accepted) = tokio::select! {
+            () = &mut stop => break,
+            next = next => next,
+        };
+        let Ok(permit) = permit else { break };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let tls =
+                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .keep_alive(true);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(limits.http2_keep_alive)
+                .keep_alive_timeout(limits.http2_keep_alive);
+            let service = TowerToHyperService::new(router);
+            let conn = builder.serve_connection(TokioIo::new(tls), service);
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("stopped accepting connections; waiting for in-flight requests");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(?grace, "in-flight connections did not finish in time");
+    }
+}

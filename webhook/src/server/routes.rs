@@ -1,0 +1,190 @@
+//! HTTP routes: `/mutate`, `/livez`, `/readyz` on the HTTPS port;
+//! `/metrics`, `/livez`, `/readyz` on the plain-HTTP metrics port.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use super::admission::{self, FailureMode, Outcome, error_body};
+use super::health::Health;
+use crate::cluster_cache::ClusterCache;
+use crate::engine::EngineConfig;
+use crate::metrics::Metrics;
+
+/// Everything a handler needs.
+#[derive(Debug)]
+pub struct AppState {
+    /// LimitRange cache.
+    pub cache: ClusterCache,
+    /// Engine configuration.
+    pub engine: EngineConfig,
+    /// Fail open or closed on engine errors.
+    pub failure_mode: FailureMode,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Readiness state.
+    pub health: Arc<Health>,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive a whole request body.
+    pub body_read_timeout: Duration,
+}
+
+/// The HTTPS router.
+pub fn https_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// The plain-HTTP metrics router.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+    if app.health.is_ready() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else if app.health.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster cache not synced\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    match app.metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    json_response(status, error_body(message))
+}
+
+async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let cap = app.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cap as u64) {
+        return too_large(&app, cap);
+    }
+    let collected = tokio::time::timeout(
+        app.body_read_timeout,
+        Limited::new(request.into_body(), cap).collect(),
+    )
+    .await;
+    let body = match collected {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return too_large(&app, cap);
+        }
+        Ok(Err(e)) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read the request body: {e}"),
+            );
+        }
+        Err(_) => {
+            tracing::warn!(timeout = ?app.body_read_timeout, "request body not received in time");
+            return json_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request body not received in time",
+            );
+        }
+    };
+    let outcome = admission::review(&body, &app.cache, &app.engine, app.failure_mode);
+    let seconds = started.elapsed().as_secs_f64();
+    app.metrics
+        .record_admission(outcome.decision, &outcome.reason, seconds);
+    log_outcome(&outcome, seconds);
+    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
+    json_response(status, outcome.body)
+}
+
+fn too_large(app: &AppState, cap: usize) -> Response {
+    app.metrics
+        .record_admission("invalid", "body_too_large", 0.0);
+    tracing::warn!(max_body_bytes = cap, "request body over the limit refused");
+    json_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("request body larger than {cap} bytes"),
+    )
+}
+
+/// One line per admission decision.
+fn log_outcome(outcome: &Outcome, seconds: f64) {
+    let r = &outcome.request;
+    let duration_ms = seconds * 1000.0;
+    let detail = outcome.detail.as_deref().unwrap_or("");
+    match outcome.decision {
+        "error" | "invalid" => tracing::warn!(
+            uid = %r.uid,
+            namespace = %r.namespace,
+            owner = %r.owner,
+            pod = %r.pod,
+            operation = %r.operation,
+            resource = %r.resource,
+            decision = outcome.decision,
+            reason = %outcome.reason,
+            detail,
+            duration_ms,
+            "admission"
+        ),
+        _ => tracing::info!(
+            uid = %r.uid,
+            namespace = %r.namespace,
+            owner = %r.owner,
+            pod = %r.pod,
+            operation = %r.operation,
+            resource = %r.resource,
+            decision = outcome.decision,
+            reason = %outcome.reason,
+            duration_ms,
+            "admission"
+        ),
+    }
+}
