@@ -1,0 +1,367 @@
+//! The sidecar against real processes in a pod stand-in made of namespaces
+//! (see `common/mod.rs`). Needs root; skips with a message otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use common::*;
+
+fn done_fields(pod: &Pod, id: &str) -> std::collections::BTreeMap<String, String> {
+    fields(&pod.record(&format!("done-{id}")))
+}
+
+/// Waits for `n` hook lines and `n` done records, and checks every line is a
+/// distinct instance.
+fn expect_hooks(pod: &Pod, n: usize) -> Vec<String> {
+    wait_for(&format!("{n} hook runs"), T, || {
+        pod.lines("hooks").len() >= n && pod.records("done-").len() >= n
+    });
+    let lines = pod.lines("hooks");
+    assert_eq!(lines.len(), n, "hook lines: {lines:?}");
+    let mut ids: Vec<&str> = lines.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "distinct instances: {lines:?}");
+    lines
+}
+
+#[test]
+fn exit_zero_runs_the_hook_once_with_its_env() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("exit0");
+    let mut hook = pod.hook();
+    // Also record when the hook starts, to measure exit -> hook latency.
+    hook[2] = format!("date +%s%N > {}; {}", pod.out("hook-ts").display(), hook[2]);
+    let mut sc = pod.sidecar(&hook, &[]);
+    let ts = pod.out("exit-ts");
+    let st = pod.run_main(&["sh", "-c", &format!("date +%s%N > {}", ts.display())]);
+    assert_eq!(code(st), 0);
+    let lines = expect_hooks(&pod, 1);
+    let parts: Vec<&str> = lines[0].split(' ').collect();
+    assert_eq!(parts[0], "main");
+    assert_eq!(parts[2], "1");
+    let id = parts[1];
+    let d = done_fields(&pod, id);
+    assert_eq!(d["outcome"], "ran");
+    assert_eq!(d["exit_status"], "0");
+    assert!(pod.records("seen-").contains(&format!("seen-{id}")));
+    assert!(pod.records("running-").contains(&format!("running-{id}")));
+    let t0: u128 = fs::read_to_string(&ts).unwrap().trim().parse().unwrap();
+    let t1: u128 = fs::read_to_string(pod.out("hook-ts"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eprintln!(
+        "measured: main's last action -> hook's first action: {:.2} ms",
+        (t1 - t0) as f64 / 1e6
+    );
+    assert!(sc.alive(), "the sidecar must stay up after the hook");
+    let log = sc.log_text();
+    assert!(log.contains("kube-prestop: hook finished"), "{log}");
+    assert!(
+        log.lines().all(|l| l.starts_with("kube-prestop: ")),
+        "{log}"
+    );
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+}
+
+#[test]
+fn exit_three_runs_the_hook_and_records_its_status() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("exit3");
+    let mut hook = pod.hook();
+    hook[2].push_str("; echo hook-stdout; echo hook-stderr >&2; exit 5");
+    let mut sc = pod.sidecar(&hook, &[]);
+    assert_eq!(code(pod.run_main(&["sh", "-c", "exit 3"])), 3);
+    let lines = expect_hooks(&pod, 1);
+    let id = lines[0].split(' ').nth(1).unwrap().to_owned();
+    let d = done_fields(&pod, &id);
+    assert_eq!(d["exit_status"], "5");
+    assert_eq!(d["status"], "exit 5");
+    // The hook's output reaches the sidecar's stdout and stderr unchanged.
+    let out = fs::read_to_string(sc.log.with_extension("out")).unwrap();
+    assert_eq!(out, "hook-stdout\n");
+    assert!(sc.log_text().lines().any(|l| l == "hook-stderr"));
+    assert!(sc.alive());
+}
+
+#[test]
+fn sigkill_runs_the_hook_once() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("sigkill");
+    let _sc = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    kill(m.pid, libc::SIGKILL);
+    assert_eq!(code(m.wait(T)), 128 + 9);
+    expect_hooks(&pod, 1);
+}
+
+#[test]
+fn kubelet_prestop_via_wrapper_means_no_second_run() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("wrapper");
+    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    let seen = pod.records("seen-")[0].clone();
+    let id = seen.trim_start_matches("seen-").to_owned();
+    // The kubelet runs the wrapped preStop in the container: same exit status.
+    let kubelet = format!("echo kubelet >> {}; exit 7", pod.out("kubelet").display());
+    let st = pod.prestop(&m, &["sh", "-c", &kubelet]);
+    assert_eq!(code(st), 7);
+    assert_eq!(pod.lines("kubelet"), vec!["kubelet"]);
+    assert!(pod.records("prestop-").contains(&format!("prestop-{id}")));
+    // A preStop command that does not exist: 127, like a shell; mark still written.
+    assert_eq!(code(pod.prestop(&m, &["/nonexistent/cmd"])), 127);
+    // Then the kubelet stops the container.
+    kill(m.pid, libc::SIGTERM);
+    m.wait(T);
+    wait_for("the sidecar's decision", T, || {
+        !pod.records("done-").is_empty()
+    });
+    assert_eq!(done_fields(&pod, &id)["outcome"], "skipped-prestop");
+    assert!(pod.lines("hooks").is_empty());
+    assert!(sc.log_text().contains("the kubelet ran the preStop itself"));
+    assert!(sc.alive());
+}
+
+#[test]
+fn three_restarts_three_hooks() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("restarts");
+    let _sc = pod.sidecar(&pod.hook(), &[]);
+    for i in 1..=3 {
+        assert_eq!(code(pod.run_main(&["sh", "-c", "exit 1"])), 1);
+        // OnFailure: the kubelet restarts after the exit was handled (backoff).
+        expect_hooks(&pod, i);
+    }
+}
+
+#[test]
+fn sidecar_killed_mid_watch_still_exactly_once() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("sckill");
+    let mut sc1 = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    kill(sc1.pid, libc::SIGKILL);
+    sc1.wait(T);
+    let sc2 = pod.sidecar(&pod.hook(), &[]);
+    wait_for("the new sidecar to watch the same instance", T, || {
+        sc2.log_text().contains("watching container=main")
+    });
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    expect_hooks(&pod, 1);
+    assert!(sc2.log_text().contains("still running; watching it again"));
+}
+
+#[test]
+fn exit_while_sidecar_down_is_still_handled_once() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("down");
+    let mut sc1 = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    kill(sc1.pid, libc::SIGKILL);
+    sc1.wait(T);
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    let sc2 = pod.sidecar(&pod.hook(), &[]);
+    expect_hooks(&pod, 1);
+    assert!(sc2.log_text().contains("exited while the sidecar was down"));
+    // A third start finds everything done: nothing runs again.
+    let mut sc2 = sc2;
+    kill(sc2.pid, libc::SIGTERM);
+    assert_eq!(code(sc2.wait(T)), 0);
+    let mut sc3 = pod.sidecar(&pod.hook(), &[]);
+    kill(sc3.pid, libc::SIGTERM);
+    assert_eq!(code(sc3.wait(T)), 0);
+    assert_eq!(pod.lines("hooks").len(), 1);
+}
+
+#[test]
+fn interrupted_hook_is_retried_at_most_once() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("retry");
+    // Appends its attempt, then waits for a release file.
+    let hook = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo \"main $KUBE_PRESTOP_INSTANCE $KUBE_PRESTOP_ATTEMPT\" >> {h}; while [ ! -e {r} ]; do sleep 0.01; done",
+            h = pod.out("attempts").display(),
+            r = pod.out("release").display()
+        ),
+    ];
+    let mut sc1 = pod.sidecar(&hook, &[]);
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for("attempt 1", T, || pod.lines("attempts").len() == 1);
+    kill(sc1.pid, libc::SIGKILL);
+    sc1.wait(T);
+    let mut sc2 = pod.sidecar(&hook, &[]);
+    wait_for("attempt 2", T, || pod.lines("attempts").len() == 2);
+    assert!(pod.lines("attempts")[1].ends_with(" 2"));
+    assert!(sc2.log_text().contains("retrying once"));
+    kill(sc2.pid, libc::SIGKILL);
+    sc2.wait(T);
+    let sc3 = pod.sidecar(&hook, &[]);
+    wait_for("the give-up record", T, || !pod.records("done-").is_empty());
+    let id = pod.records("done-")[0]
+        .trim_start_matches("done-")
+        .to_owned();
+    assert_eq!(done_fields(&pod, &id)["outcome"], "abandoned");
+    assert!(sc3.log_text().contains("interrupted twice"));
+    assert_eq!(pod.lines("attempts").len(), 2);
+}
+
+#[test]
+fn sigterm_during_a_long_hook_lets_it_finish() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("sigterm");
+    let hook = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo start >> {h}; while [ ! -e {r} ]; do sleep 0.01; done; echo end >> {h}",
+            h = pod.out("hook").display(),
+            r = pod.out("release").display()
+        ),
+    ];
+    let mut sc = pod.sidecar(&hook, &[("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "7")]);
+    assert_eq!(code(pod.run_main(&["sh", "-c", "exit 2"])), 2);
+    wait_for("the hook to start", T, || pod.lines("hook") == ["start"]);
+    kill(sc.pid, libc::SIGTERM);
+    wait_for("the SIGTERM log line", T, || {
+        sc.log_text().contains("SIGTERM received while hook runs")
+    });
+    let log = sc.log_text();
+    assert!(log.contains("grace period 7s"), "{log}");
+    assert!(sc.alive(), "the sidecar must wait for the hook");
+    fs::write(pod.out("release"), "").unwrap();
+    assert_eq!(code(sc.wait(T)), 0);
+    assert_eq!(pod.lines("hook"), ["start", "end"]);
+    assert_eq!(pod.records("done-").len(), 1);
+}
+
+#[test]
+fn missing_hook_command_records_127_and_stays_up() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("nohook");
+    let mut sc = pod.sidecar(&["/nonexistent/cleanup".to_owned()], &[]);
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for("the done record", T, || !pod.records("done-").is_empty());
+    let id = pod.records("done-")[0]
+        .trim_start_matches("done-")
+        .to_owned();
+    assert_eq!(done_fields(&pod, &id)["exit_status"], "127");
+    assert!(sc.log_text().contains("command not found"));
+    // Still watching: the next instance is handled too.
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for("the second done record", T, || {
+        pod.records("done-").len() == 2
+    });
+    assert!(sc.alive());
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+}
+
+#[test]
+fn hook_process_group_is_cleaned_up() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("pgroup");
+    // The hook leaves a background child in its group and exits.
+    let hook = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!("sleep 1000 & echo $! > {}; exit 0", pod.out("bg").display()),
+    ];
+    let _sc = pod.sidecar(&hook, &[]);
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for("the done record", T, || !pod.records("done-").is_empty());
+    // bg holds the PID inside the pod; the process must be gone (killed and reaped).
+    let bg: i32 = pod.lines("bg")[0].parse().unwrap();
+    let proc_in_pod = format!("/proc/{}/root/proc/{bg}/stat", pod.init);
+    wait_for("the hook's background child to be gone", T, || {
+        fs::read_to_string(&proc_in_pod).is_err()
+    });
+}
+
+#[test]
+fn idle_watch_has_no_wakeups_and_small_rss() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("idle");
+    let sc = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to watch", T, || {
+        sc.log_text().contains("watching container=main")
+    });
+    let status = || fs::read_to_string(format!("/proc/{}/status", sc.pid)).unwrap();
+    let get = |s: &str, k: &str| -> u64 {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let a = status();
+    // A measurement window, not a synchronisation: count wake-ups over 1 s.
+    std::thread::sleep(Duration::from_secs(1));
+    let b = status();
+    let wakeups = get(&b, "voluntary_ctxt_switches") - get(&a, "voluntary_ctxt_switches")
+        + get(&b, "nonvoluntary_ctxt_switches")
+        - get(&a, "nonvoluntary_ctxt_switches");
+    let rss = get(&b, "VmRSS:");
+    eprintln!("measured: idle watch: {wakeups} wake-ups in 1 s, VmRSS {rss} kB");
+    assert_eq!(wakeups, 0);
+    // The debug build is larger than the static release binary; generous bound here.
+    assert!(rss < 4096, "VmRSS {rss} kB");
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    expect_hooks(&pod, 1);
+}
