@@ -1,0 +1,65 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "kube-prestop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name; names the Deployment, Service, webhook configuration... */}}
+{{- define "kube-prestop.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "kube-prestop.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kube-prestop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-prestop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kube-prestop.labels" -}}
+helm.sh/chart: {{ include "kube-prestop.chart" . }}
+{{ include "kube-prestop.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kube-prestop
+{{- end }}
+
+{{- define "kube-prestop.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kube-prestop.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Secret holding the serving certificate, in every mode. */}}
+{{- define "kube-prestop.tlsSecretName" -}}
+{{- if eq .Values.certificates.mode "provided" }}
+{{- required "certificates.provided.secretName is required in provided mode" .Values.certificates.provided.secretName }}
+{{- else }}
+{{- printf "%s-tls" (include "kube-prestop.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "kube-prestop.webhookImage" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "kube-prestop.installImage" -}}
+{{- printf "%s:%s" .Values.installImage.repository (default .Chart.AppVersion .Values.installImage.tag) }}
+{{- end }}
+
+{{/* Where the serving certificate files are, in the container. */}}
+{{- define "kube-prestop.certDir" -}}
+/var/run/kube-prestop/certs
+{{- end }}
