@@ -32,6 +32,10 @@
 //! | Burstable | the configured requests and limits, adjusted to the LimitRanges (below) |
 //! | BestEffort, or pod-level resources set | nothing, so the class (and the pod-level budget) is untouched — unless a `type: Container` LimitRange constrains cpu or memory, or the pod sets sidecar resource annotations: then as Burstable (the pod becomes Burstable, a higher class) |
 //!
+//! `ephemeral-storage` is set only when a `type: Container` LimitRange bounds
+//! it, whatever the class (it does not count for QoS): see
+//! `ephemeral_storage`. Extended resources are never set.
+//!
 //! LimitRange adjustment (Burstable), for cpu and memory, item by item:
 //! a request or limit below `min` is raised to `min`; one above `max` is
 //! lowered to `max`; a limit above request × `maxLimitRequestRatio` is
@@ -64,6 +68,7 @@ pub enum QosClass {
 
 const CPU: &str = "cpu";
 const MEMORY: &str = "memory";
+const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 const QOS_RESOURCES: [&str; 2] = [CPU, MEMORY];
 
 fn parse_at(q: &Quantity, location: &str) -> Result<i128, EngineError> {
@@ -350,17 +355,25 @@ pub fn container_resources(
     ctx: ResourceContext,
     limit_ranges: &[LimitRange],
 ) -> Result<Option<ResourceRequirements>, EngineError> {
-    let unconstrained = ctx.qos == QosClass::BestEffort || ctx.pod_level;
-    if unconstrained && !ctx.explicit && !limit_ranges_constrain(limit_ranges) {
-        return Ok(None);
-    }
-    let equal = ctx.qos == QosClass::Guaranteed && !ctx.pod_level;
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
-    for (resource, request, limit) in [
-        (CPU, &defaults.cpu_request, &defaults.cpu_limit),
-        (MEMORY, &defaults.memory_request, &defaults.memory_limit),
-    ] {
+    if let Some((request, limit)) = ephemeral_storage(limit_ranges)? {
+        requests.insert(EPHEMERAL_STORAGE.to_owned(), request.quantity);
+        if let Some(limit) = limit {
+            limits.insert(EPHEMERAL_STORAGE.to_owned(), limit.quantity);
+        }
+    }
+    let unconstrained = ctx.qos == QosClass::BestEffort || ctx.pod_level;
+    let compute = if unconstrained && !ctx.explicit && !limit_ranges_constrain(limit_ranges) {
+        &[][..]
+    } else {
+        &[
+            (CPU, &defaults.cpu_request, &defaults.cpu_limit),
+            (MEMORY, &defaults.memory_request, &defaults.memory_limit),
+        ][..]
+    };
+    let equal = ctx.qos == QosClass::Guaranteed && !ctx.pod_level;
+    for &(resource, request, limit) in compute {
         let limit = Value::parse(limit, &format!("limits.{resource}"))?;
         let request = if equal {
             limit.clone()
@@ -377,11 +390,77 @@ pub fn container_resources(
         requests.insert(resource.to_owned(), request.quantity);
         limits.insert(resource.to_owned(), limit.quantity);
     }
+    if requests.is_empty() && limits.is_empty() {
+        return Ok(None);
+    }
     Ok(Some(ResourceRequirements {
         requests: Some(requests),
         limits: Some(limits),
         ..Default::default()
     }))
+}
+
+/// `ephemeral-storage` for an injected container when a `type: Container`
+/// LimitRange bounds it (`min` needs a request, `max` a limit, a ratio
+/// both). The values are what LimitRanger's defaulting would give — request
+/// from the first `defaultRequest`, else `default`, else `min`; limit from the
+/// first `default`, else `max`, else (when a `max` or ratio needs one) the
+/// request, else none — then fitted like cpu and memory. It does not affect
+/// the QoS class. `None` when unbounded.
+fn ephemeral_storage(
+    limit_ranges: &[LimitRange],
+) -> Result<Option<(Value, Option<Value>)>, EngineError> {
+    let all = bounds(limit_ranges, EPHEMERAL_STORAGE)?;
+    if all
+        .iter()
+        .all(|b| b.min.is_none() && b.max.is_none() && b.ratio.is_none())
+    {
+        return Ok(None);
+    }
+    let first = |pick: fn(&LimitRangeItem) -> &Option<BTreeMap<String, Quantity>>| {
+        container_items(limit_ranges)
+            .into_iter()
+            .find_map(|(name, item)| {
+                pick(item)
+                    .as_ref()
+                    .and_then(|m| m.get(EPHEMERAL_STORAGE))
+                    .map(|q| (name, q.clone()))
+            })
+    };
+    let parse = |found: Option<(String, Quantity)>| {
+        found
+            .map(|(name, q)| Value::parse(&q, &format!("LimitRange {name:?} {EPHEMERAL_STORAGE}")))
+            .transpose()
+    };
+    let request = parse(
+        first(|i| &i.default_request)
+            .or_else(|| first(|i| &i.default))
+            .or_else(|| first(|i| &i.min)),
+    )?;
+    let limit = parse(first(|i| &i.default).or_else(|| first(|i| &i.max)))?;
+    let needs_limit = all.iter().any(|b| b.max.is_some() || b.ratio.is_some());
+    let (request, limit) = match (request, limit) {
+        (Some(r), Some(l)) => (r, Some(l)),
+        (Some(r), None) if needs_limit => (r.clone(), Some(r)),
+        (Some(r), None) => (r, None),
+        (None, Some(l)) => (l.clone(), Some(l)),
+        (None, None) => return Ok(None),
+    };
+    match limit {
+        Some(limit) => {
+            let (r, l) = fit(EPHEMERAL_STORAGE, request, limit, false, &all)?;
+            Ok(Some((r, Some(l))))
+        }
+        // Only `min`s: a request (at least every min) and no limit, since
+        // exceeding an ephemeral-storage limit evicts the whole pod.
+        None => {
+            let request = all
+                .iter()
+                .filter_map(|b| b.min.clone())
+                .fold(request, |r, m| if m.nanos > r.nanos { m } else { r });
+            Ok(Some((request, None)))
+        }
+    }
 }
 
 /// QoS class of a pod after adding `added` containers as init containers
@@ -603,13 +682,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(get(&r, "limits", "memory"), "256Mi");
-        // A LimitRange that constrains other resources only does not count.
+        // A LimitRange that constrains other resources only adds no cpu/memory.
         let lr = limit_range("lr", item(&[], &[("ephemeral-storage", "1Gi")], &[]));
-        assert!(
-            container_resources(&d, ctx(QosClass::BestEffort), &[lr])
-                .unwrap()
-                .is_none()
-        );
+        let r = container_resources(&d, ctx(QosClass::BestEffort), &[lr])
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.limits.as_ref().unwrap().len(), 1);
+        assert_eq!(get(&r, "limits", "ephemeral-storage"), "1Gi");
         // Pod-type items do not count.
         let mut pod_item = item(&[("cpu", "1")], &[], &[]);
         pod_item.type_ = "Pod".into();
@@ -688,6 +767,58 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn ephemeral_storage_only_when_bounded() {
+        let d = ResourceDefaults::sidecar();
+        // Only a min: a request, no limit.
+        let lr = limit_range("eph", item(&[("ephemeral-storage", "64Mi")], &[], &[]));
+        let r = container_resources(&d, ctx(QosClass::BestEffort), &[lr])
+            .unwrap()
+            .unwrap();
+        assert_eq!(get(&r, "requests", "ephemeral-storage"), "64Mi");
+        assert!(r.limits.as_ref().unwrap().is_empty());
+        let d = ResourceDefaults::sidecar();
+        let lr = limit_range(
+            "eph",
+            item(
+                &[("ephemeral-storage", "100Mi")],
+                &[("ephemeral-storage", "2Gi")],
+                &[],
+            ),
+        );
+        // BestEffort stays without cpu/memory, but gets ephemeral-storage.
+        let r = container_resources(&d, ctx(QosClass::BestEffort), std::slice::from_ref(&lr))
+            .unwrap()
+            .unwrap();
+        assert_eq!(get(&r, "requests", "ephemeral-storage"), "100Mi");
+        assert_eq!(get(&r, "limits", "ephemeral-storage"), "2Gi");
+        assert!(!r.requests.as_ref().unwrap().contains_key("cpu"));
+        // With defaults, LimitRanger's defaults are used.
+        let mut with_default = item(&[("ephemeral-storage", "100Mi")], &[], &[]);
+        with_default.default = rl(&[("ephemeral-storage", "1Gi")]);
+        with_default.default_request = rl(&[("ephemeral-storage", "200Mi")]);
+        let r = container_resources(
+            &d,
+            ctx(QosClass::Burstable),
+            &[limit_range("e", with_default)],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(get(&r, "requests", "ephemeral-storage"), "200Mi");
+        assert_eq!(get(&r, "limits", "ephemeral-storage"), "1Gi");
+        assert_eq!(get(&r, "requests", "cpu"), "10m");
+        // Unbounded: not set.
+        let r = container_resources(&d, ctx(QosClass::Burstable), &[])
+            .unwrap()
+            .unwrap();
+        assert!(
+            !r.requests
+                .as_ref()
+                .unwrap()
+                .contains_key("ephemeral-storage")
+        );
     }
 
     #[test]
