@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Installs the chart test tools when missing, cached outside the repository:
-#   helm         from the Go module proxy (helm.sh/helm/v3)
+#   helm         from the Go module proxy (helm.sh/helm/v3), through the
+#                cluster harness's tests/cluster/tools.sh when present
 #   kubeconform  from the Go module proxy (github.com/yannh/kubeconform)
 #   Kubernetes JSON schemas for kubeconform, generated from the OpenAPI
 #   document inside the k8s.io/kubernetes module (no schema download site is
 #   reachable from here).
 #
 # Source it and call `chart_tools_install`; it sets HELM, KUBECONFORM and
-# K8S_SCHEMA_DIR. Or run it directly: it installs and prints the paths.
+# K8S_SCHEMA_ROOT (one directory per Kubernetes version under it). Or run it
+# directly: it installs and prints the paths.
 #
 # Cache: ${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools/
 set -euo pipefail
 
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.7.0}"
-# Kubernetes release whose OpenAPI document the schemas are made from.
-K8S_SCHEMA_VERSION="${K8S_SCHEMA_VERSION:-v1.34.4}"
+# Kubernetes releases whose OpenAPI documents the schemas are made from: the
+# oldest supported minor (1.29) and the one the test cluster runs.
+K8S_SCHEMA_VERSIONS="${K8S_SCHEMA_VERSIONS:-v1.29.6 v1.34.4}"
 
 CHART_TOOLS_CACHE="${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools"
 CHART_TOOLS_SELF_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,14 +45,17 @@ go_install_cached() {
 # Generates kubeconform's layout (<dir>/<kind>-<group>-<version>.json, and the
 # "-standalone-strict" variant) from the Kubernetes OpenAPI v2 document.
 k8s_schemas_install() {
-    local dest="$1"
+    local dest="$1" k8s_version="$2"
     if [[ -f "${dest}/.complete" ]]; then
         return 0
     fi
     command -v go >/dev/null || { chart_tools_log "go is required to fetch k8s.io/kubernetes"; return 1; }
-    chart_tools_log "generating Kubernetes ${K8S_SCHEMA_VERSION} JSON schemas (once; cached in ${dest})"
-    local modjson dir
-    modjson="$(cd /tmp && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${K8S_SCHEMA_VERSION}")"
+    chart_tools_log "generating Kubernetes ${k8s_version} JSON schemas (once; cached in ${dest})"
+    local modjson dir scratch
+    # Outside any module: only the module cache is involved.
+    scratch="$(mktemp -d)"
+    modjson="$(cd "${scratch}" && GOFLAGS='' go mod download -json "k8s.io/kubernetes@${k8s_version}")"
+    rmdir "${scratch}"
     dir="$(printf '%s' "${modjson}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
     local swagger="${dir}/api/openapi-spec/swagger.json"
     [[ -f "${swagger}" ]] || { chart_tools_log "no ${swagger}"; return 1; }
@@ -63,17 +69,26 @@ k8s_schemas_install() {
 
 chart_tools_install() {
     local bindir="${CHART_TOOLS_CACHE}/bin"
-    go_install_cached "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm "${bindir}/helm-${HELM_VERSION}"
+    # Prefer the cluster harness's helm (same version pin, one cached build).
+    local cluster_tools="${CHART_TOOLS_SELF_DIR}/../cluster/tools.sh"
+    if [[ -f "${cluster_tools}" ]]; then
+        HELM="$(bash "${cluster_tools}" helm)"
+    else
+        go_install_cached "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm "${bindir}/helm-${HELM_VERSION}"
+        HELM="${bindir}/helm-${HELM_VERSION}/helm"
+    fi
     go_install_cached "github.com/yannh/kubeconform/cmd/kubeconform@${KUBECONFORM_VERSION}" kubeconform \
         "${bindir}/kubeconform-${KUBECONFORM_VERSION}"
-    k8s_schemas_install "${CHART_TOOLS_CACHE}/k8s-schemas/${K8S_SCHEMA_VERSION}"
-    HELM="${bindir}/helm-${HELM_VERSION}/helm"
+    local version
+    for version in ${K8S_SCHEMA_VERSIONS}; do
+        k8s_schemas_install "${CHART_TOOLS_CACHE}/k8s-schemas/${version}" "${version}"
+    done
     KUBECONFORM="${bindir}/kubeconform-${KUBECONFORM_VERSION}/kubeconform"
-    K8S_SCHEMA_DIR="${CHART_TOOLS_CACHE}/k8s-schemas/${K8S_SCHEMA_VERSION}"
-    export HELM KUBECONFORM K8S_SCHEMA_DIR
+    K8S_SCHEMA_ROOT="${CHART_TOOLS_CACHE}/k8s-schemas"
+    export HELM KUBECONFORM K8S_SCHEMA_ROOT
 }
 
 if [[ "${BASH_SOURCE[0]}" == "${0}" ]]; then
     chart_tools_install
-    printf 'HELM=%s\nKUBECONFORM=%s\nK8S_SCHEMA_DIR=%s\n' "${HELM}" "${KUBECONFORM}" "${K8S_SCHEMA_DIR}"
+    printf 'HELM=%s\nKUBECONFORM=%s\nK8S_SCHEMA_ROOT=%s\n' "${HELM}" "${KUBECONFORM}" "${K8S_SCHEMA_ROOT}"
 fi
