@@ -12,7 +12,9 @@
 //! `json_patch::diff(input, output)` applied to the input gives the expected
 //! output, that the output parses as a k8s-openapi Pod, that a second pass is
 //! `Skip(AlreadyInjected)` (empty patch), that the QoS class is not lowered,
-//! and that every container and volume name is a unique DNS label.
+//! that every container and volume name is a unique DNS label, that the
+//! install container and (for pods that complied) the whole pod comply with
+//! Pod Security `restricted`.
 //!
 //! `UPDATE_GOLDEN=1 cargo test -p kube-prestop-webhook --test golden`
 //! rewrites the expected files; review every change by eye: they are the spec.
@@ -23,7 +25,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{LimitRange, Pod};
+use k8s_openapi::api::core::v1::{Container, LimitRange, Pod, PodSpec};
+use kube_prestop_sidecar::contract;
 use kube_prestop_webhook::engine::{
     self, ClusterContext, Decision, EngineConfig, SkipReason, names, resources,
 };
@@ -136,6 +139,48 @@ fn check_names(case: &str, pod: &Pod) {
     }
 }
 
+/// The container-level rules of the Pod Security Standards `restricted`
+/// profile (pod-level settings apply where the container sets none): non-root,
+/// UID not 0, no privilege escalation, all capabilities dropped (only
+/// `NET_BIND_SERVICE` added back), seccomp `RuntimeDefault` or `Localhost`,
+/// not privileged.
+fn restricted(spec: &PodSpec, c: &Container) -> bool {
+    let pod = spec.security_context.as_ref();
+    let sc = c.security_context.as_ref();
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or(pod.and_then(|p| p.run_as_non_root))
+        == Some(true);
+    let uid = sc
+        .and_then(|s| s.run_as_user)
+        .or(pod.and_then(|p| p.run_as_user));
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let drops_all = caps
+        .and_then(|c| c.drop.as_ref())
+        .is_some_and(|d| d.iter().any(|x| x == "ALL"));
+    let adds_ok = caps
+        .and_then(|c| c.add.as_ref())
+        .is_none_or(|a| a.iter().all(|x| x == "NET_BIND_SERVICE"));
+    let seccomp = sc
+        .and_then(|s| s.seccomp_profile.as_ref())
+        .or(pod.and_then(|p| p.seccomp_profile.as_ref()))
+        .is_some_and(|p| p.type_ == "RuntimeDefault" || p.type_ == "Localhost");
+    non_root
+        && uid != Some(0)
+        && sc.and_then(|s| s.allow_privilege_escalation) == Some(false)
+        && drops_all
+        && adds_ok
+        && seccomp
+        && sc.and_then(|s| s.privileged) != Some(true)
+}
+
+fn all_restricted(spec: &PodSpec) -> bool {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .all(|c| restricted(spec, c))
+}
+
 fn run_case(dir: &Path, update: bool) -> Result<(), String> {
     let case = dir.file_name().unwrap().to_string_lossy().into_owned();
     let raw_input = read_yaml(&dir.join("input.yaml"));
@@ -197,6 +242,20 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
             return Err(format!("{case}: QoS lowered from {before:?} to {after:?}"));
         }
         check_names(&case, out);
+        // Pod Security `restricted`: what we add complies whenever the pod did.
+        let out_spec = out.spec.as_ref().unwrap();
+        if all_restricted(pod.spec.as_ref().unwrap()) && !all_restricted(out_spec) {
+            return Err(format!("{case}: injection broke Pod Security restricted"));
+        }
+        if let Some(install) = out_spec
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.command.as_deref() == Some(contract::install_command().as_slice()))
+            && !restricted(out_spec, install)
+        {
+            return Err(format!("{case}: install container is not restricted"));
+        }
     }
     Ok(())
 }
