@@ -41,7 +41,10 @@ fn inject(args: InjectArgs) -> anyhow::Result<()> {
         std::fs::read_to_string(&args.filename)
             .with_context(|| format!("cannot read {}", args.filename.display()))?
     };
-    let config = args.engine.engine_config();
+    let config = args
+        .engine
+        .engine_config()
+        .context("invalid engine flags")?;
     let out = inject_cmd::run(&input, &args.namespace, &config, args.output)?;
     for line in &out.summaries {
         tracing::info!("{line}");
@@ -62,7 +65,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(serve_async(args))
 }
 
-fn server_config(args: &ServeArgs) -> ServerConfig {
+fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let mut config = ServerConfig::new(
         args.listen_addr,
         args.metrics_addr,
@@ -73,7 +76,10 @@ fn server_config(args: &ServeArgs) -> ServerConfig {
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
     config.failure_mode = args.failure_mode;
-    config.engine = args.engine.engine_config();
+    config.engine = args
+        .engine
+        .engine_config()
+        .context("invalid engine flags")?;
     config.max_body_bytes = args.max_body_bytes;
     config.body_read_timeout = args.read_timeout;
     config.conn_limits = ConnLimits {
@@ -82,11 +88,11 @@ fn server_config(args: &ServeArgs) -> ServerConfig {
         header_read_timeout: args.read_timeout,
         ..config.conn_limits
     };
-    config
+    Ok(config)
 }
 
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
-    let config = server_config(&args);
+    let config = server_config(&args)?;
     let cache = ClusterCache::connect(args.kubeconfig.as_deref(), args.no_cluster)
         .await
         .context("cannot set up the LimitRange cache")?;

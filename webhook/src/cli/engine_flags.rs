@@ -2,24 +2,79 @@
 //! one mapping onto [`EngineConfig`].
 
 use clap::Args;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::engine::EngineConfig;
+use crate::engine::{EngineConfig, EngineError};
 
-/// Engine flags; unset flags keep [`EngineConfig::default`].
+/// Engine flags; an unset flag keeps the value of [`EngineConfig::default`].
 #[derive(Debug, Clone, Default, Args)]
 pub struct EngineArgs {
-    /// Image of the install init container (holds the static sidecar binary).
+    /// Image of the install init container (holds the static sidecar
+    /// binary). Default: ghcr.io/kube-prestop/kube-prestop-sidecar:<version>.
     #[arg(long, env = "KUBE_PRESTOP_INSTALL_IMAGE")]
     pub install_image: Option<String>,
+    /// imagePullPolicy of the install init container: Always, IfNotPresent
+    /// or Never. Default: IfNotPresent.
+    #[arg(long, env = "KUBE_PRESTOP_INSTALL_IMAGE_PULL_POLICY")]
+    pub install_image_pull_policy: Option<String>,
+    /// Namespace the webhook runs in; its pods are never injected. Default:
+    /// kube-prestop (in a pod, set it from the downward API).
+    #[arg(long, env = "KUBE_PRESTOP_WEBHOOK_NAMESPACE")]
+    pub webhook_namespace: Option<String>,
+    /// Default CPU request of each sidecar (quantity, cores). Default: 10m.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_CPU_REQUEST")]
+    pub sidecar_cpu_request: Option<String>,
+    /// Default memory request of each sidecar (quantity, bytes). Default: 32Mi.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_MEMORY_REQUEST")]
+    pub sidecar_memory_request: Option<String>,
+    /// Default CPU limit of each sidecar (quantity, cores). Default: 200m.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_CPU_LIMIT")]
+    pub sidecar_cpu_limit: Option<String>,
+    /// Default memory limit of each sidecar (quantity, bytes). Default: 256Mi.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_MEMORY_LIMIT")]
+    pub sidecar_memory_limit: Option<String>,
+}
+
+fn set(target: &mut String, value: Option<&String>) {
+    if let Some(v) = value {
+        target.clone_from(v);
+    }
+}
+
+fn set_quantity(target: &mut Quantity, value: Option<&String>) {
+    if let Some(v) = value {
+        *target = Quantity(v.clone());
+    }
 }
 
 impl EngineArgs {
-    /// The engine configuration these flags describe.
-    pub fn engine_config(&self) -> EngineConfig {
+    /// The engine configuration these flags describe, validated.
+    ///
+    /// Errors: [`EngineError::InvalidConfig`] for an empty image, an
+    /// unknown pull policy or invalid resources.
+    pub fn engine_config(&self) -> Result<EngineConfig, EngineError> {
         let mut config = EngineConfig::default();
-        if let Some(image) = &self.install_image {
-            config.install_image.clone_from(image);
-        }
-        config
+        set(&mut config.install_image, self.install_image.as_ref());
+        set(
+            &mut config.install_image_pull_policy,
+            self.install_image_pull_policy.as_ref(),
+        );
+        set(
+            &mut config.webhook_namespace,
+            self.webhook_namespace.as_ref(),
+        );
+        let sidecar = &mut config.sidecar_resources;
+        set_quantity(&mut sidecar.cpu_request, self.sidecar_cpu_request.as_ref());
+        set_quantity(
+            &mut sidecar.memory_request,
+            self.sidecar_memory_request.as_ref(),
+        );
+        set_quantity(&mut sidecar.cpu_limit, self.sidecar_cpu_limit.as_ref());
+        set_quantity(
+            &mut sidecar.memory_limit,
+            self.sidecar_memory_limit.as_ref(),
+        );
+        config.validate()?;
+        Ok(config)
     }
 }

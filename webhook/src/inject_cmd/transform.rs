@@ -12,9 +12,10 @@ use serde_json::Value;
 use super::InjectError;
 use super::documents::{Document, locate_path};
 use super::strict::{StrictError, display_path, from_value_strict};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
-use crate::engine::{self, ClusterContext, Decision, EngineConfig, EngineError, SkipReason};
+use crate::engine::{
+    self, ClusterContext, Decision, EngineConfig, EngineError, OwnerHint, SkipReason,
+    TemplateDecision,
+};
 
 /// What happened to one document.
 #[derive(Debug, Clone)]
@@ -67,7 +68,7 @@ pub fn transform(
             let job: Job = strict(doc, value, kind)?;
             let template = job.spec.as_ref().map(|s| &s.template);
             match template
-                .map(|t| inject_template(t, &name, &context, config))
+                .map(|t| inject_template(t, &context, config))
                 .transpose()
             {
                 Err(e) => return Err(engine_error(doc, &label, &e)),
@@ -90,7 +91,7 @@ pub fn transform(
                 .and_then(|s| s.job_template.spec.as_ref())
                 .map(|s| &s.template);
             match template
-                .map(|t| inject_template(t, &name, &context, config))
+                .map(|t| inject_template(t, &context, config))
                 .transpose()
             {
                 Err(e) => return Err(engine_error(doc, &label, &e)),
@@ -154,56 +155,22 @@ pub fn transform(
 
 /// Run the engine on a pod template, as the webhook would see the pods the
 /// Job controller makes from it. `Ok(Err(reason))`: not injected.
-///
-/// Until the engine offers its own template entry point, the template is
-/// wrapped in a Pod owned by a Job (as the Job controller's pods are), and
-/// the owner reference is dropped again afterwards.
 fn inject_template(
     template: &PodTemplateSpec,
-    owner_name: &str,
     context: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<Result<PodTemplateSpec, String>, EngineError> {
-    let owner = OwnerReference {
-        api_version: "batch/v1".to_owned(),
-        kind: "Job".to_owned(),
-        name: owner_name.to_owned(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-        uid: String::new(),
-    };
-    let mut metadata = template.metadata.clone().unwrap_or_default();
-    let had_owners = metadata.owner_references.clone();
-    metadata
-        .owner_references
-        .get_or_insert_with(Vec::new)
-        .push(owner);
-    if metadata.namespace.is_none() {
-        metadata.namespace = Some(context.namespace.clone());
-    }
-    let pod = Pod {
-        metadata,
-        spec: template.spec.clone(),
-        status: None,
-    };
-    match engine::inject(&pod, context, config)? {
-        Decision::Skip(reason) => Ok(Err(skip_label(&reason))),
-        Decision::Inject(pod) => {
-            let mut metadata = pod.metadata;
-            metadata.owner_references = had_owners;
-            metadata
-                .namespace
-                .clone_from(&template.metadata.as_ref().and_then(|m| m.namespace.clone()));
-            Ok(Ok(PodTemplateSpec {
-                metadata: Some(metadata),
-                spec: pod.spec,
-            }))
-        }
-    }
+    Ok(
+        match engine::inject_template(template, OwnerHint::Job, context, config)? {
+            TemplateDecision::Skip(reason) => Err(skip_label(&reason)),
+            TemplateDecision::Inject(template) => Ok(*template),
+        },
+    )
 }
 
+/// `reason (label)`, e.g. `no regular container has ... (no_exec_prestop)`.
 fn skip_label(reason: &SkipReason) -> String {
-    crate::server::labels::skip_reason(reason)
+    format!("{reason} ({})", reason.as_str())
 }
 
 fn strict<T: serde::de::DeserializeOwned + Serialize>(

@@ -247,7 +247,10 @@ fn answer(
     request: RequestFacts,
 ) -> Outcome {
     let review = response.into_review();
-    match serde_json::to_vec(&review) {
+    match serde_json::to_value(&review)
+        .map(patch_as_base64)
+        .and_then(|v| serde_json::to_vec(&v))
+    {
         Ok(body) => Outcome {
             http_status: 200,
             body,
@@ -266,6 +269,23 @@ fn answer(
             request,
         },
     }
+}
+
+/// `response.patch` as the API server's own encoding of a `[]byte` field:
+/// a base64 string (kube serializes `Vec<u8>` as an array of numbers).
+fn patch_as_base64(mut review: Value) -> Value {
+    use base64::Engine as _;
+    if let Some(patch) = review.pointer_mut("/response/patch")
+        && let Some(items) = patch.as_array()
+    {
+        let bytes: Vec<u8> = items
+            .iter()
+            .filter_map(Value::as_u64)
+            .filter_map(|n| u8::try_from(n).ok())
+            .collect();
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    review
 }
 
 fn bad_request(message: String) -> Outcome {

@@ -1,32 +1,14 @@
-//! Machine-readable labels of engine outcomes, for metrics and logs.
-//!
-//! Kept in one place so the mapping follows the engine's `as_str()` names.
+//! Machine-readable labels of engine outcomes, for metrics and logs: the
+//! engine's own stable `as_str()` names, kept behind one function each.
 
 use crate::engine::{EngineError, SkipReason};
 
-/// The metric/log label of a skip reason.
+/// The metric/log label of a skip reason, e.g. `not_job_owned`.
 pub fn skip_reason(reason: &SkipReason) -> String {
-    snake(&format!("{reason:?}"))
+    reason.as_str().to_owned()
 }
 
-/// The metric/log label of an engine error.
+/// The metric/log label of an engine error, e.g. `invalid_annotation`.
 pub fn engine_error(error: &EngineError) -> String {
-    let debug = format!("{error:?}");
-    let variant = debug.split(['(', ' ', '{']).next().unwrap_or("error");
-    snake(variant)
-}
-
-fn snake(camel: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in camel.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    error.as_str().to_owned()
 }

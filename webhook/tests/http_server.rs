@@ -1,0 +1,514 @@
+//! The admission server over real TLS on ephemeral ports: valid reviews,
+//! every kind of bad input, HTTP/1.1 and HTTP/2, metrics, certificate
+//! reload without restart, graceful shutdown and slow clients.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod http_common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_common::{
+    TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for, write_pair,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube_prestop_webhook::server::FailureMode;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn job_pod_gets_a_patch_that_injects_it() {
+    let server = TestServer::start(|_| {}).await;
+    let pod = job_pod();
+    let (status, body) = server
+        .mutate(review("uid-inject", "pods", "CREATE", pod.clone()).to_string())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let response = assert_review_echo(&body, "uid-inject");
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    let patch = patch_of(&response).expect("a patch");
+    // Keys with `/` are escaped as `~1` in JSON pointers.
+    let patch_json = serde_json::to_value(&patch).unwrap();
+    let paths: Vec<String> = patch_json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| op["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        paths.iter().any(|p| p.contains("kube-prestop.io~1")),
+        "no escaped annotation key in {paths:?}"
+    );
+    let mut patched = pod.clone();
+    json_patch::patch(&mut patched, &patch).expect("patch applies to the request object");
+    let injected: Pod = serde_json::from_value(patched.clone()).expect("a valid Pod");
+    let spec = injected.spec.unwrap();
+    assert_eq!(spec.share_process_namespace, Some(true));
+    let inits = spec.init_containers.unwrap_or_default();
+    assert!(
+        inits
+            .iter()
+            .any(|c| c.restart_policy.as_deref() == Some("Always")),
+        "no native sidecar in {inits:?}"
+    );
+    // The user's own fields are untouched.
+    assert_eq!(patched["metadata"]["labels"]["example.com/team"], "a");
+
+    // A second pass (reinvocation) changes nothing.
+    let (status, body) = server
+        .mutate(review("uid-again", "pods", "CREATE", patched).to_string())
+        .await;
+    assert_eq!(status, 200);
+    let response = assert_review_echo(&body, "uid-again");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none(), "{response}");
+}
+
+#[tokio::test]
+async fn skipped_pod_is_allowed_without_patch() {
+    let server = TestServer::start(|_| {}).await;
+    let mut pod = job_pod();
+    pod["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("lifecycle");
+    let (status, body) = server
+        .mutate(review("uid-skip", "pods", "CREATE", pod).to_string())
+        .await;
+    assert_eq!(status, 200);
+    let response = assert_review_echo(&body, "uid-skip");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none());
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_admission_reviews_get_400() {
+    let server = TestServer::start(|_| {}).await;
+    let cases: Vec<(&str, String)> = vec![
+        ("not JSON", "this is not json".to_owned()),
+        ("empty", String::new()),
+        ("JSON array", "[1, 2]".to_owned()),
+        ("wrong kind", job_pod().to_string()),
+        (
+            "v1beta1",
+            {
+                let mut r = review("u", "pods", "CREATE", job_pod());
+                r["apiVersion"] = json!("admission.k8s.io/v1beta1");
+                r
+            }
+            .to_string(),
+        ),
+        (
+            "no request",
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).to_string(),
+        ),
+        (
+            "request of the wrong shape",
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 5}})
+                .to_string(),
+        ),
+        ("truncated", {
+            let s = review("u", "pods", "CREATE", job_pod()).to_string();
+            s[..s.len() / 2].to_owned()
+        }),
+    ];
+    for (what, body) in cases {
+        let (status, value) = server.mutate(body).await;
+        assert_eq!(status, 400, "{what}: {value}");
+        assert!(value["error"].is_string(), "{what}: {value}");
+        assert!(value.get("response").is_none(), "{what}: {value}");
+    }
+}
+
+#[tokio::test]
+async fn oversize_body_gets_413() {
+    let server = TestServer::start(|_| {}).await;
+    // Over the default 7 MiB cap.
+    let big = vec![b' '; 7 * 1024 * 1024 + 1];
+    let (status, value) = server.mutate(big).await;
+    assert_eq!(status, 413, "{value}");
+    assert!(value["error"].as_str().unwrap().contains("larger than"));
+    // Just under the cap, still not a review: 400, so the cap is the cause above.
+    let under = vec![b' '; 1024];
+    let (status, _) = server.mutate(under).await;
+    assert_eq!(status, 400);
+}
+
+#[tokio::test]
+async fn small_cap_is_enforced_over_http1_too() {
+    let server = TestServer::start(|c| c.max_body_bytes = 4096).await;
+    let client = server.client_builder().http1_only().build().unwrap();
+    let r = client
+        .post(server.url("/mutate"))
+        .body(vec![b'x'; 5000])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // A real review over the cap is refused as well; one under it is answered.
+    let body = review(
+        "u",
+        "configmaps",
+        "CREATE",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+    );
+    let r = client
+        .post(server.url("/mutate"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn other_resources_and_operations_are_allowed_without_patch() {
+    let server = TestServer::start(|_| {}).await;
+    let configmap = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "demo"}});
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "demo"}, "spec": {"template": {"spec": {"containers": []}}}});
+    let mut delete = review("uid-delete", "pods", "DELETE", Value::Null);
+    delete["request"]["oldObject"] = job_pod();
+    let cases = vec![
+        (
+            "uid-cm",
+            review("uid-cm", "configmaps", "CREATE", configmap),
+        ),
+        ("uid-job", review("uid-job", "jobs", "CREATE", job)),
+        (
+            "uid-update",
+            review("uid-update", "pods", "UPDATE", job_pod()),
+        ),
+        ("uid-delete", delete),
+    ];
+    for (uid, body) in cases {
+        let (status, value) = server.mutate(body.to_string()).await;
+        assert_eq!(status, 200, "{uid}: {value}");
+        let response = assert_review_echo(&value, uid);
+        assert_eq!(response["allowed"], true, "{uid}");
+        assert!(response.get("patch").is_none(), "{uid}: {response}");
+    }
+    // A subresource of pods (e.g. pods/ephemeralcontainers) is not a pod CREATE.
+    let mut sub = review("uid-sub", "pods", "CREATE", job_pod());
+    sub["request"]["subResource"] = json!("binding");
+    let (status, value) = server.mutate(sub.to_string()).await;
+    assert_eq!(status, 200);
+    assert!(assert_review_echo(&value, "uid-sub").get("patch").is_none());
+}
+
+fn broken_pods() -> Vec<(&'static str, Value)> {
+    let mut bad_annotation = job_pod();
+    bad_annotation["metadata"]["annotations"]["kube-prestop.io/sidecar-cpu-limit"] = json!("lots");
+    let mut bad_shape = job_pod();
+    bad_shape["spec"]["containers"] = json!("not a list");
+    let mut no_spec = job_pod();
+    no_spec.as_object_mut().unwrap().remove("spec");
+    vec![
+        ("engine error (invalid annotation)", bad_annotation),
+        ("pod does not deserialize", bad_shape),
+        ("pod without spec", no_spec),
+    ]
+}
+
+#[tokio::test]
+async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
+    let server = TestServer::start(|_| {}).await;
+    for (what, pod) in broken_pods() {
+        let (status, value) = server
+            .mutate(review("uid-err", "pods", "CREATE", pod).to_string())
+            .await;
+        assert_eq!(status, 200, "{what}: {value}");
+        let response = assert_review_echo(&value, "uid-err");
+        assert_eq!(response["allowed"], true, "{what}");
+        assert!(response.get("patch").is_none(), "{what}");
+        let warnings = response["warnings"].as_array().expect("warnings");
+        assert!(
+            warnings[0].as_str().unwrap().contains("kube-prestop"),
+            "{what}: {warnings:?}"
+        );
+    }
+    let metrics = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"kube_prestop_admissions_total{decision="error",reason="invalid_annotation"} 1"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
+    let server = TestServer::start(|c| c.failure_mode = FailureMode::Deny).await;
+    for (what, pod) in broken_pods() {
+        let (status, value) = server
+            .mutate(review("uid-deny", "pods", "CREATE", pod).to_string())
+            .await;
+        assert_eq!(status, 200, "{what}: {value}");
+        let response = assert_review_echo(&value, "uid-deny");
+        assert_eq!(response["allowed"], false, "{what}");
+        assert!(
+            response["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("kube-prestop"),
+            "{what}: {response}"
+        );
+    }
+    // A good pod is still injected.
+    let (_, value) = server
+        .mutate(review("uid-ok", "pods", "CREATE", job_pod()).to_string())
+        .await;
+    let response = assert_review_echo(&value, "uid-ok");
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_some());
+}
+
+#[tokio::test]
+async fn http2_and_http1_both_work() {
+    let server = TestServer::start(|_| {}).await;
+    let body = review("uid-h", "pods", "CREATE", job_pod()).to_string();
+    let h2 = server
+        .client()
+        .post(server.url("/mutate"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h2.version(), reqwest::Version::HTTP_2);
+    assert_eq!(h2.status(), 200);
+    let h1 = server
+        .client_builder()
+        .http1_only()
+        .build()
+        .unwrap()
+        .post(server.url("/mutate"))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h1.version(), reqwest::Version::HTTP_11);
+    assert_eq!(h1.status(), 200);
+    let v: Value = h1.json().await.unwrap();
+    assert_review_echo(&v, "uid-h");
+}
+
+#[tokio::test]
+async fn metrics_and_health_endpoints() {
+    let server = TestServer::start(|_| {}).await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    server
+        .mutate(review("m1", "configmaps", "CREATE", cm).to_string())
+        .await;
+    server
+        .mutate(review("m2", "pods", "CREATE", job_pod()).to_string())
+        .await;
+    server.mutate("junk").await;
+    let text = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        r#"kube_prestop_admissions_total{decision="ignored",reason="other_resource"} 1"#,
+        r#"kube_prestop_admissions_total{decision="inject",reason="injected"} 1"#,
+        r#"kube_prestop_admissions_total{decision="invalid",reason="bad_request"} 1"#,
+        "kube_prestop_admission_duration_seconds_count 3",
+        "kube_prestop_admission_duration_seconds_bucket{le=",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    // The serving certificate's notAfter, from the certificate itself.
+    let (_, cert) = x509_parser::parse_x509_certificate(&server.first_cert.der).unwrap();
+    let not_after = cert.validity().not_after.timestamp();
+    assert!(
+        text.contains(&format!(
+            "kube_prestop_certificate_expiry_timestamp_seconds {not_after}"
+        )),
+        "{text}"
+    );
+    for url in [
+        server.metrics_url("/livez"),
+        server.metrics_url("/readyz"),
+        server.url("/livez"),
+        server.url("/readyz"),
+    ] {
+        let r = server.client().get(&url).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{url}");
+    }
+    // Unknown paths and wrong methods.
+    let r = server
+        .client()
+        .get(server.url("/mutate"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let r = server
+        .client()
+        .get(server.url("/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+/// DER of the certificate the server presents to a new connection.
+async fn served_cert(server: &TestServer) -> Option<Vec<u8>> {
+    let r = server
+        .client()
+        .get(server.url("/livez"))
+        .send()
+        .await
+        .ok()?;
+    let info = r.extensions().get::<reqwest::tls::TlsInfo>()?;
+    info.peer_certificate().map(<[u8]>::to_vec)
+}
+
+#[tokio::test]
+async fn certificate_replaced_on_disk_is_served_without_restart() {
+    let server = TestServer::start(|_| {}).await;
+    assert_eq!(served_cert(&server).await.unwrap(), server.first_cert.der);
+    let second = server.pki.issue("second");
+    assert_ne!(second.der, server.first_cert.der);
+    // Write the key first, then the certificate (a non-atomic update: the
+    // reloader must cope with seeing a mismatched pair in between).
+    std::fs::write(&server.key_file, &second.key_pem).unwrap();
+    std::fs::write(&server.cert_file, &second.cert_pem).unwrap();
+    wait_for(Duration::from_secs(10), "the new certificate", || async {
+        served_cert(&server).await.as_deref() == Some(second.der.as_slice())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn secret_volume_symlink_swap_is_picked_up() {
+    let server =
+        TestServer::start_with_files(|dir, issued| secret_volume(dir, issued, 1), |_| {}).await;
+    assert_eq!(served_cert(&server).await.unwrap(), server.first_cert.der);
+    let second = server.pki.issue("second");
+    secret_volume(server.dir.path(), &second, 2);
+    wait_for(
+        Duration::from_secs(10),
+        "the swapped certificate",
+        || async { served_cert(&server).await.as_deref() == Some(second.der.as_slice()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn broken_certificate_on_disk_keeps_the_old_one() {
+    let server = TestServer::start(|_| {}).await;
+    std::fs::write(&server.cert_file, "not a certificate").unwrap();
+    // Observe over several reload intervals (100 ms each): every handshake
+    // still gets the first certificate.
+    let until = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < until {
+        assert_eq!(served_cert(&server).await.unwrap(), server.first_cert.der);
+    }
+    // A good pair afterwards is picked up.
+    let third = server.pki.issue("third");
+    write_pair(server.dir.path(), &third);
+    wait_for(
+        Duration::from_secs(10),
+        "the repaired certificate",
+        || async { served_cert(&server).await.as_deref() == Some(third.der.as_slice()) },
+    )
+    .await;
+}
+
+/// A raw TLS connection to the server (HTTP/1.1 only via ALPN).
+async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = rustls_pki_types::CertificateDer::from(rcgen_ca_der(server));
+    roots.add(ca).unwrap();
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await.unwrap()
+}
+
+fn rcgen_ca_der(server: &TestServer) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_slice(server.pki.ca_pem().as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn client_that_never_sends_headers_is_disconnected() {
+    let server = TestServer::start(|c| {
+        c.conn_limits.header_read_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut tls = raw_tls(&server).await;
+    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
+    assert!(
+        read.is_ok(),
+        "connection still open after the header timeout"
+    );
+}
+
+#[tokio::test]
+async fn shutdown_fails_readiness_then_finishes_in_flight_requests() {
+    let mut server = TestServer::start(|c| c.drain_delay = Duration::from_millis(500)).await;
+    // An in-flight request: headers and half the body sent.
+    let body = review("uid-inflight", "pods", "CREATE", job_pod()).to_string();
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let mut tls = raw_tls(&server).await;
+    let head = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+
+    let task = server.shutdown();
+    let client = reqwest::Client::new();
+    let readyz = server.metrics_url("/readyz");
+    wait_for(Duration::from_secs(5), "readiness to fail", || {
+        let client = client.clone();
+        let readyz = readyz.clone();
+        async move { matches!(client.get(&readyz).send().await, Ok(r) if r.status() == 503) }
+    })
+    .await;
+
+    // Wait until the listener is closed (graceful shutdown has begun), then
+    // finish the in-flight request: it is answered normally.
+    let https = server.https;
+    wait_for(
+        Duration::from_secs(10),
+        "the listener to close",
+        || async move { tokio::net::TcpStream::connect(https).await.is_err() },
+    )
+    .await;
+    tls.write_all(rest).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut response))
+        .await
+        .expect("response in time")
+        .ok();
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("uid-inflight"), "{text}");
+
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("server stops in time")
+        .unwrap();
+}
