@@ -98,14 +98,16 @@ fn accumulate(
         if let Some(q) = request {
             let v = parse_at(q, &format!("{location} requests.{name}"))?;
             if v > 0 {
-                *requests.entry(name).or_insert(0) += v;
+                let sum = requests.entry(name).or_insert(0);
+                *sum = sum.saturating_add(v);
             }
         }
         if let Some(q) = limit {
             let v = parse_at(q, &format!("{location} limits.{name}"))?;
             if v > 0 {
                 limited += 1;
-                *limits.entry(name).or_insert(0) += v;
+                let sum = limits.entry(name).or_insert(0);
+                *sum = sum.saturating_add(v);
             }
         }
     }
