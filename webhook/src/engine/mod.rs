@@ -268,6 +268,16 @@ mod tests {
     }
 
     #[test]
+    fn pure_same_input_same_output() {
+        let config = EngineConfig::default();
+        let run = || match inject_template(&template(), OwnerHint::Job, &cluster(), &config) {
+            Ok(TemplateDecision::Inject(t)) => serde_json::to_string(&t).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(run(), run());
+    }
+
+    #[test]
     fn unowned_template_is_skipped() {
         assert!(matches!(
             inject_template(
