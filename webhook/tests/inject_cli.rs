@@ -1,0 +1,323 @@
+//! The offline `inject` command, run as the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use kube_prestop_webhook::engine::{self, ClusterContext, Decision, EngineConfig};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-webhook");
+const TEST_IMAGE: &str = "registry.example.com/kube-prestop-sidecar:test";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden_inject")
+}
+
+/// Run `inject` with `args`, feeding `stdin` when given.
+fn inject(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("inject")
+        .args(["--install-image", TEST_IMAGE])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8(out.stderr.clone()).unwrap()
+}
+
+/// Parse a YAML stream into JSON values, one per document.
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml).unwrap()
+}
+
+fn assert_injected_template(template: &PodTemplateSpec) {
+    let spec = template.spec.as_ref().unwrap();
+    assert_eq!(spec.share_process_namespace, Some(true));
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    assert!(inits.iter().any(|c| c.image.as_deref() == Some(TEST_IMAGE)));
+    assert!(
+        inits
+            .iter()
+            .any(|c| c.restart_policy.as_deref() == Some("Always"))
+    );
+    let annotations = template.metadata.as_ref().unwrap().annotations.as_ref();
+    assert_eq!(
+        annotations
+            .unwrap()
+            .get("kube-prestop.io/status")
+            .map(String::as_str),
+        Some("injected")
+    );
+}
+
+#[test]
+fn example_job_comes_out_injected() {
+    let file = repo_root().join("examples/job-with-prestop.yaml");
+    let out = inject(&["-f", file.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let values = docs(&stdout(&out));
+    assert_eq!(values.len(), 1);
+    let job: Job = serde_json::from_value(values[0].clone()).unwrap();
+    assert_injected_template(&job.spec.unwrap().template);
+}
+
+#[test]
+fn example_cronjob_comes_out_injected() {
+    let file = repo_root().join("examples/cronjob-with-prestop.yaml");
+    let out = inject(&["-f", file.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let cron: CronJob = serde_json::from_value(docs(&stdout(&out))[0].clone()).unwrap();
+    assert_injected_template(&cron.spec.unwrap().job_template.spec.unwrap().template);
+}
+
+/// The CronJob golden case: a ConfigMap passes through, the CronJob's pod
+/// template is injected. `UPDATE_GOLDEN=1` rewrites the expected file.
+#[test]
+fn golden_cronjob_stream() {
+    let input = golden_dir().join("cronjob.input.yaml");
+    let expected_path = golden_dir().join("cronjob.expected.yaml");
+    let out = inject(&["-f", input.to_str().unwrap()], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let got = stdout(&out);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&expected_path, &got).unwrap();
+    }
+    let expected = std::fs::read_to_string(&expected_path).unwrap();
+    assert_eq!(
+        got,
+        expected,
+        "output differs from {}",
+        expected_path.display()
+    );
+
+    // The ConfigMap is unchanged.
+    let input_docs = docs(&std::fs::read_to_string(&input).unwrap());
+    let output_docs = docs(&got);
+    assert_eq!(output_docs.len(), 2);
+    assert_eq!(output_docs[0], input_docs[0]);
+
+    // The template is injected exactly as the webhook injects the Job
+    // controller's pods made from it.
+    let cron_in: CronJob = serde_json::from_value(input_docs[1].clone()).unwrap();
+    let template = cron_in.spec.unwrap().job_template.spec.unwrap().template;
+    let mut pod_meta = template.metadata.clone().unwrap_or_default();
+    pod_meta.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: "nightly-report-29000000".into(),
+            uid: "00000000-0000-4000-8000-000000000001".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    let pod = Pod {
+        metadata: pod_meta,
+        spec: template.spec.clone(),
+        status: None,
+    };
+    let config = EngineConfig {
+        install_image: TEST_IMAGE.into(),
+        ..EngineConfig::default()
+    };
+    let context = ClusterContext {
+        namespace: "reports".into(),
+        limit_ranges: vec![],
+    };
+    let Decision::Inject(webhook_pod) = engine::inject(&pod, &context, &config).unwrap() else {
+        panic!("the webhook would not inject this pod");
+    };
+    let cron_out: CronJob = serde_json::from_value(output_docs[1].clone()).unwrap();
+    let injected = cron_out.spec.unwrap().job_template.spec.unwrap().template;
+    assert_eq!(injected.spec, webhook_pod.spec);
+    let mut webhook_meta = webhook_pod.metadata;
+    webhook_meta.owner_references = None;
+    assert_eq!(injected.metadata.unwrap_or_default(), webhook_meta);
+}
+
+#[test]
+fn multi_document_stream_from_stdin_passes_other_kinds_through() {
+    let input = "\
+# leading comment
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  key: value
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: svc
+spec:
+  ports:
+    - port: 80
+---
+";
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let input = format!("{input}{job}");
+    let out = inject(&["-f", "-"], Some(&input));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let values = docs(&text);
+    assert_eq!(values.len(), 3, "{text}");
+    let input_values = docs(&input);
+    assert_eq!(values[0], input_values[0]);
+    assert_eq!(values[1], input_values[1]);
+    let job: Job = serde_json::from_value(values[2].clone()).unwrap();
+    assert_injected_template(&job.spec.unwrap().template);
+    assert_eq!(text.matches("\n---\n").count(), 2, "{text}");
+}
+
+#[test]
+fn json_in_json_out_and_pods_as_is() {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"kube-prestop.io/inject": "true"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
+            "lifecycle": {"preStop": {"exec": {"command": ["true"]}}}}]}
+    });
+    let out = inject(&["-f", "-", "-o", "json"], Some(&pod.to_string()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let injected: Pod = serde_json::from_value(value).unwrap();
+    assert_eq!(injected.spec.unwrap().share_process_namespace, Some(true));
+}
+
+#[test]
+fn not_injected_documents_are_unchanged() {
+    // restartPolicy Always (Deployment-style): not injected.
+    let input = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+    - name: web
+      image: nginx
+      lifecycle:
+        preStop:
+          exec:
+            command: [\"sleep\", \"5\"]
+";
+    let out = inject(&["-f", "-"], Some(input));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(docs(&stdout(&out)), docs(input));
+    assert!(stderr(&out).contains("not injected"), "{}", stderr(&out));
+}
+
+#[test]
+fn broken_yaml_names_document_and_line_and_prints_nothing() {
+    let input = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: fine
+---
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: [broken
+spec: {}
+";
+    let out = inject(&["-f", "-"], Some(input));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "partial output: {}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("document 2"), "{err}");
+    assert!(err.contains("line "), "{err}");
+}
+
+#[test]
+fn broken_json_names_the_line() {
+    let input = "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  oops\n}\n";
+    let out = inject(&["-f", "-"], Some(input));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(err.contains("document 1, line 4"), "{err}");
+}
+
+#[test]
+fn unknown_field_is_an_error_with_its_path_and_line() {
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let misspelt = job.replace("imagePullPolicy", "imagePullPolcy");
+    let line = misspelt
+        .lines()
+        .position(|l| l.contains("imagePullPolcy"))
+        .unwrap()
+        + 1;
+    let input = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n{misspelt}");
+    let out = inject(&["-f", "-"], Some(&input));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "partial output: {}", stdout(&out));
+    let err = stderr(&out);
+    assert!(err.contains("document 2"), "{err}");
+    assert!(err.contains(&format!("line {}", line + 5)), "{err}");
+    assert!(
+        err.contains("unknown field `spec.template.spec.containers[0].imagePullPolcy`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn engine_error_fails_the_whole_stream() {
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let bad = job.replace(
+        "      labels:\n        app: prestop-demo\n    spec:",
+        "      labels:\n        app: prestop-demo\n      annotations:\n        kube-prestop.io/sidecar-cpu-limit: lots\n    spec:",
+    );
+    assert_ne!(bad, job);
+    let input = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n{bad}");
+    let out = inject(&["-f", "-"], Some(&input));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = stderr(&out);
+    assert!(err.contains("document 2"), "{err}");
+    assert!(err.contains("kube-prestop.io/sidecar-cpu-limit"), "{err}");
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let out = inject(&["-f", "/nonexistent/manifest.yaml"], None);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    assert!(stderr(&out).contains("/nonexistent/manifest.yaml"));
+}
