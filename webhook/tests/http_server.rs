@@ -445,6 +445,34 @@ fn rcgen_ca_der(server: &TestServer) -> Vec<u8> {
 }
 
 #[tokio::test]
+async fn tls12_clients_are_served_and_alpn_offers_h2() {
+    let server = TestServer::start(|_| {}).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from(rcgen_ca_der(
+            &server,
+        )))
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.unwrap();
+    let (_, conn) = tls.get_ref();
+    assert_eq!(
+        conn.protocol_version(),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
+}
+
+#[tokio::test]
 async fn client_that_never_sends_headers_is_disconnected() {
     let server = TestServer::start(|c| {
         c.conn_limits.header_read_timeout = Duration::from_millis(300);

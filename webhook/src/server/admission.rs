@@ -304,3 +304,108 @@ pub fn error_body(message: &str) -> Vec<u8> {
     let value = serde_json::json!({ "error": message });
     value.to_string().into_bytes()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn patch_pointers_escape_slash_and_tilde() {
+        let before: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {"keep": "1"}},
+            "spec": {"containers": []}
+        }))
+        .unwrap();
+        let mut after = before.clone();
+        let labels = after.metadata.labels.get_or_insert_default();
+        labels.insert("example.com/team".into(), "a".into());
+        labels.insert("odd~key".into(), "b".into());
+        let patch = patch_between(&before, &after).unwrap();
+        let paths: Vec<String> = serde_json::to_value(&patch)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| op["path"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(
+            paths.contains(&"/metadata/labels/example.com~1team".to_owned()),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"/metadata/labels/odd~0key".to_owned()),
+            "{paths:?}"
+        );
+        let mut doc = serde_json::to_value(&before).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert_eq!(doc, serde_json::to_value(&after).unwrap());
+    }
+
+    #[test]
+    fn patch_is_sent_as_base64() {
+        let request: AdmissionRequest<DynamicObject> = serde_json::from_value(json!({
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "userInfo": {}
+        }))
+        .unwrap();
+        let patch: json_patch::Patch =
+            serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
+        let response = base_response(&request).with_patch(patch).unwrap();
+        let outcome = answer(
+            response,
+            "inject",
+            "injected",
+            None,
+            RequestFacts::default(),
+        );
+        let body: Value = serde_json::from_slice(&outcome.body).unwrap();
+        assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(body["kind"], "AdmissionReview");
+        assert_eq!(body["response"]["uid"], "u1");
+        assert_eq!(body["response"]["patchType"], "JSONPatch");
+        // base64 of [{"op":"add","path":"/a","value":1}]
+        assert_eq!(
+            body["response"]["patch"],
+            "W3sib3AiOiJhZGQiLCJwYXRoIjoiL2EiLCJ2YWx1ZSI6MX1d"
+        );
+    }
+
+    #[test]
+    fn owner_prefers_the_controller() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"ownerReferences": [
+                {"apiVersion": "v1", "kind": "Other", "name": "o", "uid": "1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "2", "controller": true}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(owner_of(&pod), "Job/j");
+        assert_eq!(owner_of(&Pod::default()), "");
+    }
+
+    #[test]
+    fn parse_errors_never_panic() {
+        for body in [
+            &b""[..],
+            b"null",
+            b"{}",
+            b"\xff\xfe",
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":""}}"#,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":[]}"#,
+        ] {
+            let out = review(
+                body,
+                &ClusterCache::disconnected(),
+                &EngineConfig::default(),
+                FailureMode::Allow,
+            );
+            assert_eq!(out.http_status, 400, "{}", String::from_utf8_lossy(body));
+        }
+    }
+}

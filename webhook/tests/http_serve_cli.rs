@@ -1,0 +1,127 @@
+//! `kube-prestop-webhook serve` as a real process: flags, the printed bound
+//! addresses, JSON logs with one line per decision, and SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod http_common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_common::{Pki, assert_review_echo, install_crypto, job_pod, review, write_pair};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-webhook");
+
+#[tokio::test]
+async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
+    install_crypto();
+    let pki = Pki::new();
+    let issued = pki.issue("serve");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = write_pair(dir.path(), &issued);
+    let mut child = Command::new(BIN)
+        .args(["--log-format", "json", "--log-level", "info", "serve"])
+        .args([
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .args(["--no-cluster", "--drain-delay", "200ms"])
+        .env_remove("RUST_LOG")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    // "listening https=127.0.0.1:PORT metrics=127.0.0.1:PORT"
+    let mut https = None;
+    let mut metrics = None;
+    for word in line.split_whitespace() {
+        if let Some(a) = word.strip_prefix("https=") {
+            https = Some(a.parse::<std::net::SocketAddr>().unwrap());
+        }
+        if let Some(a) = word.strip_prefix("metrics=") {
+            metrics = Some(a.parse::<std::net::SocketAddr>().unwrap());
+        }
+    }
+    let (https, metrics) = (https.expect(&line), metrics.expect(&line));
+
+    let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{}", https.port());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.get(format!("{base}/readyz")).send().await {
+            Ok(r) if r.status() == 200 => break,
+            _ => {
+                assert!(Instant::now() < deadline, "not ready");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let r = client
+        .post(format!("{base}/mutate"))
+        .body(review("uid-cli", "pods", "CREATE", job_pod()).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_review_echo(&body, "uid-cli");
+    let metrics_text = reqwest::get(format!("http://{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics_text.contains("kube_prestop_admissions_total"));
+
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    let decision = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["uid"] == "uid-cli")
+        .unwrap_or_else(|| panic!("no JSON decision line in:\n{logs}"));
+    assert_eq!(decision["namespace"], "demo");
+    assert_eq!(decision["owner"], "Job/demo");
+    assert_eq!(decision["pod"], "demo-");
+    assert_eq!(decision["decision"], "inject");
+    assert_eq!(decision["reason"], "injected");
+    assert!(logs.contains("SIGTERM received"), "{logs}");
+}
