@@ -72,6 +72,13 @@ impl ClusterCache {
                 })
                 .await;
         });
+        Self::from_store(store)
+    }
+
+    /// A cache reading `store`, which something else keeps current. Reports
+    /// synced once the store is ready (its writer saw the initial list).
+    /// Must be called inside a tokio runtime.
+    pub fn from_store(store: Store<LimitRange>) -> Self {
         let synced = Arc::new(AtomicBool::new(false));
         let flag = synced.clone();
         let waiter = store.clone();
@@ -146,5 +153,59 @@ impl ClusterCache {
                 .map(|lr| (**lr).clone())
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+    use std::time::{Duration, Instant};
+
+    fn limit_range(namespace: &str, name: &str) -> LimitRange {
+        LimitRange {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn ready_after_initial_list_and_filtered_by_namespace() {
+        let (store, mut writer) = reflector::store::<LimitRange>();
+        let cache = ClusterCache::from_store(store);
+        assert!(!cache.is_synced());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(limit_range("a", "one")));
+        writer.apply_watcher_event(&watcher::Event::InitApply(limit_range("a", "two")));
+        writer.apply_watcher_event(&watcher::Event::InitApply(limit_range("b", "three")));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cache.is_synced() {
+            assert!(Instant::now() < deadline, "never synced");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut names: Vec<_> = cache
+            .limit_ranges("a")
+            .into_iter()
+            .filter_map(|lr| lr.metadata.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["one", "two"]);
+        assert_eq!(cache.limit_ranges("b").len(), 1);
+        assert!(cache.limit_ranges("c").is_empty());
+        writer.apply_watcher_event(&watcher::Event::Delete(limit_range("b", "three")));
+        assert!(cache.limit_ranges("b").is_empty());
+    }
+
+    #[test]
+    fn disconnected_is_synced_and_empty() {
+        let cache = ClusterCache::disconnected();
+        assert!(cache.is_synced());
+        assert!(cache.limit_ranges("default").is_empty());
     }
 }

@@ -6,6 +6,7 @@
 //! | `kube_prestop_admissions_total` | counter | `decision`, `reason` | admission reviews answered |
 //! | `kube_prestop_admission_duration_seconds` | histogram | | time from a complete request body to the response, in seconds |
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
+//! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 
 use std::sync::Arc;
 
@@ -33,6 +34,14 @@ pub struct Metrics {
     admissions: Family<AdmissionLabels, Counter>,
     duration: Histogram,
     cert_expiry: Gauge,
+    cert_reloads: Family<ReloadLabels, Counter>,
+}
+
+/// Labels of `kube_prestop_certificate_reloads_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `success` or `error`.
+    pub result: String,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -77,11 +86,18 @@ impl Metrics {
             Unit::Seconds,
             cert_expiry.clone(),
         );
+        let cert_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "kube_prestop_certificate_reloads",
+            "Reloads of changed serving certificate files, by result",
+            cert_reloads.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             admissions,
             duration,
             cert_expiry,
+            cert_reloads,
         }
     }
 
@@ -99,6 +115,16 @@ impl Metrics {
     /// Set the serving certificate's `notAfter` (Unix seconds).
     pub fn set_certificate_expiry(&self, not_after_unix: i64) {
         self.cert_expiry.set(not_after_unix);
+    }
+
+    /// Count one reload attempt of changed certificate files.
+    pub fn record_certificate_reload(&self, success: bool) {
+        let result = if success { "success" } else { "error" };
+        self.cert_reloads
+            .get_or_create(&ReloadLabels {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// The OpenMetrics text exposition of every metric.

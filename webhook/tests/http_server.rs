@@ -6,7 +6,7 @@
 mod http_common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_common::{
     TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for, write_pair,
@@ -405,12 +405,18 @@ async fn secret_volume_symlink_swap_is_picked_up() {
 async fn broken_certificate_on_disk_keeps_the_old_one() {
     let server = TestServer::start(|_| {}).await;
     std::fs::write(&server.cert_file, "not a certificate").unwrap();
-    // Observe over several reload intervals (100 ms each): every handshake
-    // still gets the first certificate.
-    let until = Instant::now() + Duration::from_millis(600);
-    while Instant::now() < until {
-        assert_eq!(served_cert(&server).await.unwrap(), server.first_cert.der);
-    }
+    // Wait until the reloader has seen the broken file (it counts the
+    // failure), then check the first certificate is still served.
+    let metrics_url = server.metrics_url("/metrics");
+    wait_for(Duration::from_secs(10), "a failed reload", || {
+        let url = metrics_url.clone();
+        async move {
+            let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+            text.contains(r#"kube_prestop_certificate_reloads_total{result="error"}"#)
+        }
+    })
+    .await;
+    assert_eq!(served_cert(&server).await.unwrap(), server.first_cert.der);
     // A good pair afterwards is picked up.
     let third = server.pki.issue("third");
     write_pair(server.dir.path(), &third);
@@ -420,6 +426,16 @@ async fn broken_certificate_on_disk_keeps_the_old_one() {
         || async { served_cert(&server).await.as_deref() == Some(third.der.as_slice()) },
     )
     .await;
+    let text = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains(r#"kube_prestop_certificate_reloads_total{result="success"} 1"#),
+        "{text}"
+    );
 }
 
 /// A raw TLS connection to the server (HTTP/1.1 only via ALPN).
@@ -470,6 +486,32 @@ async fn tls12_clients_are_served_and_alpn_offers_h2() {
         Some(rustls::ProtocolVersion::TLSv1_2)
     );
     assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]));
+}
+
+#[tokio::test]
+async fn connection_limit_holds_further_clients_until_a_slot_frees() {
+    let server = TestServer::start(|c| c.conn_limits.max_connections = 1).await;
+    // `start` polled /readyz with a client that keeps no idle connections;
+    // wait until its connection is gone and a new one takes the only slot.
+    let held = raw_tls(&server).await;
+    let client = server
+        .client_builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    // While the slot is taken, a new client gets no answer.
+    assert!(client.get(server.url("/livez")).send().await.is_err());
+    drop(held);
+    // Once it is free, clients are served again.
+    let client = server.client();
+    wait_for(
+        Duration::from_secs(10),
+        "a free connection slot",
+        || async {
+            matches!(client.get(server.url("/livez")).send().await, Ok(r) if r.status() == 200)
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

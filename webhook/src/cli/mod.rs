@@ -101,9 +101,10 @@ pub struct ServeArgs {
     /// separately, the TLS handshake and the request body.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
     pub read_timeout: Duration,
-    /// Kubeconfig for the LimitRange cache (default: KUBECONFIG,
-    /// ~/.kube/config, then the in-cluster service account).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig for the LimitRange cache (default: the KUBECONFIG
+    /// environment variable, ~/.kube/config, then the in-cluster service
+    /// account).
+    #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Run without a cluster: LimitRanges are taken as empty.
     #[arg(long, env = "KUBE_PRESTOP_NO_CLUSTER")]

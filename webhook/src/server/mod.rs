@@ -30,7 +30,7 @@ pub use listener::ConnLimits;
 use crate::cluster_cache::ClusterCache;
 use crate::engine::EngineConfig;
 use crate::metrics::Metrics;
-use crate::tls::{ReloadingCertResolver, TlsLoadError};
+use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
 use routes::AppState;
 
 /// Largest request body accepted on `/mutate`: 7 MiB.
@@ -214,11 +214,16 @@ impl Server {
         tracing::info!(%https_addr, %metrics_addr, "serving");
 
         let metrics = state.metrics.clone();
-        let reload = tokio::spawn(
-            resolver.watch(config.cert_reload_interval, move |not_after| {
-                metrics.set_certificate_expiry(not_after);
-            }),
-        );
+        let reload =
+            tokio::spawn(
+                resolver.watch(config.cert_reload_interval, move |event| match event {
+                    ReloadEvent::Reloaded { not_after_unix } => {
+                        metrics.set_certificate_expiry(not_after_unix);
+                        metrics.record_certificate_reload(true);
+                    }
+                    ReloadEvent::Failed => metrics.record_certificate_reload(false),
+                }),
+            );
 
         let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let metrics_app = routes::metrics_router(state.clone());

@@ -9,7 +9,7 @@ mod resolver;
 use std::sync::Arc;
 
 pub use load::{LoadedCert, TlsLoadError, load_certified_key};
-pub use resolver::ReloadingCertResolver;
+pub use resolver::{ReloadEvent, ReloadingCertResolver};
 
 /// ALPN protocols offered, in order of preference.
 pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];

@@ -10,6 +10,18 @@ use rustls::sign::CertifiedKey;
 
 use super::load::{LoadedCert, TlsLoadError, load_certified_key, read_pair};
 
+/// What a reload attempt that found changed files did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadEvent {
+    /// A new certificate is served.
+    Reloaded {
+        /// Its `notAfter`, Unix seconds.
+        not_after_unix: i64,
+    },
+    /// The files could not be read or used; the old certificate is kept.
+    Failed,
+}
+
 /// Serves the current certificate to every handshake; [`Self::reload`]
 /// replaces it when the files changed.
 #[derive(Debug)]
@@ -64,10 +76,10 @@ impl ReloadingCertResolver {
     }
 
     /// Poll the files every `interval` until the task is dropped, calling
-    /// `on_change` with the new `notAfter` after each successful swap. A
-    /// failed reload is logged and retried at the next tick (a Secret update
-    /// may be observed half-written).
-    pub async fn watch(self: Arc<Self>, interval: Duration, on_change: impl Fn(i64) + Send) {
+    /// `on_event` after each swap and each failed reload. A failed reload is
+    /// logged and retried at the next tick (a Secret update may be observed
+    /// half-written); the old certificate stays in use.
+    pub async fn watch(self: Arc<Self>, interval: Duration, on_event: impl Fn(ReloadEvent) + Send) {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
@@ -83,10 +95,13 @@ impl ReloadingCertResolver {
                         not_after_unix = not_after,
                         "serving certificate reloaded"
                     );
-                    on_change(not_after);
+                    on_event(ReloadEvent::Reloaded {
+                        not_after_unix: not_after,
+                    });
                 }
                 Ok(false) => last_error = None,
                 Err(e) => {
+                    on_event(ReloadEvent::Failed);
                     let msg = e.to_string();
                     if last_error.as_deref() != Some(msg.as_str()) {
                         tracing::error!(error = %msg, "certificate reload failed; keeping the old certificate");
