@@ -321,3 +321,38 @@ fn missing_file_is_an_error() {
     assert!(out.stdout.is_empty());
     assert!(stderr(&out).contains("/nonexistent/manifest.yaml"));
 }
+
+#[test]
+fn namespace_is_honoured_from_the_document_or_the_flag() {
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    // kube-system is never injected: by flag ...
+    let out = inject(&["-f", "-", "-n", "kube-system"], Some(&job));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(docs(&stdout(&out)), docs(&job));
+    // ... or by the document's own namespace, which wins over the flag.
+    let in_kube_system = job.replace(
+        "  name: prestop-demo\n  labels:",
+        "  name: prestop-demo\n  namespace: kube-system\n  labels:",
+    );
+    assert_ne!(in_kube_system, job);
+    let out = inject(&["-f", "-", "-n", "default"], Some(&in_kube_system));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(docs(&stdout(&out)), docs(&in_kube_system));
+}
+
+#[test]
+fn list_items_are_injected() {
+    let job =
+        docs(&std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap())
+            .remove(0);
+    let list = serde_json::json!({
+        "apiVersion": "v1", "kind": "List",
+        "items": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}, job]
+    });
+    let out = inject(&["-f", "-", "-o", "json"], Some(&list.to_string()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(value["items"][0], list["items"][0]);
+    let job: Job = serde_json::from_value(value["items"][1].clone()).unwrap();
+    assert_injected_template(&job.spec.unwrap().template);
+}
