@@ -17,6 +17,10 @@ fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    // Panics (bugs) go through the log subscriber, so JSON logs stay JSON.
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(panic = %info, "internal error (panic)");
+    }));
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Inject(args) => inject(args),

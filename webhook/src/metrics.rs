@@ -4,7 +4,7 @@
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `kube_prestop_admissions_total` | counter | `decision`, `reason` | admission reviews answered |
-//! | `kube_prestop_admission_duration_seconds` | histogram | | time from a complete request body to the response, in seconds |
+//! | `kube_prestop_admission_duration_seconds` | histogram | | time to answer a `/mutate` request (reading the body included), in seconds |
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 
@@ -20,10 +20,13 @@ use prometheus_client::registry::{Registry, Unit};
 /// Labels of `kube_prestop_admissions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
-    /// `inject`, `skip`, `ignored` (not a pod CREATE), `error` or `denied`.
+    /// `inject`, `skip`, `ignored` (not a pod CREATE), `error` (engine
+    /// error or unreadable pod; admitted or denied per the failure mode) or
+    /// `invalid` (not an AdmissionReview: HTTP 400; too large: HTTP 413).
     pub decision: String,
     /// Machine-readable reason: the engine's skip reason or error kind, or
-    /// `injected`, `other_resource`, `other_operation`.
+    /// `injected`, `no_change`, `other_resource`, `other_operation`,
+    /// `invalid_pod`, `engine_panic`, `bad_request`, `body_too_large`.
     pub reason: String,
 }
 
