@@ -515,6 +515,25 @@ async fn connection_limit_holds_further_clients_until_a_slot_frees() {
 }
 
 #[tokio::test]
+async fn client_that_stalls_in_the_body_gets_408() {
+    let server = TestServer::start(|c| c.body_read_timeout = Duration::from_millis(300)).await;
+    let mut tls = raw_tls(&server).await;
+    tls.write_all(
+        b"POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"apiVersion\"",
+    )
+    .await
+    .unwrap();
+    tls.flush().await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+}
+
+#[tokio::test]
 async fn client_that_never_sends_headers_is_disconnected() {
     let server = TestServer::start(|c| {
         c.conn_limits.header_read_timeout = Duration::from_millis(300);
