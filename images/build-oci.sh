@@ -68,8 +68,10 @@ build_binaries() {
     done
     log "cargo build --profile ${profile} --target ${target_triple} ${pkgs[*]}"
     (cd "${repo}" &&
+        # musl-gcc compiles ring's C code; linking stays with Rust's default
+        # (self-contained musl crt, static). musl-gcc as the linker would
+        # produce a dynamically linked PIE.
         CC_x86_64_unknown_linux_musl=musl-gcc \
-            CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER="${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_LINKER:-musl-gcc}" \
             cargo build --locked --profile "${profile}" --target "${target_triple}" "${pkgs[@]}" >&2)
 }
 

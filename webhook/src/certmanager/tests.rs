@@ -302,3 +302,21 @@ fn trust_bundle_merge() {
     assert!(!pki::bundle_contains(&a, &b));
     assert!(!pki::bundle_contains("", &b));
 }
+
+#[test]
+fn secret_data_round_trip() {
+    let m = fresh();
+    let secret = k8s_openapi::api::core::v1::Secret {
+        data: Some(super::data_from(&m)),
+        ..Default::default()
+    };
+    assert_eq!(super::material_from(&secret), m);
+    let keys: Vec<_> = secret.data.as_ref().unwrap().keys().cloned().collect();
+    assert_eq!(
+        keys,
+        ["ca-bundle.crt", "ca.crt", "ca.key", "tls.crt", "tls.key"]
+    );
+    // An empty (chart-created) Secret reads as no material.
+    let empty = k8s_openapi::api::core::v1::Secret::default();
+    assert_eq!(super::material_from(&empty), Material::default());
+}
