@@ -104,11 +104,23 @@ impl ClusterCache {
         kubeconfig: Option<&Path>,
         disabled: bool,
     ) -> Result<Self, ClusterCacheError> {
+        Ok(match Self::client(kubeconfig, disabled).await? {
+            Some(client) => Self::start(client),
+            None => Self::disconnected(),
+        })
+    }
+
+    /// The cluster client [`Self::connect`] uses: `None` with `disabled` or
+    /// when no configuration is found (both logged as warnings).
+    pub async fn client(
+        kubeconfig: Option<&Path>,
+        disabled: bool,
+    ) -> Result<Option<kube::Client>, ClusterCacheError> {
         if disabled {
             tracing::warn!(
                 "running without a cluster (--no-cluster): LimitRanges are taken as empty"
             );
-            return Ok(Self::disconnected());
+            return Ok(None);
         }
         let config = match kubeconfig {
             Some(path) => {
@@ -128,12 +140,11 @@ impl ClusterCache {
                 Ok(config) => config,
                 Err(e) => {
                     tracing::warn!(error = %e, "no kubeconfig or in-cluster configuration: LimitRanges are taken as empty");
-                    return Ok(Self::disconnected());
+                    return Ok(None);
                 }
             },
         };
-        let client = kube::Client::try_from(config)?;
-        Ok(Self::start(client))
+        Ok(Some(kube::Client::try_from(config)?))
     }
 
     /// Whether the initial list has been received (always true when

@@ -9,7 +9,7 @@ use clap::Parser;
 use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
 use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
-use kube_prestop_webhook::{inject_cmd, logging};
+use kube_prestop_webhook::{certmanager, inject_cmd, logging};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -97,9 +97,19 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let config = server_config(&args)?;
-    let cache = ClusterCache::connect(args.kubeconfig.as_deref(), args.no_cluster)
+    let client = ClusterCache::client(args.kubeconfig.as_deref(), args.no_cluster)
         .await
-        .context("cannot set up the LimitRange cache")?;
+        .context("cannot set up the cluster client")?;
+    if let Some(cert_config) = args.certs.config(&config.engine.webhook_namespace) {
+        let client = client
+            .clone()
+            .context("--self-managed-certs needs a cluster (kubeconfig or in-cluster)")?;
+        start_cert_manager(client, cert_config).await?;
+    }
+    let cache = match client {
+        Some(client) => ClusterCache::start(client),
+        None => ClusterCache::disconnected(),
+    };
     let server = Server::bind(config, cache).await?;
     // Machine-readable for scripts that start with port 0.
     println!(
@@ -109,6 +119,41 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     );
     server.run(shutdown_signal()).await;
     Ok(())
+}
+
+/// Starts the self-managed certificate controller in the background and
+/// waits until its first pass has written the serving certificate, so the
+/// server can load it. Errors of a pass are retried by the controller (with
+/// backoff, logged), so this waits as long as the API server is unreachable;
+/// the kubelet's probes bound that.
+async fn start_cert_manager(
+    client: kube::Client,
+    config: certmanager::CertManagerConfig,
+) -> anyhow::Result<()> {
+    let (status_tx, mut status_rx) = tokio::sync::watch::channel(None);
+    tracing::info!(
+        secret = %config.secret_name,
+        namespace = %config.namespace,
+        cert_dir = %config.cert_dir.display(),
+        "self-managed certificates: waiting for the first certificate"
+    );
+    let controller = tokio::spawn(certmanager::run_with_status(
+        client,
+        config,
+        status_tx,
+        std::future::pending::<()>(),
+    ));
+    tokio::select! {
+        ready = status_rx.wait_for(Option::is_some) => {
+            ready.context("certificate controller stopped")?;
+            Ok(())
+        }
+        ended = controller => match ended {
+            Ok(Ok(())) => anyhow::bail!("certificate controller stopped"),
+            Ok(Err(e)) => Err(e).context("certificate controller failed"),
+            Err(e) => Err(e).context("certificate controller crashed"),
+        },
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// Engine configuration.
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// Self-managed serving certificate (the chart's default mode).
+    #[command(flatten)]
+    pub certs: crate::certmanager::args::CertArgs,
     /// HTTPS listen address for `/mutate`, `/livez`, `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8443", env = "KUBE_PRESTOP_LISTEN_ADDR")]
     pub listen_addr: SocketAddr,
