@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         tracing::error!(panic = %info, "internal error (panic)");
     }));
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Inject(args) => inject(args),
     };
     match result {

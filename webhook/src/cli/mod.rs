@@ -34,7 +34,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the admission server (HTTPS `/mutate`, plain-HTTP `/metrics`).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Inject Pods, Jobs and CronJobs from a manifest file offline and print
     /// the result (like `istioctl kube-inject`).
     Inject(InjectArgs),
