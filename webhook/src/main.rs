@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     }));
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
-        Command::Inject(args) => inject(args),
+        Command::Inject(args) => inject(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -37,7 +37,7 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Inject Pods, Jobs and CronJobs from a manifest file offline and print
     /// the result (like `istioctl kube-inject`).
-    Inject(InjectArgs),
+    Inject(Box<InjectArgs>),
 }
 
 /// Logging flags, for both subcommands.
