@@ -4,9 +4,17 @@
 
 CONF="$STATE/config"
 
+# Replaces FILE with FILE.new only when the content differs: a second cluster-up
+# must not touch the files of running components (kube-proxy exits when its
+# configuration file changes).
+commit_file() {
+  local file="$1"
+  if cmp -s "$file.new" "$file"; then rm -f "$file.new"; else mv "$file.new" "$file"; fi
+}
+
 write_containerd_config() {
   mkdir -p "$CONF" "$STATE/containerd" "$STATE/cni/net.d"
-  cat >"$CONF/containerd.toml" <<EOF
+  cat >"$CONF/containerd.toml.new" <<EOF
 version = 2
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
@@ -36,6 +44,9 @@ disabled_plugins = [
   # No AppArmor in this kernel; never load profiles into the host kernel.
   disable_apparmor = true
   enable_selinux = false
+  # This machine withholds CAP_SYS_RESOURCE, so no process may lower its
+  # oom_score_adj: clamp the kubelet's -998 for sandboxes to containerd's own.
+  restrict_oom_score_adj = true
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -54,8 +65,10 @@ disabled_plugins = [
     max_conf_num = 1
 EOF
   # bridge + host-local IPAM inside the node's network namespace; no masquerade,
-  # as nothing may leave the namespace anyway.
-  cat >"$STATE/cni/net.d/10-kpt.conflist" <<EOF
+  # as nothing may leave the namespace anyway. Pods get a default route to the
+  # bridge; the node's namespace itself has none, so anything beyond the node,
+  # pod and service ranges is unreachable.
+  cat >"$STATE/cni/net.d/10-kpt.conflist.new" <<EOF
 {
   "cniVersion": "1.0.0",
   "name": "kpt-pods",
@@ -69,19 +82,22 @@ EOF
       "ipam": {
         "type": "host-local",
         "dataDir": "$STATE/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]]
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
 EOF
+  commit_file "$CONF/containerd.toml"
+  commit_file "$STATE/cni/net.d/10-kpt.conflist"
 }
 
 write_kubelet_config() {
   mkdir -p "$CONF" "$STATE/kubelet" "$STATE/pod-logs"
   : >"$CONF/resolv.conf"
-  cat >"$CONF/kubelet.yaml" <<EOF
+  cat >"$CONF/kubelet.yaml.new" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $NODE_IP
@@ -128,11 +144,12 @@ evictionHard:
 serializeImagePulls: false
 maxPods: 110
 EOF
+  commit_file "$CONF/kubelet.yaml"
 }
 
 write_kube_proxy_config() {
   mkdir -p "$CONF"
-  cat >"$CONF/kube-proxy.yaml" <<EOF
+  cat >"$CONF/kube-proxy.yaml.new" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection:
@@ -156,4 +173,5 @@ iptables:
   # Would set net.ipv4.conf.all.route_localnet.
   localhostNodePorts: false
 EOF
+  commit_file "$CONF/kube-proxy.yaml"
 }

@@ -157,6 +157,27 @@ wait_for() {
   log "$what: ok after $((SECONDS - start))s"
 }
 
+# wait_component NAME DESCRIPTION TIMEOUT CMD...: like wait_for, but gives up at
+# once, showing the end of its log, when component NAME has died.
+wait_component() {
+  local name="$1" what="$2" timeout="$3" deadline start=$SECONDS
+  shift 3
+  deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! component_running "$name"; then
+      log "$name died while waiting for $what; end of $STATE/logs/$name.log:"
+      tail -n 15 "$STATE/logs/$name.log" >&2
+      return 1
+    fi
+    if ((SECONDS >= deadline)); then
+      log "timed out after ${timeout}s waiting for $what"
+      return 1
+    fi
+    sleep 0.5
+  done
+  log "$what: ok after $((SECONDS - start))s"
+}
+
 kubectl_admin() {
   "$KUBECTL" --kubeconfig "$KUBECONFIG_HOST" "$@"
 }

@@ -44,7 +44,7 @@ start_etcd() {
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster kpt=http://127.0.0.1:2380 --log-level warn
-  wait_for "etcd healthy" 60 in_netns curl -fsS http://127.0.0.1:2379/health
+  wait_component etcd "etcd healthy" 60 in_netns curl -fsS http://127.0.0.1:2379/health
 }
 
 start_apiserver() {
@@ -67,7 +67,7 @@ start_apiserver() {
     --enable-aggregator-routing=true \
     --cert-dir="$STATE/apiserver" \
     --profiling=false
-  wait_for "kube-apiserver /readyz" 180 \
+  wait_component kube-apiserver "kube-apiserver /readyz" 180 \
     in_netns curl -fsS --cacert "$PKI/ca.crt" "https://$NODE_IP:6443/readyz"
 }
 
@@ -102,16 +102,40 @@ start_controllers() {
 start_containerd() {
   write_containerd_config
   start_component containerd containerd --config "$CONF/containerd.toml"
-  wait_for "containerd" 60 ctr --address "$CONTAINERD_SOCK" version
+  wait_component containerd "containerd" 60 ctr --address "$CONTAINERD_SOCK" version
+}
+
+# The kubelet requires its cgroupRoot to exist in every v1 hierarchy. These are
+# the harness's own cgroups, removed again by cluster-down; nothing else is touched.
+make_cgroup_root() {
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    h="${h%/}"
+    [[ "$h" == */unified ]] && continue
+    [[ -f "$h/cgroup.procs" ]] || continue
+    mkdir -p "$h$CGROUP_ROOT"
+    # A new v1 cpuset starts with no CPUs and memory nodes; give it the parent's.
+    if [[ -f "$h/cpuset.cpus" && -z "$(cat "$h$CGROUP_ROOT/cpuset.cpus")" ]]; then
+      cat "$h/cpuset.cpus" >"$h$CGROUP_ROOT/cpuset.cpus"
+      cat "$h/cpuset.mems" >"$h$CGROUP_ROOT/cpuset.mems"
+    fi
+  done
 }
 
 start_node() {
+  make_cgroup_root
   write_kubelet_config
   write_kube_proxy_config
   start_component kubelet "$K8S_BIN/kubelet" --config="$CONF/kubelet.yaml" \
     --kubeconfig="$PKI/kubelet.kubeconfig" --root-dir="$STATE/kubelet" \
     --cert-dir="$STATE/kubelet/pki" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP"
   start_component kube-proxy "$K8S_BIN/kube-proxy" --config="$CONF/kube-proxy.yaml"
+}
+
+wait_node() {
+  wait_component kubelet "node $NODE_NAME Ready" 180 node_ready
+  wait_component kube-proxy "kube-proxy healthy" 60 \
+    in_netns curl -fsS http://127.0.0.1:10256/healthz
 }
 
 node_ready() {
@@ -141,7 +165,7 @@ main() {
   start_api_forwarder
   start_controllers
   start_node
-  wait_for "node $NODE_NAME Ready" 180 node_ready
+  wait_node
   wait_for "default ServiceAccount" 120 kubectl_admin -n default get serviceaccount default
   write_env
   log "cluster ready in $((SECONDS - start))s"
