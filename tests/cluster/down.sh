@@ -110,11 +110,11 @@ main() {
   stop_component kubelet 30
   kill_tasks
   stop_component containerd 30
-  sweep_leftovers
   local c
   for c in kube-controller-manager kube-scheduler api-forward-host api-forward-node kube-apiserver etcd; do
     stop_component "$c" 30
   done
+  # Container shims and processes outlive containerd by design.
   sweep_leftovers
   unmount_state
   teardown_namespaces

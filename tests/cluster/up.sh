@@ -143,10 +143,15 @@ node_ready() {
     -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
 }
 
+# For scripts and tests: `source /var/lib/kube-prestop/cluster/env.sh`.
 write_env() {
+  mkdir -p "$STATE/hostpath"
   cat >"$STATE/env.sh" <<EOF
 export KUBECONFIG=$KUBECONFIG_HOST
 export PATH=$K8S_BIN:\$PATH
+# A directory on the node for hostPath volumes that tests read from the host.
+export KUBE_PRESTOP_NODE_HOSTPATH=$STATE/hostpath
+export KUBE_PRESTOP_TEST_IMAGE=$BUSYBOX_IMAGE
 EOF
 }
 
