@@ -38,6 +38,9 @@ cluster-check-clean: ## Verify that nothing of the harness is left (after cluste
 
 ##@ Tests
 
+CLUSTER_ENV := /var/lib/kube-prestop/cluster/env.sh
+
 .PHONY: e2e
 e2e: ## Run the Rust e2e tests against the running cluster
-	source /var/lib/kube-prestop/cluster/env.sh && cargo test -p kube-prestop-e2e -- --test-threads=1
+	@test -f $(CLUSTER_ENV) || { echo "no cluster: run make cluster-up" >&2; exit 1; }
+	source $(CLUSTER_ENV) && cargo test -p kube-prestop-e2e -- --test-threads=1

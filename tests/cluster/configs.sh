@@ -122,6 +122,10 @@ cgroupDriver: cgroupfs
 cgroupRoot: $CGROUP_ROOT
 cgroupsPerQOS: true
 enforceNodeAllocatable: [pods]
+# Not enforced on any system cgroup; only lowers the pods' total memory limit
+# (the kubepods cgroup), so that tests cannot starve the machine's other work.
+systemReserved:
+  memory: 12Gi
 failCgroupV1: false
 failSwapOn: false
 # Read the kernel tunables, never write them (see namespaces.sh).

@@ -151,7 +151,7 @@ export KUBECONFIG=$KUBECONFIG_HOST
 export PATH=$K8S_BIN:\$PATH
 # A directory on the node for hostPath volumes that tests read from the host.
 export KUBE_PRESTOP_NODE_HOSTPATH=$STATE/hostpath
-export KUBE_PRESTOP_TEST_IMAGE=$BUSYBOX_IMAGE
+export KUBE_PRESTOP_E2E_IMAGE=$BUSYBOX_IMAGE
 EOF
 }
 
