@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The chart on a real cluster, self-managed certificates (the default):
+#   helm install into a fresh namespace that enforces Pod Security
+#   "restricted" -> rollout succeeds (probes on the HTTPS health endpoints
+#   pass, so the webhook made its certificate with only the chart's RBAC)
+#   -> the Secret holds the CA and certificate, caBundle of the webhook
+#   configuration equals the Secret's bundle -> an overwritten caBundle is
+#   repaired -> helm upgrade keeps the same certificate -> helm uninstall
+#   leaves no Secret, webhook configuration, ClusterRole or binding behind.
+#
+#   KUBECONFIG=... tests/chart/install-check.sh
+#
+# Needs the images localhost/kube-prestop/{webhook,sidecar}:<appVersion> in
+# the cluster's containerd (images/build-oci.sh, then ctr images import), and
+# kubectl on PATH or in $KUBECTL. Uses release and namespace
+# kube-prestop-chart-check (override with CHECK_NAMESPACE).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+chart="${here}/../../charts/kube-prestop"
+# shellcheck source=./tools.sh
+source "${here}/tools.sh"
+chart_tools_install
+kubectl="${KUBECTL:-kubectl}"
+ns="${CHECK_NAMESPACE:-kube-prestop-chart-check}"
+release="${ns}"
+name="${release}"
+[[ "${release}" == *kube-prestop* ]] || name="${release}-kube-prestop"
+
+passed=0
+failed=0
+pass() { passed=$((passed + 1)); printf 'ok    %s\n' "$1"; }
+fail() { failed=$((failed + 1)); printf 'FAIL  %s\n' "$1"; }
+k() { "${kubectl}" "$@"; }
+
+cleanup() {
+    "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null 2>&1 || true
+    k delete namespace "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+k create namespace "${ns}" >/dev/null
+k label namespace "${ns}" pod-security.kubernetes.io/enforce=restricted \
+    pod-security.kubernetes.io/enforce-version=latest >/dev/null
+
+if "${HELM}" install "${release}" "${chart}" -n "${ns}" --wait --timeout 180s >/dev/null; then
+    pass "helm install --wait (rollout under Pod Security restricted)"
+else
+    k -n "${ns}" get pods,events 2>&1 | tail -20
+    k -n "${ns}" logs -l app.kubernetes.io/instance="${release}" --tail=30 2>&1 | tail -30
+    fail "helm install --wait"
+fi
+
+secret_key() { k -n "${ns}" get secret "${name}-tls" -o "jsonpath={.data.$1}"; }
+bundle="$(secret_key 'ca-bundle\.crt')"
+crt="$(secret_key 'tls\.crt')"
+if [[ -n "${bundle}" && -n "${crt}" ]]; then
+    pass "Secret ${name}-tls holds the CA bundle and serving certificate"
+else
+    fail "Secret ${name}-tls is empty"
+fi
+live="$(k get mutatingwebhookconfiguration "${name}" -o 'jsonpath={.webhooks[*].clientConfig.caBundle}')"
+if [[ -n "${bundle}" && "${live}" == "${bundle}" ]]; then
+    pass "caBundle equals the Secret's bundle"
+else
+    fail "caBundle differs from the Secret's bundle"
+fi
+
+# Overwrite caBundle; the webhook repairs it within its check interval.
+k patch mutatingwebhookconfiguration "${name}" --type=json \
+    -p '[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":"Zm9v"}]' >/dev/null
+repaired=""
+for _ in $(seq 1 45); do
+    sleep 2
+    live="$(k get mutatingwebhookconfiguration "${name}" -o 'jsonpath={.webhooks[0].clientConfig.caBundle}')"
+    if [[ "${live}" == "${bundle}" ]]; then
+        repaired=yes
+        break
+    fi
+done
+if [[ -n "${repaired}" ]]; then pass "overwritten caBundle repaired"; else fail "caBundle not repaired in 90 s"; fi
+
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s --set server.logLevel=debug >/dev/null &&
+    [[ "$(secret_key 'tls\.crt')" == "${crt}" ]] &&
+    [[ "$(k get mutatingwebhookconfiguration "${name}" -o 'jsonpath={.webhooks[0].clientConfig.caBundle}')" == "${bundle}" ]]; then
+    pass "helm upgrade keeps the certificate and caBundle"
+else
+    fail "helm upgrade changed the certificate or caBundle"
+fi
+
+if "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null; then
+    left="$(k get secret "${name}-tls" -n "${ns}" --ignore-not-found -o name
+        k get mutatingwebhookconfiguration "${name}" --ignore-not-found -o name
+        k get clusterrole,clusterrolebinding "${name}" --ignore-not-found -o name)"
+    if [[ -z "${left}" ]]; then pass "helm uninstall leaves nothing behind"; else fail "left behind: ${left}"; fi
+else
+    fail "helm uninstall"
+fi
+
+printf '\nchart install: %d passed, %d failed\n' "${passed}" "${failed}"
+[[ "${failed}" -eq 0 ]]
