@@ -14,7 +14,11 @@
 //! parentless processes the runtime may still be setting up.
 
 use std::collections::HashMap;
-use std::io;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -82,34 +86,90 @@ pub fn find_oldest(proc_root: &Path, mount_point: &str) -> io::Result<Option<Ins
     Ok(best)
 }
 
-/// How long a parentless process without the mount is re-checked on every
-/// tick: the runtime makes the container's mounts within milliseconds of
-/// creating its process.
-const PENDING_FAST: Duration = Duration::from_secs(2);
-/// After [`PENDING_FAST`], re-check at this interval ...
-const PENDING_SLOW_INTERVAL: Duration = Duration::from_millis(100);
-/// ... until this age; then the process is taken to be another container's.
+/// A parentless process without the identifying mount is watched for
+/// mount-table changes until it is this old (by its start time); then it is
+/// taken to be another container's. The runtime makes a container's mounts
+/// within milliseconds of creating its process.
 const PENDING_GIVE_UP: Duration = Duration::from_secs(60);
+/// A pending process's mountinfo is also opened afresh at this interval, in
+/// case it moved to another mount namespace after we first opened it.
+const PENDING_FRESH_INTERVAL: Duration = Duration::from_millis(100);
 
-#[derive(Debug, Clone, Copy)]
+/// Environment variable that, when set, makes the scanner log every
+/// classification (troubleshooting a container that is not found).
+pub const DEBUG_ENV: &str = "KUBE_PRESTOP_DEBUG";
+
+#[derive(Debug)]
 enum Class {
-    /// Has a parent inside the namespace, predates the floor, or gave up.
+    /// Has a parent inside the namespace, or never got the mount.
     NotOurs,
-    /// Parentless, no identifying mount yet.
-    Pending { first_seen: Instant, next: Instant },
-    /// Parentless with the identifying mount.
-    Match,
+    /// Parentless, no identifying mount yet, young. Holds its mountinfo open
+    /// (polled for `POLLPRI`: the kernel signals every mount-table change of
+    /// that namespace) and a pidfd (polled for its exit). Because the open
+    /// mountinfo keeps the namespace alive, it can still be read after the
+    /// process died: a container that got its mount and exited between two
+    /// looks is still recognised.
+    Pending {
+        hold: File,
+        pidfd: Option<OwnedFd>,
+        dirty: bool,
+        next_fresh: Instant,
+    },
+    /// Parentless with the identifying mount (its ID), holding the
+    /// process's mountinfo open (and so its mount namespace alive).
+    Match { mount_id: u64, hold: File },
+    /// Shares the identifying mount (same mount ID) with an instance that
+    /// already exited: a process exec'd into that container which outlived
+    /// it, never a new instance.
+    Leftover,
+}
+
+/// An exited instance's identifying mount, kept allocated (the namespace
+/// is held through an open mountinfo) so that its ID cannot be reused by the
+/// next instance while processes of the old instance remain.
+#[derive(Debug)]
+struct Retired {
+    mount_id: u64,
+    _hold: File,
+    listed_since: bool,
 }
 
 /// Incremental search for the container process (see the module docs).
+///
+/// Telling a new instance from a leftover of the previous one: a process
+/// exec'd into the old container (a `kubectl exec` shell the runtime has not
+/// killed yet) is in the old instance's mount namespace, so it shows the old
+/// identifying mount's *mount ID*; a new instance has a fresh mount
+/// namespace and a fresh mount. Mount IDs are reused only after a mount is
+/// gone, which [`Scanner::retire`] prevents by holding the old namespace
+/// until no leftover remains. (Comparing start times with the exit time is
+/// not enough: the next instance may start before the exit is observed.)
 #[derive(Debug)]
 pub struct Scanner {
     proc_root: PathBuf,
     mount_point: String,
+    hz: u64,
     last_pid: Option<LastPid>,
     seen_last_pid: Option<u64>,
     known: HashMap<i32, (u64, Class)>,
-    floor: u64,
+    retired: Vec<Retired>,
+    own_pid: i32,
+    debug: bool,
+}
+
+fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
+    let mut fds = [PollFd::new(fd, events)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(events | PollFlags::POLLERR))
+}
+
+fn reread(hold: &mut File, mount_point: &str) -> Option<u64> {
+    let mut content = String::new();
+    hold.seek(SeekFrom::Start(0)).ok()?;
+    hold.read_to_string(&mut content).ok()?;
+    procfs::mountinfo_find_mount_point(&content, mount_point)
 }
 
 impl Scanner {
@@ -118,86 +178,175 @@ impl Scanner {
         Self {
             proc_root: proc_root.to_owned(),
             mount_point,
+            hz: procfs::clock_ticks_per_second(),
             last_pid: LastPid::open(proc_root).ok(),
             seen_last_pid: None,
             known: HashMap::new(),
-            floor: 0,
+            retired: Vec::new(),
+            own_pid: std::process::id() as i32,
+            debug: std::env::var_os(DEBUG_ENV).is_some(),
         }
     }
 
-    /// Ignore processes that started before `ticks` (clock ticks since boot).
-    /// Set to the time an instance's exit was observed, so that processes
-    /// left over from it (a `kubectl exec` still running) are never taken
-    /// for the next instance. Also forgets everything cached.
-    pub fn set_floor(&mut self, ticks: u64) {
-        self.floor = self.floor.max(ticks);
-        self.reset();
-    }
-
     /// Forgets all cached classifications (after a long pause PIDs may have
-    /// been reused).
+    /// been reused); exited instances stay retired.
     pub fn reset(&mut self) {
         self.known.clear();
         self.seen_last_pid = None;
     }
 
-    /// Forgets one process (it turned out to be gone when attached).
+    /// `inst` exited: from now on processes sharing its identifying mount are
+    /// leftovers, not instances. Also [`Scanner::reset`]s.
+    pub fn retire(&mut self, inst: Instance) {
+        if let Some((start, Class::Match { mount_id, hold })) = self.known.remove(&inst.pid)
+            && start == inst.start_time
+        {
+            self.retired.push(Retired {
+                mount_id,
+                _hold: hold,
+                listed_since: false,
+            });
+        }
+        self.reset();
+    }
+
+    /// Forgets one process.
     pub fn forget(&mut self, pid: i32) {
         self.known.remove(&pid);
     }
 
-    /// Whether some process is in its fast re-check phase, so the caller
-    /// should tick faster than its idle rate.
-    pub fn has_fast_pending(&self, now: Instant) -> bool {
-        self.known.values().any(
-            |(_, c)| matches!(c, Class::Pending { first_seen, .. } if now.duration_since(*first_seen) < PENDING_FAST),
-        )
+    /// How many exited instances' mounts are still held (tests, logs).
+    pub fn retired_count(&self) -> usize {
+        self.retired.len()
     }
 
-    fn classify(
-        &self,
-        pid: i32,
-        start: u64,
-        ppid: i32,
-        now: Instant,
-        first_seen: Option<Instant>,
-    ) -> Option<Class> {
-        if ppid != 0 || start < self.floor {
-            return Some(Class::NotOurs);
-        }
-        match procfs::has_mount_point(&self.proc_root, pid, &self.mount_point) {
-            Ok(true) => Some(Class::Match),
-            Ok(false) | Err(ProcError::Malformed(_)) | Err(ProcError::Io { .. }) => {
-                let first_seen = first_seen.unwrap_or(now);
-                let age = now.duration_since(first_seen);
-                if age >= PENDING_GIVE_UP {
-                    Some(Class::NotOurs)
-                } else if age >= PENDING_FAST {
-                    Some(Class::Pending {
-                        first_seen,
-                        next: now + PENDING_SLOW_INTERVAL,
-                    })
-                } else {
-                    Some(Class::Pending {
-                        first_seen,
-                        next: now,
-                    })
+    /// File descriptors to add to the caller's `poll` while searching, with
+    /// the PID each belongs to: pending processes' mountinfo (`POLLPRI`) and
+    /// pidfds (`POLLIN`). Pass the PIDs whose descriptors fired to
+    /// [`Scanner::note_events`]: polling consumes the mountinfo event.
+    pub fn wait_fds(&self) -> Vec<(i32, BorrowedFd<'_>, PollFlags)> {
+        let mut v = Vec::new();
+        for (pid, (_, c)) in &self.known {
+            if let Class::Pending { hold, pidfd, .. } = c {
+                v.push((*pid, hold.as_fd(), PollFlags::POLLPRI));
+                if let Some(p) = pidfd {
+                    v.push((*pid, p.as_fd(), PollFlags::POLLIN));
                 }
             }
+        }
+        v
+    }
+
+    /// Marks pending processes whose descriptors fired in the caller's poll.
+    pub fn note_events(&mut self, pids: &[i32]) {
+        for pid in pids {
+            if let Some((_, Class::Pending { dirty, .. })) = self.known.get_mut(pid) {
+                *dirty = true;
+            }
+        }
+    }
+
+    fn age(&self, start: u64) -> Duration {
+        let now = procfs::now_ticks();
+        Duration::from_millis(now.saturating_sub(start) * 1000 / self.hz.max(1))
+    }
+
+    fn matched(&self, mount_id: u64, hold: File) -> Class {
+        if self.retired.iter().any(|r| r.mount_id == mount_id) {
+            Class::Leftover
+        } else {
+            Class::Match { mount_id, hold }
+        }
+    }
+
+    fn classify(&self, pid: i32, start: u64, ppid: i32, now: Instant) -> Option<Class> {
+        if ppid != 0 || pid == self.own_pid {
+            return Some(Class::NotOurs);
+        }
+        match procfs::open_mountinfo(&self.proc_root, pid, &self.mount_point) {
+            Ok((Some(mount_id), hold)) => Some(self.matched(mount_id, hold)),
+            Ok((None, hold)) => {
+                if self.age(start) >= PENDING_GIVE_UP {
+                    return Some(Class::NotOurs);
+                }
+                let pidfd = procfs::pidfd_open(pid).ok();
+                // The start time read after pidfd_open proves the pidfd is this process's.
+                match procfs::read_stat(&self.proc_root, pid) {
+                    Ok(s) if s.start_time == start => Some(Class::Pending {
+                        hold,
+                        pidfd,
+                        dirty: false,
+                        next_fresh: now + PENDING_FRESH_INTERVAL,
+                    }),
+                    _ => None,
+                }
+            }
+            Err(ProcError::Malformed(_)) | Err(ProcError::Io { .. }) => Some(Class::NotOurs),
             Err(ProcError::Gone) => None,
         }
     }
 
+    /// Re-examines a pending process; `None` removes it.
+    fn recheck(&self, pid: i32, start: u64, class: Class, now: Instant) -> Option<Class> {
+        let Class::Pending {
+            mut hold,
+            pidfd,
+            dirty,
+            next_fresh,
+        } = class
+        else {
+            return Some(class);
+        };
+        let changed = dirty || poll_now(hold.as_fd(), PollFlags::POLLPRI);
+        let dead = pidfd
+            .as_ref()
+            .is_none_or(|p| poll_now(p.as_fd(), PollFlags::POLLIN));
+        if changed || dead {
+            // After the process died this still reads its (held) namespace.
+            let found = reread(&mut hold, &self.mount_point);
+            if self.debug {
+                crate::log!(
+                    "debug: reread pid={pid} changed={changed} dead={dead} found={found:?}"
+                );
+            }
+            if let Some(mount_id) = found {
+                return Some(self.matched(mount_id, hold));
+            }
+            if dead {
+                return None;
+            }
+        }
+        if now >= next_fresh {
+            return match procfs::read_stat(&self.proc_root, pid) {
+                Ok(s) if s.start_time == start && s.state != b'Z' => {
+                    self.classify(pid, start, s.ppid, now)
+                }
+                _ => None,
+            };
+        }
+        Some(Class::Pending {
+            hold,
+            pidfd,
+            dirty: false,
+            next_fresh,
+        })
+    }
+
     /// One tick: notice new processes, re-check pending ones, and return the
-    /// oldest match (not yet verified alive: attach with a pidfd and check the
-    /// start time again).
+    /// oldest match. A match may already have exited (a container that lived
+    /// only milliseconds): attach with a pidfd and check the start time again.
     pub fn step(&mut self, now: Instant) -> io::Result<Option<Instance>> {
         let last = self.last_pid.as_mut().and_then(|l| l.read().ok());
         if last.is_none() || last != self.seen_last_pid {
             self.seen_last_pid = last;
             let pids = procfs::list_pids(&self.proc_root)?;
+            if self.debug {
+                crate::log!("debug: listing last_pid={last:?} pids={pids:?}");
+            }
             let live: std::collections::HashSet<i32> = pids.iter().copied().collect();
-            self.known.retain(|pid, _| live.contains(pid));
+            // Pending processes that vanished are re-checked (post mortem) below.
+            self.known
+                .retain(|pid, (_, c)| live.contains(pid) || matches!(c, Class::Pending { .. }));
             for pid in pids {
                 if self.known.contains_key(&pid) {
                     continue;
@@ -208,43 +357,63 @@ impl Scanner {
                 if stat.state == b'Z' {
                     continue;
                 }
-                if let Some(class) = self.classify(pid, stat.start_time, stat.ppid, now, None) {
+                if let Some(class) = self.classify(pid, stat.start_time, stat.ppid, now) {
+                    if self.debug {
+                        crate::log!(
+                            "debug: new pid={pid} ppid={} start={} class={class:?}",
+                            stat.ppid,
+                            stat.start_time
+                        );
+                    }
                     self.known.insert(pid, (stat.start_time, class));
                 }
             }
+            for r in &mut self.retired {
+                r.listed_since = true;
+            }
         }
-        // Re-check pending processes that are due.
-        let due: Vec<(i32, u64, Instant)> = self
+        // Re-check pending processes, and whether leftovers still live.
+        let due: Vec<i32> = self
             .known
             .iter()
-            .filter_map(|(pid, (start, c))| match c {
-                Class::Pending { first_seen, next } if *next <= now => {
-                    Some((*pid, *start, *first_seen))
-                }
-                _ => None,
-            })
+            .filter(|(_, (_, c))| matches!(c, Class::Pending { .. } | Class::Leftover))
+            .map(|(pid, _)| *pid)
             .collect();
-        for (pid, start, first_seen) in due {
-            match procfs::read_stat(&self.proc_root, pid) {
-                Ok(s) if s.start_time == start && s.state != b'Z' => {
-                    match self.classify(pid, start, s.ppid, now, Some(first_seen)) {
-                        Some(c) => {
-                            self.known.insert(pid, (start, c));
-                        }
-                        None => {
-                            self.known.remove(&pid);
-                        }
-                    }
+        for pid in due {
+            let Some((start, class)) = self.known.remove(&pid) else {
+                continue;
+            };
+            let next = if matches!(class, Class::Leftover) {
+                match procfs::read_stat(&self.proc_root, pid) {
+                    Ok(s) if s.start_time == start && s.state != b'Z' => Some(class),
+                    _ => None,
                 }
-                _ => {
-                    self.known.remove(&pid);
+            } else {
+                self.recheck(pid, start, class, now)
+            };
+            if self.debug {
+                match &next {
+                    Some(Class::Pending { .. }) => {}
+                    other => crate::log!("debug: recheck pid={pid} class={other:?}"),
                 }
             }
+            if let Some(c) = next {
+                self.known.insert(pid, (start, c));
+            }
+        }
+        // Release retired mounts once a full listing found no leftover.
+        if self.retired.iter().any(|r| r.listed_since)
+            && !self
+                .known
+                .values()
+                .any(|(_, c)| matches!(c, Class::Leftover))
+        {
+            self.retired.retain(|r| !r.listed_since);
         }
         Ok(self
             .known
             .iter()
-            .filter(|(_, (start, c))| matches!(c, Class::Match) && *start >= self.floor)
+            .filter(|(_, (_, c))| matches!(c, Class::Match { .. }))
             .map(|(pid, (start, _))| Instance {
                 pid: *pid,
                 start_time: *start,

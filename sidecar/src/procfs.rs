@@ -132,34 +132,60 @@ pub fn unescape_mount_path(raw: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Whether mountinfo `content` has a mount whose mount point (field 5) is
-/// `mount_point`, or ends with it after a `/`. The suffix form matches a
-/// container process that the runtime is still setting up: its mounts are
-/// made under the root file system's host path (`.../rootfs/.kube-prestop-id/X`)
-/// before `pivot_root`, which makes them `/.kube-prestop-id/X`. Only processes
-/// in the pod's PID namespace are ever looked at, and no other container of
-/// the pod mounts anything at that path.
-pub fn mountinfo_has_mount_point(content: &str, mount_point: &str) -> bool {
+/// The mount ID (field 1) of the mount in mountinfo `content` whose mount
+/// point (field 5) is `mount_point`, or ends with it after a `/`; `None` if
+/// there is none. The suffix form matches a container process that the
+/// runtime is still setting up: its mounts are made under the root file
+/// system's host path (`.../rootfs/.kube-prestop-id/X`) before `pivot_root`
+/// makes them `/.kube-prestop-id/X`. Only processes in the pod's PID
+/// namespace are ever looked at, and no other container of the pod mounts
+/// anything at that path.
+///
+/// Mount IDs are unique among live mounts; an ID is reused only after its
+/// mount is gone, i.e. after every mount namespace holding it is gone.
+pub fn mountinfo_find_mount_point(content: &str, mount_point: &str) -> Option<u64> {
     let mount_point = mount_point.trim_end_matches('/');
-    content.lines().any(|line| {
-        let Some(field) = line.split(' ').nth(4) else {
-            return false;
-        };
-        let mp = unescape_mount_path(field);
-        mp == mount_point
+    content.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let id = fields.next()?.parse().ok()?;
+        let mp = unescape_mount_path(fields.nth(3)?);
+        let hit = mp == mount_point
             || (mp.len() > mount_point.len()
                 && mp.ends_with(mount_point)
                 && (mount_point.starts_with('/')
-                    || mp.as_bytes()[mp.len() - mount_point.len() - 1] == b'/'))
+                    || mp.as_bytes()[mp.len() - mount_point.len() - 1] == b'/'));
+        hit.then_some(id)
     })
+}
+
+/// Whether mountinfo `content` has `mount_point` as
+/// [`mountinfo_find_mount_point`] matches it.
+pub fn mountinfo_has_mount_point(content: &str, mount_point: &str) -> bool {
+    mountinfo_find_mount_point(content, mount_point).is_some()
 }
 
 /// Reads `<proc>/<pid>/mountinfo` and looks for `mount_point` as
 /// [`mountinfo_has_mount_point`] does.
 pub fn has_mount_point(proc_root: &Path, pid: i32, mount_point: &str) -> Result<bool, ProcError> {
+    Ok(open_mountinfo(proc_root, pid, mount_point)?.0.is_some())
+}
+
+/// Opens `<proc>/<pid>/mountinfo` and looks for `mount_point`. Returns the
+/// mount ID found (if any) and the open file: while it stays open it holds a
+/// reference to the process's mount namespace (procfs takes one at open), so
+/// the namespace's mounts, and thus their IDs, stay allocated even after the
+/// process exits.
+pub fn open_mountinfo(
+    proc_root: &Path,
+    pid: i32,
+    mount_point: &str,
+) -> Result<(Option<u64>, File), ProcError> {
     let path = proc_root.join(pid.to_string()).join("mountinfo");
-    let content = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
-    Ok(mountinfo_has_mount_point(&content, mount_point))
+    let mut f = File::open(&path).map_err(|e| io_err(&path, e))?;
+    let mut content = String::new();
+    f.read_to_string(&mut content)
+        .map_err(|e| io_err(&path, e))?;
+    Ok((mountinfo_find_mount_point(&content, mount_point), f))
 }
 
 /// An open `/proc/loadavg`, re-read with `pread` to learn the last PID the
@@ -198,6 +224,22 @@ pub fn parse_loadavg_last_pid(content: &[u8]) -> Option<u64> {
         .nth(4)?
         .parse()
         .ok()
+}
+
+/// Opens a pidfd for `pid` (`pidfd_open(2)`, Linux 5.3; allowed by the
+/// default container seccomp profile and needs no ptrace permission).
+/// Polling it for `POLLIN` reports the process's exit even though it is not
+/// our child. `ESRCH`: no such process.
+pub fn pidfd_open(pid: i32) -> Result<std::os::fd::OwnedFd, nix::errno::Errno> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain system call with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if r < 0 {
+        Err(nix::errno::Errno::last())
+    } else {
+        // SAFETY: the kernel returned a new file descriptor that we own.
+        Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(r as i32) })
+    }
 }
 
 /// Clock ticks per second for [`Stat::start_time`] (`sysconf(_SC_CLK_TCK)`, 100 on Linux).
@@ -279,6 +321,14 @@ mod tests {
             "/.kube-prestop-id/main"
         ));
         assert!(!mountinfo_has_mount_point("garbage", "/x"));
+        assert_eq!(
+            mountinfo_find_mount_point(mi, "/.kube-prestop-id/main"),
+            Some(30)
+        );
+        assert_eq!(
+            mountinfo_find_mount_point(pre_pivot, "/.kube-prestop-id/main"),
+            Some(40)
+        );
         assert_eq!(unescape_mount_path("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape_mount_path("trail\\04"), "trail\\04");
     }

@@ -4,9 +4,10 @@
 //! and, while the watched container runs, a pidfd of its process. While the
 //! container runs and no hook runs, the loop sleeps in `ppoll` with no
 //! timeout: no periodic wake-ups. While the container is absent, it ticks
-//! every [`TICK`] (every [`FAST_TICK`] while a freshly created parentless
-//! process is being set up by the runtime) to find the next instance; a tick
-//! costs one `pread` of `/proc/loadavg` when no process was created.
+//! every [`TICK`] to notice new processes (a tick costs one `pread` of
+//! `/proc/loadavg` when no process was created), and also wakes on the
+//! mount-table changes and exits of new parentless processes that may be the
+//! container being set up (see [`crate::finder::Scanner`]).
 //!
 //! Per instance (see [`crate::contract`] for the files):
 //! 1. found: `seen-<id>` is written, a pidfd is held;
@@ -27,7 +28,7 @@
 //! native sidecar that exits): every error is logged and waited out.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -46,9 +47,6 @@ use crate::{contract, log};
 
 /// Search interval while the container is absent.
 pub const TICK: Duration = Duration::from_millis(1);
-/// Search interval while a new parentless process may still be getting its
-/// mounts from the runtime (its mountinfo is re-read every tick).
-pub const FAST_TICK: Duration = Duration::from_micros(250);
 /// Liveness check interval when the kernel has no `pidfd_open` (< 5.3).
 const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
 
@@ -65,20 +63,7 @@ pub struct WatchConfig {
     pub grace_seconds: Option<u64>,
 }
 
-/// Opens a pidfd for `pid` (`pidfd_open(2)`, Linux 5.3; allowed by the
-/// default container seccomp profile and needs no ptrace permission).
-/// Polling it for `POLLIN` reports the process's exit even though it is not
-/// our child.
-pub fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
-    // SAFETY: plain system call with integer arguments.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if r < 0 {
-        Err(Errno::last())
-    } else {
-        // SAFETY: the kernel returned a new file descriptor that we own.
-        Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
-    }
-}
+pub use crate::procfs::pidfd_open;
 
 #[derive(Debug)]
 struct Watched {
@@ -207,11 +192,7 @@ impl Watcher {
             if self.terminating.is_none() {
                 match &self.watched {
                     None => {
-                        min_to(if self.scanner.has_fast_pending(now) {
-                            FAST_TICK
-                        } else {
-                            TICK
-                        });
+                        min_to(TICK);
                         if now >= self.next_wait_log {
                             log!(
                                 "still waiting for container={} to appear waited={}",
@@ -230,10 +211,18 @@ impl Watcher {
                     min_to(self.arm_retry_at.saturating_duration_since(now));
                 }
             }
-            let (sig_ready, x_ready) = {
+            let (sig_ready, x_ready, fired) = {
                 let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+                let mut pending_pids = Vec::new();
                 if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                } else if self.watched.is_none() && self.terminating.is_none() {
+                    // Placeholder keeps index 1 for the watched pidfd.
+                    fds.push(PollFd::new(sfd.as_fd(), PollFlags::empty()));
+                    for (pid, fd, ev) in self.scanner.wait_fds() {
+                        pending_pids.push(pid);
+                        fds.push(PollFd::new(fd, ev));
+                    }
                 }
                 match ppoll(&mut fds, timeout.map(TimeSpec::from_duration), None) {
                     Ok(_) | Err(Errno::EINTR) => {}
@@ -243,8 +232,21 @@ impl Watcher {
                     }
                 }
                 let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+                let fired: Vec<i32> = pending_pids
+                    .iter()
+                    .zip(fds.iter().skip(2))
+                    .filter(|(_, f)| ready(f))
+                    .map(|(p, _)| *p)
+                    .collect();
+                (
+                    ready(&fds[0]),
+                    self.watched.is_some() && fds.get(1).is_some_and(ready),
+                    fired,
+                )
             };
+            if !fired.is_empty() {
+                self.scanner.note_events(&fired);
+            }
             let x_gone = x_ready
                 || matches!(&self.watched, Some(Watched { pidfd: None, instance, .. })
                     if !instance.is_alive(&self.cfg.proc_root));
@@ -298,19 +300,12 @@ impl Watcher {
             }
         };
         let groups = state::group_by_instance(&self.store, &names);
-        let mut floor = 0u64;
         let mut jobs = Vec::new();
         for (id, r) in &groups {
             let Some(inst) = Instance::from_id(id) else {
                 continue;
             };
             if r.done {
-                if let Some(t) = self.store.read(&contract::done_file(id)).and_then(|m| {
-                    m.get("exit_observed_ticks")
-                        .and_then(|v| v.parse::<u64>().ok())
-                }) {
-                    floor = floor.max(t);
-                }
                 continue;
             }
             if inst.is_alive(&self.cfg.proc_root) {
@@ -365,7 +360,6 @@ impl Watcher {
         }
         jobs.sort_by_key(|j| j.instance.start_time);
         self.queue.extend(jobs);
-        self.scanner.set_floor(floor);
     }
 
     fn search(&mut self, now: Instant) {
@@ -410,7 +404,6 @@ impl Watcher {
         // The start time read after pidfd_open proves the pidfd is this
         // instance's (the PID was not reused in between).
         if !inst.is_alive(&self.cfg.proc_root) {
-            self.scanner.forget(inst.pid);
             log!(
                 "found container={} instance={id} pid={} after {waited}, already exited",
                 self.c(),
@@ -444,7 +437,7 @@ impl Watcher {
     }
 
     fn instance_exited(&mut self, inst: Instance, exit_ticks: u64) {
-        self.scanner.set_floor(exit_ticks);
+        self.scanner.retire(inst);
         self.searching_since = Instant::now();
         self.wait_log_interval = Duration::from_secs(10);
         self.next_wait_log = self.searching_since + self.wait_log_interval;

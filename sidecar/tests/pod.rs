@@ -323,6 +323,8 @@ fn hook_process_group_is_cleaned_up() {
     // bg holds the PID inside the pod; the process must be gone (killed and reaped).
     let bg: i32 = pod.lines("bg")[0].parse().unwrap();
     let proc_in_pod = format!("/proc/{}/root/proc/{bg}/stat", pod.init);
+    // Positive control: the pod's /proc is reachable that way.
+    assert!(fs::read_to_string(format!("/proc/{}/root/proc/1/stat", pod.init)).is_ok());
     wait_for("the hook's background child to be gone", T, || {
         fs::read_to_string(&proc_in_pod).is_err()
     });

@@ -5,11 +5,14 @@
 //! - the sidecar is started with `nsenter --target INIT --pid --mount`, so, like
 //!   a container's first process, its parent (nsenter) is outside the PID
 //!   namespace and it sees parent PID 0;
-//! - a "main container" is started the same way, then `unshare --mount` gives
-//!   it its own mount namespace where it bind-mounts a directory at the
-//!   identifying mount point `<id-root>/main`, like the runtime does for the
-//!   `id/main` subPath. Like `runc create`, it then waits (on a FIFO, runc's
-//!   "exec fifo") until the harness "starts" it, and execs the payload.
+//! - a "main container" is made like runc makes one: `unshare --mount` creates
+//!   its mount namespace, `nsenter --target INIT --pid` forks the container
+//!   process into the pod's PID namespace (parent outside: parent PID 0), born
+//!   in its final mount namespace; it mounts the pod's `/proc` and bind-mounts
+//!   a directory at the identifying mount point `<id-root>/main` (the runtime
+//!   does that for the `id/main` subPath). Like after `runc create`, it then
+//!   waits on a FIFO (runc's "exec fifo") until the harness "starts" it, and
+//!   execs the payload.
 //!
 //! Everything is asserted from files: the hook appends a line to `out/hooks`,
 //! and the state records are in `vol/state/main/`. Waits poll with deadlines.
@@ -22,7 +25,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-sidecar");
+/// The binary under test: the one cargo built for the tests, or the one
+/// named by `KPS_TEST_BIN` (to run the suite against the static release
+/// binary, e.g. `KPS_TEST_BIN=target/x86_64-unknown-linux-musl/release-small/kube-prestop-sidecar`).
+pub fn bin() -> String {
+    std::env::var("KPS_TEST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-prestop-sidecar").to_owned())
+}
 pub const C: &str = "main";
 
 /// Skips (returns false, with a message) unless running as root with util-linux.
@@ -123,9 +132,16 @@ pub struct Main {
 }
 
 impl Main {
-    /// "runc start": let the container process exec its payload.
+    /// "runc start": let the container process exec its payload. Like
+    /// `runc start`, this is a separate short-lived process (a far lighter
+    /// one than runc, a Go program the shim has to exec).
     pub fn start(&self) {
-        fs::write(&self.fifo, b"go\n").unwrap();
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo go > {}", self.fifo.display()))
+            .status()
+            .unwrap();
+        assert!(st.success());
     }
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
         wait_exit(&mut self.nsenter, timeout)
@@ -138,6 +154,9 @@ impl Pod {
         let _ = fs::remove_dir_all(&dir);
         for d in ["vol", "idroot/main", "idsrc", "out"] {
             fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        for i in 0..12 {
+            fs::create_dir_all(dir.join("rootfs").join(i.to_string())).unwrap();
         }
         let unshare = Command::new("unshare")
             .args([
@@ -226,7 +245,7 @@ impl Pod {
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--target={}", self.init))
             .args(["--pid", "--mount", "--"])
-            .arg(BIN)
+            .arg(bin())
             .args(["watch", "--container", C, "--root"])
             .arg(self.vol())
             .arg("--id-root")
@@ -255,24 +274,12 @@ impl Pod {
         // SAFETY: valid C string.
         assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
         let script = format!(
-            "mount --bind {src} {mp} || exit 99; read _ < {fifo}; exec \"$@\"",
-            src = self.dir.join("idsrc").display(),
-            mp = self.idroot().join(C).display(),
+            "{setup}; read _ < {fifo}; exec \"$@\"",
+            setup = self.main_setup(true),
             fifo = fifo.display()
         );
-        let nsenter = Command::new("nsenter")
-            .arg(format!("--target={}", self.init))
-            .args([
-                "--pid",
-                "--mount",
-                "--",
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-            ])
+        let nsenter = self
+            .main_command()
             .arg(script)
             .arg("main")
             .args(payload)
@@ -285,6 +292,53 @@ impl Pod {
             fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| m.contains(&mp))
         });
         Main { nsenter, pid, fifo }
+    }
+
+    /// The shell commands a main container runs first, as `runc init` does
+    /// before it waits for `runc start`: the pod's `/proc`, the identifying
+    /// mount, and (`rootfs`) the rest of a typical container's mounts (`/dev`,
+    /// `/dev/pts`, `/dev/shm`, `/dev/mqueue`, `/sys`, `/sys/fs/cgroup`, the
+    /// `/etc/hosts`, `/etc/hostname`, `/etc/resolv.conf` and termination-log
+    /// binds, a service-account token and a volume): one `mount` each.
+    fn main_setup(&self, rootfs: bool) -> String {
+        let mut s = format!(
+            "mount -t proc proc /proc && mount --bind {src} {mp} || exit 99",
+            src = self.dir.join("idsrc").display(),
+            mp = self.idroot().join(C).display(),
+        );
+        if rootfs {
+            for i in 0..12 {
+                s.push_str(&format!(
+                    "; mount -t tmpfs m{i} {} || exit 98",
+                    self.dir.join("rootfs").join(i.to_string()).display()
+                ));
+            }
+        }
+        s
+    }
+
+    /// `unshare --mount ... nsenter --pid ... sh -c`, waiting for the script.
+    fn main_command(&self) -> Command {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "--", "nsenter"])
+            .arg(format!("--pid=/proc/{}/ns/pid", self.init))
+            .args(["--", "sh", "-c"]);
+        c
+    }
+
+    /// A main container with no create/start split at all: it bind-mounts
+    /// and execs the payload straight away (harsher than a real runtime,
+    /// whose container process waits between `runc create` and `runc start`).
+    /// Returns its exit status.
+    pub fn run_main_ungated(&mut self, payload: &[&str]) -> ExitStatus {
+        let script = format!("{setup}; exec \"$@\"", setup = self.main_setup(false));
+        self.main_command()
+            .arg(script)
+            .arg("main")
+            .args(payload)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap()
     }
 
     /// Create, start and wait for a main container; returns its exit status.
@@ -300,7 +354,7 @@ impl Pod {
         Command::new("nsenter")
             .arg(format!("--target={}", main.pid))
             .args(["--pid", "--mount", "--"])
-            .arg(BIN)
+            .arg(bin())
             .args(["prestop", "--container", C, "--root"])
             .arg(self.vol())
             .arg("--id-root")
