@@ -1,0 +1,178 @@
+//! The binary's command line and its behaviour on bad input, without
+//! namespaces (runs as any user).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+use common::{T, bin, code, kill, wait_exit, wait_for};
+
+fn tmp(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kps-cli-{tag}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        code(out.status),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_clear_message() {
+    for (args, needle) in [
+        (vec![], "missing subcommand"),
+        (vec!["frobnicate"], "unknown subcommand"),
+        (
+            vec!["watch", "--container", "main", "--bogus", "--", "true"],
+            "unknown flag \"--bogus\"",
+        ),
+        (
+            vec!["watch", "--container", "main"],
+            "needs the hook command",
+        ),
+        (
+            vec!["watch", "--container", "Main_1", "--", "true"],
+            "not a valid container name",
+        ),
+        (vec!["probe"], "needs --container"),
+        (vec!["install"], "needs --dest"),
+    ] {
+        let (c, err) = run(&args);
+        assert_eq!(c, 2, "{args:?}: {err}");
+        assert!(err.starts_with("kube-prestop: error: "), "{err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(err.contains("usage:"), "{err}");
+    }
+    let (c, _) = run(&["--help"]);
+    assert_eq!(c, 0);
+}
+
+#[test]
+fn probe_passes_only_once_armed() {
+    let d = tmp("probe");
+    let root = d.to_str().unwrap();
+    let (c, err) = run(&["probe", "--container", "main", "--root", root]);
+    assert_eq!(c, 1);
+    assert!(err.contains("not armed"));
+    fs::create_dir_all(d.join("state/main")).unwrap();
+    fs::write(d.join("state/main/armed"), "").unwrap();
+    assert_eq!(run(&["probe", "--container", "main", "--root", root]).0, 0);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn install_copies_itself_world_executable() {
+    let d = tmp("install");
+    let dest = d.join("vol/bin/kube-prestop");
+    let (c, err) = run(&["install", "--dest", dest.to_str().unwrap()]);
+    assert_eq!(c, 0, "{err}");
+    let mode = fs::metadata(&dest).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755);
+    assert_eq!(fs::read(&dest).unwrap(), fs::read(bin()).unwrap());
+    let parent = fs::metadata(d.join("vol/bin"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(parent, 0o755);
+    // The installed copy runs.
+    let out = Command::new(&dest).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    // An unwritable destination fails with a message.
+    let (c, err) = run(&["install", "--dest", "/proc/kube-prestop/x"]);
+    assert_eq!(c, 1);
+    assert!(err.contains("install failed"), "{err}");
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn wrapper_runs_the_command_even_when_it_cannot_mark() {
+    let d = tmp("wrapper");
+    let out = d.join("ran");
+    // No container process anywhere has the identifying mount: no mark, but
+    // the user's command still runs, with its own exit status.
+    let st = Command::new(bin())
+        .args([
+            "prestop",
+            "--container",
+            "main",
+            "--root",
+            "/proc/nope",
+            "--id-root",
+            "/nonexistent",
+            "--",
+        ])
+        .args(["sh", "-c", &format!("echo ran > {}; exit 4", out.display())])
+        .output()
+        .unwrap();
+    assert_eq!(code(st.status), 4);
+    assert_eq!(fs::read_to_string(&out).unwrap(), "ran\n");
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert!(err.contains("running the preStop command anyway"), "{err}");
+    // Malformed wrapper flags: still runs the command after `--`.
+    let st = Command::new(bin())
+        .args(["prestop", "--bogus", "--", "sh", "-c", "exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(code(st.status), 5);
+    // A preStop command that does not exist: 127, like a shell.
+    let (c, err) = run(&[
+        "prestop",
+        "--container",
+        "main",
+        "--id-root",
+        "/nonexistent",
+        "--",
+        "/nonexistent/cmd",
+    ]);
+    assert_eq!(c, 127);
+    assert!(err.contains("command not found"), "{err}");
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
+    let d = tmp("rovol");
+    let log = d.join("log");
+    let mut child = Command::new(bin())
+        .args([
+            "watch",
+            "--container",
+            "main",
+            "--root",
+            "/proc/kube-prestop-vol",
+            "--id-root",
+            "/nonexistent",
+            "--",
+            "true",
+        ])
+        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
+        .stdin(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the arming error", T, || {
+        fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("cannot arm")
+    });
+    assert!(child.try_wait().unwrap().is_none(), "must keep running");
+    kill(child.id() as i32, libc::SIGTERM);
+    assert_eq!(code(wait_exit(&mut child, T)), 0);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines().all(|l| l.starts_with("kube-prestop: ")),
+        "{text}"
+    );
+    assert!(text.contains("SIGTERM received"), "{text}");
+    fs::remove_dir_all(&d).unwrap();
+}
