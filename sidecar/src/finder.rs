@@ -297,17 +297,16 @@ impl Scanner {
         else {
             return Some(class);
         };
-        let changed = dirty || poll_now(hold.as_fd(), PollFlags::POLLPRI);
-        let dead = pidfd
-            .as_ref()
-            .is_none_or(|p| poll_now(p.as_fd(), PollFlags::POLLIN));
-        if changed || dead {
+        // `dirty`: the caller's poll saw its mount table change or its pidfd
+        // become readable (see `wait_fds`); nothing else can have happened.
+        if dirty {
+            let dead = pidfd
+                .as_ref()
+                .is_none_or(|p| poll_now(p.as_fd(), PollFlags::POLLIN));
             // After the process died this still reads its (held) namespace.
             let found = reread(&mut hold, &self.mount_point);
             if self.debug {
-                crate::log!(
-                    "debug: reread pid={pid} changed={changed} dead={dead} found={found:?}"
-                );
+                crate::log!("debug: reread pid={pid} dead={dead} found={found:?}");
             }
             if let Some(mount_id) = found {
                 return Some(self.matched(mount_id, hold));

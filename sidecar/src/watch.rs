@@ -45,7 +45,23 @@ use crate::procfs;
 use crate::state::{self, StateStore, format_record};
 use crate::{contract, log};
 
-/// Search interval while the container is absent.
+/// Search interval while the container is absent: 1 ms for the first 10 s
+/// of a search, 2 ms up to a minute, then 4 ms (a restart after the kubelet's
+/// crash-loop backoff, or the pod's end). A container process lives through
+/// the runtime's set-up and its create/start gap (tens of milliseconds) before
+/// its command even starts, and a parentless process seen once is followed
+/// post mortem (see [`crate::finder::Scanner`]).
+pub fn search_tick(searching_for: Duration) -> Duration {
+    if searching_for < Duration::from_secs(10) {
+        TICK
+    } else if searching_for < Duration::from_secs(60) {
+        TICK * 2
+    } else {
+        TICK * 4
+    }
+}
+
+/// The fastest search interval.
 pub const TICK: Duration = Duration::from_millis(1);
 /// Liveness check interval when the kernel has no `pidfd_open` (< 5.3).
 const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
@@ -192,7 +208,7 @@ impl Watcher {
             if self.terminating.is_none() {
                 match &self.watched {
                     None => {
-                        min_to(TICK);
+                        min_to(search_tick(now.duration_since(self.searching_since)));
                         if now >= self.next_wait_log {
                             log!(
                                 "still waiting for container={} to appear waited={}",

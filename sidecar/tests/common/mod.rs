@@ -96,7 +96,13 @@ pub fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
     st.unwrap()
 }
 
+/// One pod stand-in at a time per test binary: the tests are about the
+/// sidecar's behaviour, not about how a 2-core machine copes with a dozen
+/// pods churning processes at once (that load only adds scheduling delay).
+static ONE_POD_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 pub struct Pod {
+    _serial: std::sync::MutexGuard<'static, ()>,
     pub dir: PathBuf,
     unshare: Child,
     pub init: i32,
@@ -150,6 +156,7 @@ impl Main {
 
 impl Pod {
     pub fn new(name: &str) -> Pod {
+        let serial = ONE_POD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("kps-it-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         for d in ["vol", "idroot/main", "idsrc", "out"] {
@@ -178,6 +185,7 @@ impl Pod {
                 .is_ok_and(|c| c.starts_with("sleep"))
         });
         Pod {
+            _serial: serial,
             dir,
             unshare,
             init,
