@@ -10,8 +10,25 @@
 //! [`find_oldest`] is the one-shot search the wrapper uses. [`Scanner`] is the
 //! watcher's incremental search, cheap enough to run every millisecond while
 //! `X` is absent: one `pread` of `/proc/loadavg` per tick when no process was
-//! created, a listing only when one was, and `mountinfo` reads only of young
-//! parentless processes the runtime may still be setting up.
+//! created, a listing only when one was.
+//!
+//! Short-lived containers. runc creates the container process (`runc init`)
+//! directly in the pod's PID namespace and in the container's new mount
+//! namespace, then makes the container's mounts (among them the identifying
+//! one), waits for `runc start`, and only then execs the command. A new
+//! parentless process without the mount is therefore held as *pending*: its
+//! mountinfo stays open (which keeps its mount namespace, and so its mount
+//! table, readable even after the process exits) and is polled for
+//! `POLLPRI`, which the kernel raises on every change of that mount table;
+//! its pidfd is polled for its exit. When either fires, the held mountinfo
+//! is re-read. A container that is seen at all while it lives is thus
+//! recognised, even if it made its mounts, ran `true` and exited before the
+//! watcher's next look. A pending process that exits without the mount, or
+//! has none after 60 s, is dropped (its namespace released).
+//!
+//! Matching: the identifying mount point is matched exactly, or as a suffix
+//! after `/` (before `pivot_root` the runtime's mounts appear under the root
+//! file system's host path).
 
 use std::collections::HashMap;
 use std::fs::File;
