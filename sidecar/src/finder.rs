@@ -332,7 +332,11 @@ impl Scanner {
                 return None;
             }
         }
-        if now >= next_fresh {
+        // A change without the mount: open afresh too. The held file shows
+        // mounts relative to the root the process had when it was opened;
+        // after `pivot_root` that old root is gone and nothing is reachable
+        // from it, so the hold must follow the process to its new root.
+        if dirty || now >= next_fresh {
             return match procfs::read_stat(&self.proc_root, pid) {
                 Ok(s) if s.start_time == start && s.state != b'Z' => {
                     self.classify(pid, start, s.ppid, now)
