@@ -227,6 +227,20 @@ impl Scanner {
         self.reset();
     }
 
+    /// The watcher now holds `inst`: drop every other process's entry, so
+    /// no other container's mount namespace is kept alive (by a held
+    /// mountinfo) while the watcher sleeps; a namespace kept alive keeps its
+    /// mounts, and so the volumes behind them, busy. `inst`'s own entry stays
+    /// for [`Scanner::retire`]. Retired instances are released too: their
+    /// leftovers have had the new instance's whole set-up to be killed by
+    /// the runtime.
+    pub fn attached(&mut self, inst: Instance) {
+        self.known
+            .retain(|pid, (start, _)| *pid == inst.pid && *start == inst.start_time);
+        self.retired.clear();
+        self.seen_last_pid = None;
+    }
+
     /// Forgets one process.
     pub fn forget(&mut self, pid: i32) {
         self.known.remove(&pid);

@@ -433,6 +433,7 @@ impl Watcher {
             self.c(),
             inst.pid
         );
+        self.scanner.attached(inst);
         self.watched = Some(Watched {
             instance: inst,
             pidfd,

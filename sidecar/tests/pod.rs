@@ -367,3 +367,52 @@ fn idle_watch_has_no_wakeups_and_small_rss() {
     m.wait(T);
     expect_hooks(&pod, 1);
 }
+
+#[test]
+fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("leftover");
+    let sc = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    // Like `kubectl exec`: a process joins the container's namespaces (parent
+    // outside the pod: parent PID 0, identifying mount present).
+    let mut exec = std::process::Command::new("nsenter")
+        .arg(format!("--target={}", m.pid))
+        .args(["--pid", "--mount", "--", "sleep", "1000"])
+        .spawn()
+        .unwrap();
+    let exec_pid = child_of(exec.id() as i32);
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    expect_hooks(&pod, 1);
+    // The exec'd process outlives the container; then it goes too.
+    kill(exec_pid, libc::SIGKILL);
+    exec.wait().unwrap();
+    // The next real instance is found and handled; the leftover never was.
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    let lines = expect_hooks(&pod, 2);
+    assert_eq!(pod.records("seen-").len(), 2, "{:?}", pod.records("seen-"));
+    assert!(!sc.log_text().contains(&format!("pid={exec_pid} ")));
+    // While watching, the sidecar holds no other process's mount namespace.
+    let mut m2 = pod.create_main(&["sleep", "1000"]);
+    m2.start();
+    wait_for("the third instance", T, || pod.records("seen-").len() == 3);
+    wait_for("the sidecar to watch it", T, || {
+        sc.log_text().matches("watching container=main").count() >= 2
+    });
+    let held: Vec<String> = fs::read_dir(format!("/proc/{}/fd", sc.pid))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| p.ends_with("/mountinfo"))
+        .collect();
+    assert!(held.len() <= 1, "{held:?}");
+    drop(lines);
+}
