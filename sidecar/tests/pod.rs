@@ -396,11 +396,11 @@ fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
     exec.wait().unwrap();
     // The next real instance is found and handled; the leftover never was.
     assert_eq!(code(pod.run_main(&["true"])), 0);
-    let lines = expect_hooks(&pod, 2);
+    expect_hooks(&pod, 2);
     assert_eq!(pod.records("seen-").len(), 2, "{:?}", pod.records("seen-"));
     assert!(!sc.log_text().contains(&format!("pid={exec_pid} ")));
     // While watching, the sidecar holds no other process's mount namespace.
-    let mut m2 = pod.create_main(&["sleep", "1000"]);
+    let m2 = pod.create_main(&["sleep", "1000"]);
     m2.start();
     wait_for("the third instance", T, || pod.records("seen-").len() == 3);
     wait_for("the sidecar to watch it", T, || {
@@ -414,5 +414,4 @@ fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
         .filter(|p| p.ends_with("/mountinfo"))
         .collect();
     assert!(held.len() <= 1, "{held:?}");
-    drop(lines);
 }
