@@ -44,3 +44,48 @@ CLUSTER_ENV := /var/lib/kube-prestop/cluster/env.sh
 e2e: ## Run the Rust e2e tests against the running cluster
 	@test -f $(CLUSTER_ENV) || { echo "no cluster: run make cluster-up" >&2; exit 1; }
 	source $(CLUSTER_ENV) && cargo test -p kube-prestop-e2e -- --test-threads=1
+
+.PHONY: lint
+lint: ## cargo fmt --check, cargo clippy -D warnings, shellcheck on the scripts
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	shellcheck -x .ci/run .ci/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+
+.PHONY: unit
+unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
+	cargo test --workspace --exclude kube-prestop-e2e
+
+.PHONY: chart-test
+chart-test: ## helm lint, helm template per mode and cluster version, kubeconform, golden renders
+	tests/chart/run.sh
+
+.PHONY: deny
+deny: ## cargo-deny: licenses, bans, sources
+	scripts/deny.sh
+
+.PHONY: install
+install: ## Build the images, import them and helm install the chart on the running cluster
+	tests/install-product.sh
+
+.PHONY: e2e-all
+e2e-all: ## Cluster up, install, the e2e suite and the chart install check, cluster down (always)
+	@rc=0; \
+	{ $(CLUSTER)/up.sh && tests/install-product.sh && $(MAKE) --no-print-directory e2e && \
+	  source $(CLUSTER_ENV) && tests/chart/install-check.sh; } || rc=$$?; \
+	$(CLUSTER)/down.sh || rc=1; \
+	$(CLUSTER)/check-clean.sh || rc=1; \
+	exit $$rc
+
+.PHONY: test
+test: ## Everything CI runs: lint, unit, chart and deny checks, then the e2e suite on a real cluster
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory chart-test
+	$(MAKE) --no-print-directory deny
+	$(MAKE) --no-print-directory e2e-all
+
+##@ Demo
+
+.PHONY: demo
+demo: ## The main job: cluster up, install kube-prestop, run an example Job, show its preStop output
+	tests/demo.sh

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs kube-prestop on the running local cluster (make cluster-up):
+# builds the two images without Docker (images/build-oci.sh), imports them
+# into the node's containerd, and installs the chart with Helm into
+# namespace kube-prestop (release kube-prestop), waiting for the rollout.
+#
+#   tests/install-product.sh            build, import, helm upgrade --install
+#   SKIP_IMAGE_BUILD=1 tests/install-product.sh   reuse target/oci/*.tar
+#
+# Idempotent: a second run upgrades the release in place; the pods are
+# restarted when the image content changed (the chart's podAnnotations get
+# the archives' digest).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=tests/cluster/images.sh
+source "${repo}/tests/cluster/images.sh"
+# shellcheck source=tests/chart/tools.sh
+source "${repo}/tests/chart/tools.sh"
+
+release="${KUBE_PRESTOP_RELEASE:-kube-prestop}"
+namespace="${KUBE_PRESTOP_NAMESPACE:-kube-prestop}"
+state_env="/var/lib/kube-prestop/cluster/env.sh"
+log() { printf '[install] %s\n' "$*" >&2; }
+
+[[ -f "${state_env}" ]] || { log "no cluster: run 'make cluster-up' first"; exit 1; }
+# shellcheck source=/dev/null
+source "${state_env}"
+chart_tools_install >/dev/null
+
+if [[ -z "${SKIP_IMAGE_BUILD:-}" ]]; then
+  log "building images (images/build-oci.sh)"
+  "${repo}/images/build-oci.sh" >&2
+fi
+digest=""
+for image in webhook sidecar; do
+  archive="${repo}/target/oci/kube-prestop-${image}.tar"
+  log "importing ${archive}"
+  import_oci_archive "${archive}"
+  digest+="$(sha256sum "${archive}" | cut -c1-12)"
+done
+
+log "helm upgrade --install ${release} in namespace ${namespace}"
+"${HELM}" upgrade --install "${release}" "${repo}/charts/kube-prestop" \
+  --namespace "${namespace}" --create-namespace \
+  --set-string "podAnnotations.kube-prestop\.io/images=${digest}" \
+  --wait --timeout 240s "$@" >&2
+log "ready: $(kubectl -n "${namespace}" get deploy "${release}" -o jsonpath='{.status.readyReplicas}') webhook replicas"
