@@ -39,8 +39,10 @@ spec:
         command: [sh, -c, 'echo hello from a Job on kube-prestop-test; id']
 EOF
   k wait --for=condition=Complete job/hello --timeout=120s
-  k logs job/hello | grep -q 'hello from a Job'
-  k logs job/hello >&2
+  local logs
+  logs="$(k logs job/hello)"
+  echo "$logs" >&2
+  grep -q 'hello from a Job' <<<"$logs"
 }
 
 pod_reaches_apiserver() {
@@ -51,7 +53,7 @@ pod_reaches_apiserver() {
   k run api-probe --image="$IMAGE" --image-pull-policy=Never --restart=Never \
     --command -- sh -c 'printf "GET / HTTP/1.0\r\n\r\n" | nc -w 5 "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT"'
   k wait --for=jsonpath='{.status.phase}'=Succeeded pod/api-probe --timeout=120s
-  k logs api-probe | grep -q 'Client sent an HTTP request to an HTTPS server'
+  grep -q 'Client sent an HTTP request to an HTTPS server' <<<"$(k logs api-probe)"
 }
 
 apiserver_reaches_service() {
@@ -60,6 +62,8 @@ apiVersion: v1
 kind: Pod
 metadata: {name: web, labels: {app: web}}
 spec:
+  # httpd runs as PID 1 without a SIGTERM handler: it would wait out the grace.
+  terminationGracePeriodSeconds: 1
   containers:
   - name: httpd
     image: $IMAGE
@@ -75,7 +79,7 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 EOF
   k wait --for=condition=Ready pod/web --timeout=120s
-  kubectl_admin get --raw "/api/v1/namespaces/$NS/services/http:web:80/proxy/" | grep -q served-by-pod
+  grep -q served-by-pod <<<"$(kubectl_admin get --raw "/api/v1/namespaces/$NS/services/http:web:80/proxy/")"
 }
 
 pod_deletion_runs_prestop() {
@@ -109,9 +113,9 @@ EOF
 
 main() {
   local start=$SECONDS
-  kubectl_admin create namespace "$NS" --dry-run=client -o yaml | kubectl_admin apply -f - >/dev/null
-  k delete job hello --ignore-not-found --wait=true >/dev/null
-  k delete pod api-probe web sleeper --ignore-not-found --wait=true >/dev/null
+  # A namespace of an earlier run may still be terminating.
+  kubectl_admin delete namespace "$NS" --ignore-not-found --wait=true --timeout=120s >/dev/null
+  kubectl_admin create namespace "$NS" >/dev/null
   step "busybox Job completes" job_completes
   step "pod reaches the apiserver via the kubernetes Service" pod_reaches_apiserver
   step "apiserver reaches a pod via a Service" apiserver_reaches_service
