@@ -58,9 +58,12 @@ in_netns() {
   nsenter --net="/run/netns/$NETNS" -- "$@"
 }
 
+# A zombie counts as gone: whoever inherited it may reap it late.
 pid_alive() {
-  local pid="$1"
-  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null
+  local pid="$1" state
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null || true)"
+  [[ -n "$state" && "$state" != Z ]]
 }
 
 pidfile_pid() {
