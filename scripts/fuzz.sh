@@ -13,8 +13,10 @@
 # fuzz/seeds/TARGET, and runs each target niced with -max_total_time. The
 # corpus grows across runs (git-ignored). A crash leaves its input in
 # fuzz/artifacts/TARGET/ and makes the script exit non-zero; reproduce it
-# with `cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/crash-...` and
-# turn it into a regression test (webhook/tests/fuzz_regressions.rs).
+# with `cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/crash-...`, fix
+# it, and commit the input as fuzz/regressions/TARGET/NAME: the normal test
+# suite replays those (webhook/tests/proptest_admission.rs for admission;
+# add a test for other targets the same way).
 #
 # Environment: FUZZ_JOBS (parallel libFuzzer jobs per target, default 1),
 # FUZZ_NICE (default 10).
