@@ -5,6 +5,8 @@
 //! with deadlines, and on failure prints the events and every container's logs
 //! of the pods involved.
 
+pub mod scenario;
+
 use std::fmt::Write as _;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
