@@ -21,7 +21,11 @@ check_recorded_pids() {
   while read -r kind pid ticks name; do
     [[ "$kind" == pid ]] || continue
     now="$(awk '{print $22}' "/proc/$pid/stat" 2>/dev/null || true)"
-    [[ -n "$now" && "$now" == "$ticks" ]] && problem "process $name (pid $pid) still running"
+    # Same PID and start time is the same process; a zombie holds nothing but
+    # its PID until whoever inherited it reaps it, so it counts as gone.
+    if [[ -n "$now" && "$now" == "$ticks" ]] && pid_alive "$pid"; then
+      problem "process $name (pid $pid) still running"
+    fi
   done <"$LAST_RUN"
   return 0
 }
