@@ -998,10 +998,11 @@ async fn s16_untouched_and_not_called() -> Result<()> {
             )
             .await?;
             ensure_untouched(&pod, &[C])?;
-            let decided = webhook_log_lines(&client, &format!("\"namespace\":\"{ns}\"")).await?;
+            let needle = format!("\"namespace\":\"{ns}\"");
+            let decided = webhook_log_lines(&client, &needle).await?;
             ensure!(
-                decided.len() == 1,
-                "expected one admission log line (opt-out): {decided:?}"
+                !decided.is_empty(),
+                "no admission log line for the opted-out pod"
             );
 
             // No preStop: the webhook must not be called. Retry a few times in
@@ -1025,10 +1026,10 @@ async fn s16_untouched_and_not_called() -> Result<()> {
                 ok,
                 "the webhook was called for pods without preStop: {last}"
             );
-            let decided = webhook_log_lines(&client, &format!("\"namespace\":\"{ns}\"")).await?;
+            let later = webhook_log_lines(&client, &needle).await?;
             ensure!(
-                decided.len() == 1,
-                "webhook logged pods without preStop: {decided:?}"
+                later.len() == decided.len(),
+                "webhook logged pods without preStop: {later:?}"
             );
             // Positive control: a pod with a preStop moves the counter.
             let before = admissions_total(&client).await?;
