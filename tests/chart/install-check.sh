@@ -18,7 +18,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 chart="${here}/../../charts/kube-prestop"
-# shellcheck source=./tools.sh
+# shellcheck source=tests/chart/tools.sh
 source "${here}/tools.sh"
 chart_tools_install
 kubectl="${KUBECTL:-kubectl}"

@@ -16,7 +16,7 @@ repo="$(cd "${here}/../.." && pwd)"
 chart="${repo}/charts/kube-prestop"
 golden="${here}/golden"
 
-# shellcheck source=./tools.sh
+# shellcheck source=tests/chart/tools.sh
 source "${here}/tools.sh"
 chart_tools_install
 
