@@ -71,7 +71,9 @@ install: ## Build the images, import them and helm install the chart on the runn
 e2e-all: ## Cluster up, install, the e2e suite and the chart install check, cluster down (always)
 	@rc=0; \
 	{ $(CLUSTER)/up.sh && tests/install-product.sh && $(MAKE) --no-print-directory e2e && \
-	  source $(CLUSTER_ENV) && tests/chart/install-check.sh; } || rc=$$?; \
+	  source $(CLUSTER_ENV) && tests/chart/install-check.sh && \
+	  KUBE_PRESTOP_TEST_KUBECONFIG=$$KUBECONFIG cargo test -p kube-prestop-webhook --lib \
+	    certmanager::cluster_tests -- --ignored; } || rc=$$?; \
 	$(CLUSTER)/down.sh || rc=1; \
 	$(CLUSTER)/check-clean.sh || rc=1; \
 	exit $$rc
