@@ -17,6 +17,12 @@ source "$here/namespaces.sh"
 # teardown): with the controllers stopped first, nothing recreates them.
 drain_pods() {
   component_running kube-apiserver && component_running kubelet || return 0
+  # An apiserver without etcd (crashed run) would only time out.
+  if ! curl -fsS --max-time 5 --cacert "$STATE/pki/ca.crt" \
+    "https://127.0.0.1:$HOST_API_PORT/readyz" >/dev/null 2>&1; then
+    log "apiserver not ready: skipping the pod drain"
+    return 0
+  fi
   stop_component kube-controller-manager
   stop_component kube-scheduler
   log "deleting all pods"
