@@ -30,6 +30,21 @@ check_recorded_pids() {
   return 0
 }
 
+# Host paths that Kubernetes components and containerd hard-code; the harness
+# covers them in its mount namespace, so none may appear on the host unless it
+# was there before cluster-up.
+WATCHED_PATHS=(/var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /etc/cni /etc/kubernetes)
+
+check_watched_paths() {
+  local p
+  for p in "${WATCHED_PATHS[@]}"; do
+    if [[ -e "$p" ]] && ! grep -qx "preexisting $p" "$LAST_RUN" 2>/dev/null; then
+      problem "host path $p exists (not there before cluster-up)"
+    fi
+  done
+  return 0
+}
+
 check_created_paths() {
   [[ -f "$LAST_RUN" ]] || return 0
   local kind path
@@ -73,6 +88,7 @@ check_namespaces_and_cgroups() {
 
 check_recorded_pids
 check_created_paths
+check_watched_paths
 check_processes
 check_mounts
 check_namespaces_and_cgroups

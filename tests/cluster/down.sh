@@ -101,6 +101,7 @@ record_last_run() {
     echo "cgroup $CGROUP_ROOT"
     [[ -f "$STATE/pids/started" ]] && sed 's/^/pid /' "$STATE/pids/started"
     [[ -f "$CREATED_PATHS" ]] && sed 's/^/path /' "$CREATED_PATHS"
+    [[ -f "$STATE/preexisting-paths" ]] && sed 's/^/preexisting /' "$STATE/preexisting-paths"
   } >"$LAST_RUN"
 }
 

@@ -5,11 +5,13 @@
 # Each one is covered inside the harness's mount namespace by a directory of
 # $STATE; a mount point that does not exist on the host is created first and
 # recorded, so that cluster-down removes exactly what cluster-up created.
-#   /var/lib/cni   libcni's result cache (host-local's data dir is configured)
+#   /var/lib/cni      libcni's result cache (host-local's data dir is configured)
+#   /var/lib/kubelet  the kubelet's device plugin socket dir is fixed
+#                     (/var/lib/kubelet/device-plugins), whatever its --root-dir
 # /var/log gets a tmpfs of its own instead: the kubelet keeps its per-container log
 # symlinks in /var/log/containers whatever its podLogsDir.
 CREATED_PATHS="$STATE/ns/created-paths"
-COVERED_DIRS=(/var/lib/cni)
+COVERED_DIRS=(/var/lib/cni /var/lib/kubelet)
 
 # The kernel tunables the kubelet insists on (setupKernelTunables in
 # pkg/kubelet/cm/container_manager_linux.go). These are global, not per network

@@ -155,11 +155,21 @@ export KUBE_PRESTOP_E2E_IMAGE=$BUSYBOX_IMAGE
 EOF
 }
 
+# check-clean.sh flags these paths on the host unless they were there first.
+record_preexisting_paths() {
+  [[ -f "$STATE/preexisting-paths" ]] && return 0
+  local p
+  for p in /var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /etc/cni /etc/kubernetes; do
+    if [[ -e "$p" ]]; then echo "$p"; fi
+  done >"$STATE/preexisting-paths"
+}
+
 main() {
   local start=$SECONDS
   preflight
   clean_stale_state
   mkdir -p "$STATE"
+  record_preexisting_paths
   setup_netns
   setup_mntns
   make_pki
