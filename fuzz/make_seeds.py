@@ -4,6 +4,7 @@
 admission/        one AdmissionReview (JSON) per webhook/tests/golden/*/input.yaml,
                   as the API server sends it for a pod CREATE, plus a few
                   reviews for other resources and operations;
+admission_pod/    the same pods alone (JSON);
 inject_documents/ the golden inputs and examples as YAML, as JSON, and as one
                   multi-document stream.
 
@@ -43,9 +44,10 @@ def review(uid, obj, resource="pods", operation="CREATE", group="", kind="Pod"):
 def main():
     out = pathlib.Path(sys.argv[1])
     adm = out / "admission"
+    pods = out / "admission_pod"
     docs = out / "inject_documents"
-    adm.mkdir(parents=True, exist_ok=True)
-    docs.mkdir(parents=True, exist_ok=True)
+    for d in (adm, pods, docs):
+        d.mkdir(parents=True, exist_ok=True)
     inputs = sorted((ROOT / "webhook/tests/golden").glob("*/input.yaml"))
     stream = []
     for i, path in enumerate(inputs):
@@ -54,6 +56,7 @@ def main():
         pod = yaml.safe_load(text)
         body = review(f"00000000-0000-4000-8000-{i:012d}", pod)
         (adm / f"{case}.json").write_text(json.dumps(body, separators=(",", ":")))
+        (pods / f"{case}.json").write_text(json.dumps(pod, separators=(",", ":")))
         (docs / f"{case}.yaml").write_text(text)
         (docs / f"{case}.json").write_text(json.dumps(pod, indent=1))
         stream.append(text)
