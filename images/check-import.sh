@@ -33,13 +33,17 @@ cleanup() {
     rm -rf "${work}"
 }
 trap cleanup EXIT
+# containerd 1.6 keeps shim sockets and runc state under /run/containerd
+# whatever its config says; remove that folder afterwards if we made it.
+[[ -e /run/containerd ]] || trap 'cleanup; rm -rf /run/containerd' EXIT
 
 sock="${work}/containerd.sock"
 cat >"${work}/config.toml" <<TOML
 version = 2
 root = "${work}/root"
 state = "${work}/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+# No CRI, and no /opt/containerd (the opt plugin) on the host.
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.internal.v1.opt"]
 [grpc]
   address = "${sock}"
 [ttrpc]
