@@ -5,6 +5,7 @@
 #
 # SECONDS: time per target (default 600). TARGETs: default all of
 #   admission         raw /mutate body bytes -> AdmissionReview answer
+#   admission_pod     a pod object (JSON) inside a fixed, valid review -> answer
 #   inject_documents  `inject` input stream (YAML/JSON, multi-document) -> output or error
 #
 # Installs what is missing (nightly toolchain via rustup, cargo-fuzz into
@@ -25,7 +26,7 @@ set -euo pipefail
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(admission inject_documents)
+[[ ${#targets[@]} -gt 0 ]] || targets=(admission admission_pod inject_documents)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
