@@ -856,6 +856,8 @@ async fn s20_sidecar_killed(client: Client) -> Result<()> {
         ensure!(restarts >= Some(1), "sidecar restartCount {restarts:?}");
         let recs = ensure_records(&rec, "hooks", 1).await?;
         ensure!(recs[0].starts_with("main "), "records {recs:?}");
+        // The restarted sidecar ran it (its current logs), once.
+        ensure_sidecar_hooks(&client, &ns, &name, C, 1).await?;
         Ok(())
     })
     .await
