@@ -7,6 +7,16 @@
 //! Processes exec'd into `X` later (probes, `kubectl exec`, the preStop
 //! wrapper) also have parent PID 0 and the mount, but are younger.
 //!
+//! `hostPID: true` pods (no shared PID namespace; the webhook leaves
+//! `shareProcessNamespace` off): there every parent is visible, so (a)
+//! becomes "its parent does not have `X`'s identifying mount" (the runtime's
+//! shim, or `runc`), which in a shared PID namespace is implied by parent
+//! PID 0: no process of another container can fork into `X`'s mount
+//! namespace. Such processes are re-examined on each listing while they are
+//! younger than [`PENDING_GIVE_UP`] (the runtime makes the mounts after
+//! creating the process) but are not held pending: with `hostPID` that would
+//! mean holding the namespaces of the host's processes.
+//!
 //! [`find_oldest`] is the one-shot search the wrapper uses. [`Scanner`] is the
 //! watcher's incremental search, cheap enough to run every millisecond while
 //! `X` is absent: one `pread` of `/proc/loadavg` per tick when no process was
@@ -77,16 +87,17 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
     id_root.join(container).to_string_lossy().into_owned()
 }
 
-/// One-shot search: the oldest process with parent PID 0 whose mountinfo has
-/// `mount_point`. `Ok(None)` when there is none. Processes that vanish during
-/// the scan are skipped.
+/// One-shot search: the oldest process whose mountinfo has `mount_point` and
+/// whose parent is not in that container (parent PID 0, or, in `hostPID`
+/// pods, a parent without the mount). `Ok(None)` when there is none.
+/// Processes that vanish during the scan are skipped.
 pub fn find_oldest(proc_root: &Path, mount_point: &str) -> io::Result<Option<Instance>> {
     let mut best: Option<Instance> = None;
     for pid in procfs::list_pids(proc_root)? {
         let Ok(stat) = procfs::read_stat(proc_root, pid) else {
             continue;
         };
-        if stat.ppid != 0 || stat.state == b'Z' {
+        if stat.state == b'Z' {
             continue;
         }
         let cand = Instance {
@@ -96,11 +107,29 @@ pub fn find_oldest(proc_root: &Path, mount_point: &str) -> io::Result<Option<Ins
         if best.is_some_and(|b| (b.start_time, b.pid) <= (cand.start_time, cand.pid)) {
             continue;
         }
-        if let Ok(true) = procfs::has_mount_point(proc_root, pid, mount_point) {
+        if let Ok(true) = procfs::has_mount_point(proc_root, pid, mount_point)
+            && parent_outside(proc_root, stat.ppid, mount_point) == Some(true)
+        {
             best = Some(cand);
         }
     }
     Ok(best)
+}
+
+/// Whether a process with parent `ppid` was started from outside the
+/// container whose identifying mount is `mount_point`: `ppid` 0 (the parent is
+/// outside the PID namespace), or a parent without the mount (`hostPID`
+/// pods, where the runtime's shim is visible). `None` when the parent
+/// vanished meanwhile (the process was re-parented: look again).
+fn parent_outside(proc_root: &Path, ppid: i32, mount_point: &str) -> Option<bool> {
+    if ppid == 0 {
+        return Some(true);
+    }
+    match procfs::has_mount_point(proc_root, ppid, mount_point) {
+        Ok(has) => Some(!has),
+        Err(ProcError::Gone) => None,
+        Err(_) => Some(false),
+    }
 }
 
 /// A parentless process without the identifying mount is watched for
@@ -291,8 +320,11 @@ impl Scanner {
     }
 
     fn classify(&self, pid: i32, start: u64, ppid: i32, now: Instant) -> Option<Class> {
-        if ppid != 0 || pid == self.own_pid {
+        if pid == self.own_pid {
             return Some(Class::NotOurs);
+        }
+        if ppid != 0 {
+            return self.classify_with_parent(pid, start, ppid);
         }
         match procfs::open_mountinfo(&self.proc_root, pid, &self.mount_point) {
             Ok((Some(mount_id), hold)) => Some(self.matched(mount_id, hold)),
@@ -313,6 +345,27 @@ impl Scanner {
                 }
             }
             Err(ProcError::Malformed(_)) | Err(ProcError::Io { .. }) => Some(Class::NotOurs),
+            Err(ProcError::Gone) => None,
+        }
+    }
+
+    /// A process whose parent is visible: X's container process only in a
+    /// `hostPID` pod, where its parent (the runtime) lacks X's mount. Young
+    /// processes without the mount yet are left unclassified (`None`), so the
+    /// next listing looks again.
+    fn classify_with_parent(&self, pid: i32, start: u64, ppid: i32) -> Option<Class> {
+        match procfs::open_mountinfo(&self.proc_root, pid, &self.mount_point) {
+            Ok((Some(mount_id), hold)) => {
+                match parent_outside(&self.proc_root, ppid, &self.mount_point) {
+                    Some(true) => Some(self.matched(mount_id, hold)),
+                    Some(false) => Some(Class::NotOurs),
+                    None => None,
+                }
+            }
+            Ok((None, _)) if self.age(start) < PENDING_GIVE_UP => None,
+            Ok((None, _)) | Err(ProcError::Malformed(_)) | Err(ProcError::Io { .. }) => {
+                Some(Class::NotOurs)
+            }
             Err(ProcError::Gone) => None,
         }
     }
