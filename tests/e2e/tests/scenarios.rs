@@ -89,7 +89,7 @@ async fn s01_exit_zero(client: Client) -> Result<()> {
         let hook = format!("{RECORD_HOOK}; echo {token}");
         let j = job(
             "exit-zero",
-            pod_spec(&rec, vec![container(C, "echo body", &hook)]),
+            pod_spec(&rec, vec![container(C, "sleep 2; echo body", &hook)]),
             json!({}),
         )?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -119,7 +119,7 @@ async fn s02_exit_three(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s02", |ns, rec| async move {
         let j = job(
             "exit-three",
-            pod_spec(&rec, vec![container(C, "exit 3", RECORD_HOOK)]),
+            pod_spec(&rec, vec![container(C, "sleep 2; exit 3", RECORD_HOOK)]),
             json!({}),
         )?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -140,7 +140,7 @@ async fn s02_exit_three(client: Client) -> Result<()> {
 // 3. OOM-killed -> once.
 async fn s03_oom_killed(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s03", |ns, rec| async move {
-        let mut c = container(C, "x=a; while :; do x=$x$x; done", RECORD_HOOK);
+        let mut c = container(C, "sleep 2; x=a; while :; do x=$x$x; done", RECORD_HOOK);
         set(
             &mut c,
             "resources",
@@ -370,7 +370,7 @@ async fn s09_two_containers(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s09", |ns, rec| async move {
         let mut a = container(
             "alpha",
-            "echo a",
+            "sleep 2; echo a",
             "echo \"$KUBE_PRESTOP_CONTAINER cmd-alpha $WHO\" >> /records/hooks",
         );
         set(
@@ -438,7 +438,7 @@ async fn s10_environment(client: Client) -> Result<()> {
                     echo \"envfrom=$setting\"; echo \"volume=$(cat /cfg/file.txt)\"; echo \"pwd=$(pwd)\"; \
                     echo \"uid=$(id -u) gid=$(id -g)\"; } > /records/env.tmp && mv /records/env.tmp /records/env; \
                     echo done >> /records/hooks";
-        let mut c = container(C, "echo body", hook);
+        let mut c = container(C, "sleep 2; echo body", hook);
         set(
             &mut c,
             "env",
@@ -488,7 +488,7 @@ async fn s10_environment(client: Client) -> Result<()> {
 async fn s11_hook_over_grace(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s11", |ns, rec| async move {
         let hook = "echo start >> /records/hooks; sleep 120; echo end >> /records/hooks";
-        let mut spec = pod_spec(&rec, vec![container(C, "echo body", hook)]);
+        let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(&mut spec, "terminationGracePeriodSeconds", json!(4));
         let j = job("long-hook", spec, json!({}))?;
         let t = Instant::now();
@@ -527,7 +527,7 @@ async fn s11_hook_over_grace(client: Client) -> Result<()> {
 async fn s12_other_sidecar(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s12", |ns, rec| async move {
         let hook = "echo \"$KUBE_PRESTOP_CONTAINER $(wget -q -O - http://127.0.0.1:8080/index.html 2>&1)\" >> /records/hooks";
-        let mut spec = pod_spec(&rec, vec![container(C, "echo body", hook)]);
+        let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(
             &mut spec,
             "initContainers",
@@ -595,7 +595,7 @@ async fn s13_restricted(client: Client) -> Result<()> {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 10,
             "securityContext": { "runAsNonRoot": true, "seccompProfile": { "type": "RuntimeDefault" } },
-            "containers": [restricted_container("echo body", &hook)]
+            "containers": [restricted_container("sleep 2; echo body", &hook)]
         });
         let j = job("restricted", spec, json!({}))?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -651,7 +651,7 @@ async fn s14_limits(client: Client) -> Result<()> {
             }
         })
         .await?;
-        let mut c = container(C, "echo body", RECORD_HOOK);
+        let mut c = container(C, "sleep 2; echo body", RECORD_HOOK);
         set(&mut c, "resources", json!({}));
         let j = job("limited", pod_spec(&rec, vec![c]), json!({}))?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -686,7 +686,7 @@ async fn s14_limits(client: Client) -> Result<()> {
 // 15. Guaranteed pod stays Guaranteed.
 async fn s15_guaranteed(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s15", |ns, rec| async move {
-        let mut c = container(C, "echo body", RECORD_HOOK);
+        let mut c = container(C, "sleep 2; echo body", RECORD_HOOK);
         let r = json!({ "cpu": "50m", "memory": "32Mi" });
         set(
             &mut c,
@@ -709,7 +709,7 @@ async fn s15_guaranteed(client: Client) -> Result<()> {
 async fn s18_cronjob(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s18", |ns, rec| async move {
         let hook = "echo \"$KUBE_PRESTOP_CONTAINER $POD_NAME\" >> /records/hooks";
-        let mut c = container(C, "echo body", hook);
+        let mut c = container(C, "sleep 2; echo body", hook);
         set(
             &mut c,
             "env",
@@ -767,7 +767,7 @@ async fn s18_cronjob(client: Client) -> Result<()> {
 // 19. hostPID: true -> hook runs without shareProcessNamespace.
 async fn s19_host_pid(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s19", |ns, rec| async move {
-        let mut spec = pod_spec(&rec, vec![container(C, "echo body", RECORD_HOOK)]);
+        let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]);
         set(&mut spec, "hostPID", json!(true));
         let j = job("hostpid", spec, json!({}))?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -867,7 +867,7 @@ async fn s20_sidecar_killed(client: Client) -> Result<()> {
 async fn s21_job_deleted_during_hook(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s21", |ns, rec| async move {
         let hook = "echo start >> /records/hooks; sleep 8; echo end >> /records/hooks";
-        let mut spec = pod_spec(&rec, vec![container(C, "echo body", hook)]);
+        let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(&mut spec, "terminationGracePeriodSeconds", json!(30));
         let j = job("deleted-in-hook", spec, json!({}))?;
         let jobs = create_job(&client, &ns);
@@ -930,9 +930,6 @@ async fn s00_concurrent_scenarios() -> Result<()> {
 // takes only processes whose parent PID is 0, but under hostPID the container's
 // first process has the containerd shim as its visible parent).
 #[tokio::test]
-#[ignore = "product bug: with hostPID: true the sidecar never finds the watched container \
-            (sidecar/src/finder.rs requires ppid == 0; under hostPID the parent is the \
-            visible containerd shim), so the hook never runs"]
 async fn s19_host_pid_alone() -> Result<()> {
     init_tracing();
     s19_host_pid(client().await?).await
