@@ -14,7 +14,7 @@ packages=(
   umoci
   # local cluster: runtime, network, pause and workload images
   containerd runc containernetworking-plugins iproute2 iptables conntrack
-  catatonit busybox-static openssl
+  catatonit busybox-static openssl socat curl
   # script lint
   shellcheck
 )
