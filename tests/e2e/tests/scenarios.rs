@@ -934,6 +934,7 @@ async fn s00_concurrent_scenarios() -> Result<()> {
         ("13-psa-restricted", Box::pin(s13_restricted(c()))),
         ("14-limitrange-quota", Box::pin(s14_limits(c()))),
         ("15-guaranteed", Box::pin(s15_guaranteed(c()))),
+        ("19-hostpid", Box::pin(s19_host_pid(c()))),
         ("20-sidecar-killed", Box::pin(s20_sidecar_killed(c()))),
         (
             "21-job-deleted-in-hook",
@@ -949,15 +950,6 @@ async fn s00_concurrent_scenarios() -> Result<()> {
 async fn s04_indexed_twenty_true() -> Result<()> {
     init_tracing();
     s04_indexed_twenty(client().await?).await
-}
-
-// Product bug: with hostPID the sidecar never finds the container (the finder
-// takes only processes whose parent PID is 0, but under hostPID the container's
-// first process has the containerd shim as its visible parent).
-#[tokio::test]
-async fn s19_host_pid_alone() -> Result<()> {
-    init_tracing();
-    s19_host_pid(client().await?).await
 }
 
 /// Creates a Job that completes and returns its (finished) pod.
