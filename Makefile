@@ -91,3 +91,9 @@ test: ## Everything CI runs: lint, unit, chart and deny checks, then the e2e sui
 .PHONY: demo
 demo: ## The main job: cluster up, install kube-prestop, run an example Job, show its preStop output
 	tests/demo.sh
+
+##@ Benchmarks
+
+.PHONY: bench
+bench: ## Benchmarks (not part of the tests; root): webhook vs transport ceiling and compute floor, sidecar costs; one table into bench/out/results.md
+	bench/run.sh

@@ -1,0 +1,105 @@
+//! Compute floor for `make bench`: the bare cost of one admission decision
+//! (parse the AdmissionReview, run the engine, serialise the answer with its
+//! JSON Patch), with no HTTP, TLS, logging or metrics. A plain timing loop
+//! (no criterion, to add no dependencies): batches of calls to
+//! [`kube_prestop_webhook::server::admission::review`], median and minimum
+//! of the per-call times over the batches.
+//!
+//! The body is the file named by `KPS_BENCH_BODY` (bench/run.sh passes the
+//! same AdmissionReview it sends over HTTPS), else one built from the golden
+//! `tests/golden/simple-job/input.yaml` pod.
+//!
+//! Run: `cargo bench -p kube-prestop-webhook --bench admission`. Prints
+//! `key=value` lines. Never part of the tests; no timed assertions.
+
+use std::error::Error;
+use std::hint::black_box;
+use std::time::Instant;
+
+use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::engine::EngineConfig;
+use kube_prestop_webhook::server::FailureMode;
+use kube_prestop_webhook::server::admission::review;
+use serde_json::{Value, json};
+
+fn golden_body() -> Result<Vec<u8>, Box<dyn Error>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/golden/simple-job/input.yaml"
+    );
+    let pod: Value = serde_saphyr::from_str(&std::fs::read_to_string(path)?)?;
+    let namespace = pod["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let gvr = json!({"group": "", "version": "v1", "resource": "pods"});
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b4bd6a4-9d0c-4a4e-8f1e-6f1b2a3c4d5e",
+            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    });
+    Ok(serde_json::to_vec(&review)?)
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let body = match std::env::var_os("KPS_BENCH_BODY") {
+        Some(path) => std::fs::read(path)?,
+        None => golden_body()?,
+    };
+    let cache = ClusterCache::disconnected();
+    let config = EngineConfig::default();
+    let mode = FailureMode::Allow;
+
+    let first = review(&body, &cache, &config, mode);
+    if first.decision != "inject" {
+        return Err(format!(
+            "expected an injection, got {} ({})",
+            first.decision, first.reason
+        )
+        .into());
+    }
+
+    // Warm up for ~0.5 s, then size batches to ~50 ms each.
+    let warm = Instant::now();
+    let mut calls: u64 = 0;
+    while warm.elapsed().as_millis() < 500 {
+        black_box(review(black_box(&body), &cache, &config, mode));
+        calls += 1;
+    }
+    let per_call = warm.elapsed().as_secs_f64() / calls.max(1) as f64;
+    let batch = ((0.05 / per_call) as u64).max(10);
+    let batches: usize = std::env::var("KPS_BENCH_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let mut ns: Vec<f64> = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..batch {
+            black_box(review(black_box(&body), &cache, &config, mode));
+        }
+        ns.push(t.elapsed().as_nanos() as f64 / batch as f64);
+    }
+    ns.sort_by(f64::total_cmp);
+    let median = ns[ns.len() / 2];
+    let min = ns[0];
+    println!("floor_request_bytes={}", body.len());
+    println!("floor_response_bytes={}", first.body.len());
+    println!("floor_batches={batches}");
+    println!("floor_calls_per_batch={batch}");
+    println!("floor_median_us={:.2}", median / 1000.0);
+    println!("floor_min_us={:.2}", min / 1000.0);
+    println!("floor_per_core_per_s={:.0}", 1e9 / median);
+    Ok(())
+}
