@@ -162,7 +162,7 @@ def main():
         # --- idle: watching a running container ---
         if a.idle > 0:
             before_seen = pod.seen()
-            proc, _, fifo = pod.create_main(["sleep", str(int(a.idle) + 30)], subprocess.DEVNULL)
+            proc, main_pid, fifo = pod.create_main(["sleep", str(int(a.idle) + 30)], subprocess.DEVNULL)
             with open(fifo, "w") as f:
                 f.write("go\n")
             wait_for("the sidecar to see the container", lambda: pod.seen() > before_seen)
@@ -180,13 +180,7 @@ def main():
             print(f"idle_rss_kib={kib(s1['VmRSS'])}")
             print(f"idle_hwm_kib={kib(s1['VmHWM'])}")
             n0 = len(hook_lines(pod.hooks))
-            proc.kill()  # the container's outer process; end the payload too
-            for pid in [int(e) for e in os.listdir("/proc") if e.isdigit()]:
-                try:
-                    if open(f"/proc/{pid}/cmdline").read().startswith(f"sleep\0{int(a.idle) + 30}"):
-                        os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            os.kill(main_pid, signal.SIGKILL)  # the container process (sh exec'd sleep)
             proc.wait()
             wait_for("the idle run's hook", lambda: len(hook_lines(pod.hooks)) > n0)
         # --- latency: exit -> hook ---
