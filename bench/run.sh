@@ -36,8 +36,15 @@ mkdir -p "${out_dir}"
 work="$(mktemp -d /tmp/kps-bench.XXXXXX)"
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill "${p}" 2>/dev/null || true; done
+    # Only our own children still running (jobs -p), never a reused pid.
+    local running; running=" $(jobs -p | tr '\n' ' ') "
+    for p in "${pids[@]}"; do
+        if [[ "${running}" == *" ${p} "* ]]; then kill "${p}" 2>/dev/null || true; fi
+    done
     wait 2>/dev/null || true
+    # Keep the raw outputs (oha JSON, key=value files) next to the table.
+    rm -rf "${out_dir}/raw"; mkdir -p "${out_dir}/raw"
+    cp "${work}"/*.json "${work}"/*.txt "${out_dir}/raw/" 2>/dev/null || true
     rm -rf "${work}"
 }
 trap cleanup EXIT
@@ -214,8 +221,10 @@ cpu_us = int(wh_ticks) / hz / max(1, int(wh_reqs)) * 1e6
 st = sorted(float(x) for x in startup.split())
 layer = None
 with tarfile.open(sc_tar) as t:
-    blob = lambda d: json.load(t.extractfile("blobs/" + d.replace(":", "/")))
-    index = json.load(t.extractfile("index.json"))
+    members = {m.name.removeprefix("./"): m for m in t.getmembers()}
+    read = lambda name: json.load(t.extractfile(members[name]))
+    blob = lambda d: read("blobs/" + d.replace(":", "/"))
+    index = read("index.json")
     manifest = blob(index["manifests"][0]["digest"])
     layer = sum(l["size"] for l in manifest["layers"])
     layer_type = manifest["layers"][0]["mediaType"].rsplit(".", 1)[-1]
@@ -269,7 +278,7 @@ print("\nNotes: oha over HTTPS (HTTP/1.1 keep-alive, --insecure: no certificate 
       "POST of a %s-byte AdmissionReview built from webhook/tests/golden/simple-job/input.yaml; "
       "fixed-rate runs use oha's latency correction (coordinated omission). The ceiling (bench/ceiling) "
       "is the same tokio/rustls(ring)/hyper-util/axum stack reading the body and answering the webhook's own "
-      "%s-byte response. The webhook logs one JSON line per request (to a file here). The exit → hook latency "
+      "%s-byte response. The webhook logs one line per request (to a file here). The image's binary is built by images/build-oci.sh (profile release), the binary row by sidecar/build-static.sh (release-small). The exit → hook latency "
       "includes the sidecar's fork+exec of `date` and date's dynamic loading (the hook is `date +%%s%%N`, the "
       "container's payload is `date +%%s%%N` too), measured on a pod stand-in made of namespaces "
       "(bench/sidecar.py)." % (req_b, resp_b))
