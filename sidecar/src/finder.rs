@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::contract;
-use crate::procfs::{self, LastPid, ProcError};
+use crate::procfs::{self, IdMount, LastPid, MountSource, ProcError};
 
 /// One run of a container's process: its PID in the pod's PID namespace and
 /// its start time (clock ticks since boot). See [`contract::instance_id`].
@@ -87,11 +87,35 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
     id_root.join(container).to_string_lossy().into_owned()
 }
 
+/// The identifying mount of `container`: mount point [`mount_point`], and,
+/// when the shared volume is a mount at `root` in this process (always in a
+/// pod; not in tests that use a plain directory), the source it must come
+/// from: the same file system, root `<volume root>/id/<container>`
+/// ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from the
+/// volume's own directory, so both mounts name the same file system and a
+/// root path inside it that differs only by the sub-path.
+pub fn id_mount(proc_root: &Path, root: &Path, id_root: &Path, container: &str) -> IdMount {
+    let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo"))
+        .ok()
+        .and_then(|m| procfs::mountinfo_source_of(&m, &root.to_string_lossy()));
+    IdMount {
+        point: mount_point(id_root, container),
+        source: own.map(|s| MountSource {
+            root: format!(
+                "{}/{}",
+                s.root.trim_end_matches('/'),
+                contract::id_sub_path(container)
+            ),
+            dev: s.dev,
+        }),
+    }
+}
+
 /// One-shot search: the oldest process whose mountinfo has `mount_point` and
 /// whose parent is not in that container (parent PID 0, or, in `hostPID`
 /// pods, a parent without the mount). `Ok(None)` when there is none.
 /// Processes that vanish during the scan are skipped.
-pub fn find_oldest(proc_root: &Path, mount_point: &str) -> io::Result<Option<Instance>> {
+pub fn find_oldest(proc_root: &Path, mount_point: &IdMount) -> io::Result<Option<Instance>> {
     let mut best: Option<Instance> = None;
     for pid in procfs::list_pids(proc_root)? {
         let Ok(stat) = procfs::read_stat(proc_root, pid) else {
@@ -121,7 +145,7 @@ pub fn find_oldest(proc_root: &Path, mount_point: &str) -> io::Result<Option<Ins
 /// outside the PID namespace), or a parent without the mount (`hostPID`
 /// pods, where the runtime's shim is visible). `None` when the parent
 /// vanished meanwhile (the process was re-parented: look again).
-fn parent_outside(proc_root: &Path, ppid: i32, mount_point: &str) -> Option<bool> {
+fn parent_outside(proc_root: &Path, ppid: i32, mount_point: &IdMount) -> Option<bool> {
     if ppid == 0 {
         return Some(true);
     }
@@ -193,7 +217,7 @@ struct Retired {
 #[derive(Debug)]
 pub struct Scanner {
     proc_root: PathBuf,
-    mount_point: String,
+    mount_point: IdMount,
     hz: u64,
     last_pid: Option<LastPid>,
     seen_last_pid: Option<u64>,
@@ -211,16 +235,16 @@ fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
             .is_some_and(|r| r.intersects(events | PollFlags::POLLERR))
 }
 
-fn reread(hold: &mut File, mount_point: &str) -> Option<u64> {
+fn reread(hold: &mut File, mount_point: &IdMount) -> Option<u64> {
     let mut content = String::new();
     hold.seek(SeekFrom::Start(0)).ok()?;
     hold.read_to_string(&mut content).ok()?;
-    procfs::mountinfo_find_mount_point(&content, mount_point)
+    mount_point.find(&content)
 }
 
 impl Scanner {
     /// A scanner of `proc_root` for processes with `mount_point`.
-    pub fn new(proc_root: &Path, mount_point: String) -> Self {
+    pub fn new(proc_root: &Path, mount_point: IdMount) -> Self {
         Self {
             proc_root: proc_root.to_owned(),
             mount_point,
@@ -544,7 +568,10 @@ mod tests {
     #[test]
     fn nothing_found_for_an_absent_mount() {
         let proc_root = Path::new(procfs::PROC_ROOT);
-        let mp = "/nonexistent/kube-prestop-test-mount".to_owned();
+        let mp = IdMount {
+            point: "/nonexistent/kube-prestop-test-mount".to_owned(),
+            source: None,
+        };
         assert_eq!(find_oldest(proc_root, &mp).unwrap(), None);
         let mut s = Scanner::new(proc_root, mp);
         assert_eq!(s.step(Instant::now()).unwrap(), None);

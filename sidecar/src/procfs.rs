@@ -144,17 +144,81 @@ pub fn unescape_mount_path(raw: &str) -> String {
 /// Mount IDs are unique among live mounts; an ID is reused only after its
 /// mount is gone, i.e. after every mount namespace holding it is gone.
 pub fn mountinfo_find_mount_point(content: &str, mount_point: &str) -> Option<u64> {
+    find_mount(content, mount_point, None)
+}
+
+/// Where a mount comes from: field 3 (`major:minor` of the file system) and
+/// field 4 (the mount's root inside that file system) of a mountinfo line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSource {
+    /// `major:minor` of the file system.
+    pub dev: String,
+    /// Path of the mount's root inside the file system (unescaped).
+    pub root: String,
+}
+
+/// The identifying mount of a watched container: its mount point, and, when
+/// known, the source it must come from.
+///
+/// The source matters in `hostPID` pods, where the processes of every pod on
+/// the node are visible and other pods' containers of the same name carry
+/// the same mount point: only this pod's shared volume (same file system,
+/// root `<volume root>/id/<container>`) identifies this pod's container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdMount {
+    /// Mount point, matched as [`mountinfo_find_mount_point`] does.
+    pub point: String,
+    /// Required source, or `None` to match on the mount point alone.
+    pub source: Option<MountSource>,
+}
+
+impl IdMount {
+    /// The mount ID of this identifying mount in mountinfo `content`.
+    pub fn find(&self, content: &str) -> Option<u64> {
+        find_mount(content, &self.point, self.source.as_ref())
+    }
+}
+
+impl std::fmt::Display for IdMount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.source {
+            Some(src) => write!(f, "{} (from {} {})", self.point, src.dev, src.root),
+            None => f.write_str(&self.point),
+        }
+    }
+}
+
+/// The source of the mount whose mount point is exactly `mount_point` in
+/// mountinfo `content`.
+pub fn mountinfo_source_of(content: &str, mount_point: &str) -> Option<MountSource> {
+    let mount_point = mount_point.trim_end_matches('/');
+    content.lines().find_map(|line| {
+        let mut fields = line.split(' ').skip(2);
+        let dev = fields.next()?;
+        let root = fields.next()?;
+        (unescape_mount_path(fields.next()?) == mount_point).then(|| MountSource {
+            dev: dev.to_owned(),
+            root: unescape_mount_path(root),
+        })
+    })
+}
+
+fn find_mount(content: &str, mount_point: &str, source: Option<&MountSource>) -> Option<u64> {
     let mount_point = mount_point.trim_end_matches('/');
     content.lines().find_map(|line| {
         let mut fields = line.split(' ');
         let id = fields.next()?.parse().ok()?;
-        let mp = unescape_mount_path(fields.nth(3)?);
+        let dev = fields.nth(1)?;
+        let root = fields.next()?;
+        let mp = unescape_mount_path(fields.next()?);
         let hit = mp == mount_point
             || (mp.len() > mount_point.len()
                 && mp.ends_with(mount_point)
                 && (mount_point.starts_with('/')
                     || mp.as_bytes()[mp.len() - mount_point.len() - 1] == b'/'));
-        hit.then_some(id)
+        let from_source =
+            source.is_none_or(|s| s.dev == dev && s.root == unescape_mount_path(root));
+        (hit && from_source).then_some(id)
     })
 }
 
@@ -166,8 +230,8 @@ pub fn mountinfo_has_mount_point(content: &str, mount_point: &str) -> bool {
 
 /// Reads `<proc>/<pid>/mountinfo` and looks for `mount_point` as
 /// [`mountinfo_has_mount_point`] does.
-pub fn has_mount_point(proc_root: &Path, pid: i32, mount_point: &str) -> Result<bool, ProcError> {
-    Ok(open_mountinfo(proc_root, pid, mount_point)?.0.is_some())
+pub fn has_mount_point(proc_root: &Path, pid: i32, mount: &IdMount) -> Result<bool, ProcError> {
+    Ok(open_mountinfo(proc_root, pid, mount)?.0.is_some())
 }
 
 /// Opens `<proc>/<pid>/mountinfo` and looks for `mount_point`. Returns the
@@ -178,14 +242,14 @@ pub fn has_mount_point(proc_root: &Path, pid: i32, mount_point: &str) -> Result<
 pub fn open_mountinfo(
     proc_root: &Path,
     pid: i32,
-    mount_point: &str,
+    mount: &IdMount,
 ) -> Result<(Option<u64>, File), ProcError> {
     let path = proc_root.join(pid.to_string()).join("mountinfo");
     let mut f = File::open(&path).map_err(|e| io_err(&path, e))?;
     let mut content = String::new();
     f.read_to_string(&mut content)
         .map_err(|e| io_err(&path, e))?;
-    Ok((mountinfo_find_mount_point(&content, mount_point), f))
+    Ok((mount.find(&content), f))
 }
 
 /// An open `/proc/loadavg`, re-read with `pread` to learn the last PID the
@@ -298,10 +362,47 @@ mod tests {
             Err(ProcError::Gone)
         ));
         assert!(matches!(
-            has_mount_point(Path::new(PROC_ROOT), i32::MAX, "/x"),
+            has_mount_point(
+                Path::new(PROC_ROOT),
+                i32::MAX,
+                &IdMount {
+                    point: "/x".into(),
+                    source: None
+                }
+            ),
             Err(ProcError::Gone)
         ));
         assert!(list_pids(Path::new(PROC_ROOT)).unwrap().contains(&me));
+    }
+
+    #[test]
+    fn identifying_mount_from_this_pods_volume_only() {
+        // hostPID: two pods' containers named `main`, same mount point; the
+        // sidecar's own volume mount names the file system and root.
+        let own = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+                   40 22 8:1 /pods/uid-a/volumes/kube-prestop /.kube-prestop rw - ext4 /dev/sda1 rw\n";
+        let src = mountinfo_source_of(own, "/.kube-prestop").unwrap();
+        assert_eq!(src.dev, "8:1");
+        assert_eq!(src.root, "/pods/uid-a/volumes/kube-prestop");
+        let id = IdMount {
+            point: "/.kube-prestop-id/main".into(),
+            source: Some(MountSource {
+                dev: src.dev,
+                root: format!("{}/id/main", src.root),
+            }),
+        };
+        let other_pod = "50 22 8:1 /pods/uid-b/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n";
+        let this_pod = "51 22 8:1 /pods/uid-a/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n";
+        let other_fs = "52 22 8:2 /pods/uid-a/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sdb1 rw\n";
+        assert_eq!(id.find(other_pod), None);
+        assert_eq!(id.find(this_pod), Some(51));
+        assert_eq!(id.find(other_fs), None);
+        let any = IdMount {
+            point: "/.kube-prestop-id/main".into(),
+            source: None,
+        };
+        assert_eq!(any.find(other_pod), Some(50));
+        assert_eq!(mountinfo_source_of(own, "/nowhere"), None);
     }
 
     #[test]

@@ -144,7 +144,12 @@ pub fn run(cfg: WatchConfig) -> i32 {
         );
     }
     let now = Instant::now();
-    let mount_point = finder::mount_point(&cfg.target.id_root, &cfg.target.container);
+    let mount_point = finder::id_mount(
+        &cfg.proc_root,
+        &cfg.target.root,
+        &cfg.target.id_root,
+        &cfg.target.container,
+    );
     let mut w = Watcher {
         store: StateStore::new(&cfg.target.root, &cfg.target.container),
         scanner: Scanner::new(&cfg.proc_root, mount_point.clone()),

@@ -41,10 +41,10 @@ pub enum MarkError {
 
 /// Finds `target`'s current instance and writes its `prestop-<id>` mark.
 pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
-    let mp = finder::mount_point(&target.id_root, &target.container);
+    let mp = finder::id_mount(proc_root, &target.root, &target.id_root, &target.container);
     let inst = finder::find_oldest(proc_root, &mp)
         .map_err(MarkError::Scan)?
-        .ok_or_else(|| MarkError::NotFound(target.container.clone(), mp.clone()))?;
+        .ok_or_else(|| MarkError::NotFound(target.container.clone(), mp.to_string()))?;
     let store = StateStore::new(&target.root, &target.container);
     store.ensure_dir()?;
     store.write(
