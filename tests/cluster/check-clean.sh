@@ -59,10 +59,10 @@ check_processes() {
   for p in /proc/[0-9]*; do
     [[ "${p#/proc/}" == "$$" ]] && continue
     if grep -qs ":$CGROUP_ROOT/\|:$CGROUP_ROOT\$" "$p/cgroup"; then
-      problem "process ${p#/proc/} in cgroup $CGROUP_ROOT: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+      problem "process ${p#/proc/} in cgroup $CGROUP_ROOT: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")"
     fi
-    if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -q "^[^ ]*$STATE"; then
-      problem "process ${p#/proc/} refers to $STATE: $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+    if tr '\0' '\n' 2>/dev/null <"$p/cmdline" | grep -q "^[^ ]*$STATE"; then
+      problem "process ${p#/proc/} refers to $STATE: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline")"
     fi
   done
 }

@@ -89,8 +89,10 @@ start_component() {
     return 0
   fi
   mkdir -p "$STATE/pids" "$STATE/logs"
+  # 9>&-: the cluster lock (fd 9 of up.sh) must not outlive up.sh in the
+  # daemons, or cluster-down would wait for it forever.
   setsid nsenter --mount="$MNTNS" --net="/run/netns/$NETNS" -- "$@" \
-    </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+    </dev/null >>"$STATE/logs/$name.log" 2>&1 9>&- &
   echo $! >"$STATE/pids/$name.pid"
   record_started "$name" $!
   log "$name: started (pid $!, log $STATE/logs/$name.log)"
@@ -114,7 +116,7 @@ start_host_component() {
     return 0
   fi
   mkdir -p "$STATE/pids" "$STATE/logs"
-  setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 &
+  setsid "$@" </dev/null >>"$STATE/logs/$name.log" 2>&1 9>&- &
   echo $! >"$STATE/pids/$name.pid"
   record_started "$name" $!
   log "$name: started (pid $!)"
