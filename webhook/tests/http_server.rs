@@ -552,6 +552,23 @@ async fn client_that_never_sends_headers_is_disconnected() {
 }
 
 #[tokio::test]
+async fn client_that_sends_nothing_after_the_handshake_is_disconnected() {
+    // Regression: the protocol used to be sniffed from the first bytes with
+    // no timer, so an idle TLS client held a connection slot forever.
+    let server = TestServer::start(|c| {
+        c.conn_limits.header_read_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut tls = raw_tls(&server).await;
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
+    assert!(
+        read.is_ok(),
+        "idle connection still open after the header timeout"
+    );
+}
+
+#[tokio::test]
 async fn shutdown_fails_readiness_then_finishes_in_flight_requests() {
     let mut server = TestServer::start(|c| c.drain_delay = Duration::from_millis(500)).await;
     // An in-flight request: headers and half the body sent.

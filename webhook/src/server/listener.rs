@@ -89,6 +89,16 @@ pub async fn serve_tls(
                 .timer(TokioTimer::new())
                 .keep_alive_interval(limits.http2_keep_alive)
                 .keep_alive_timeout(limits.http2_keep_alive);
+            // The protocol comes from ALPN, never from sniffing the first
+            // bytes: the auto builder's sniff has no timer, so a client that
+            // finished the handshake and sent nothing would hold a
+            // connection slot forever. HTTP/1 then bounds the wait for the
+            // first request with header_read_timeout.
+            let builder = if tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
+                builder.http2_only()
+            } else {
+                builder.http1_only()
+            };
             let service = TowerToHyperService::new(router);
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(conn).await {
