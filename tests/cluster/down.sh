@@ -130,19 +130,5 @@ main() {
   log "cluster down in $((SECONDS - start))s"
 }
 
-# One cluster per machine, shared by everyone working on it: up and down of
-# concurrent callers take turns instead of tearing each other's work apart.
-take_lock() {
-  # up.sh runs down.sh on stale state while it holds the lock.
-  [[ -n "${KUBE_PRESTOP_CLUSTER_LOCKED:-}" ]] && return 0
-  export KUBE_PRESTOP_CLUSTER_LOCKED=1
-  mkdir -p "$STATE_ROOT"
-  exec 9>"$STATE_ROOT/lock"
-  if ! flock -n 9; then
-    log "another cluster-up/cluster-down is running: waiting for it"
-    flock 9
-  fi
-}
-
 take_lock
 main "$@"

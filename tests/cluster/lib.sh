@@ -77,6 +77,20 @@ component_running() {
   pid_alive "$pid"
 }
 
+# take_lock: one cluster per machine, shared by everyone working on it: up and down of
+# concurrent callers take turns instead of tearing each other's work apart.
+take_lock() {
+  # up.sh runs down.sh on stale state while it holds the lock.
+  [[ -n "${KUBE_PRESTOP_CLUSTER_LOCKED:-}" ]] && return 0
+  export KUBE_PRESTOP_CLUSTER_LOCKED=1
+  mkdir -p "$STATE_ROOT"
+  exec 9>"$STATE_ROOT/lock"
+  if ! flock -n 9; then
+    log "another cluster-up/cluster-down is running: waiting for it"
+    flock 9
+  fi
+}
+
 # start_component NAME CMD...: starts CMD inside the node namespaces, detached in
 # its own session (so that the shell or job that ran `make` can end without taking
 # it along), and records its PID. setsid and nsenter both exec, so $! is the PID of
