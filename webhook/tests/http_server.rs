@@ -533,39 +533,34 @@ async fn client_that_stalls_in_the_body_gets_408() {
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
 }
 
-#[tokio::test]
-async fn client_that_never_sends_headers_is_disconnected() {
+/// Connects with a 300 ms header timeout, sends `prefix` (possibly nothing)
+/// and asserts the server closes the connection within 10 s.
+async fn assert_disconnected_after_header_timeout(prefix: &[u8], what: &str) {
     let server = TestServer::start(|c| {
         c.conn_limits.header_read_timeout = Duration::from_millis(300);
     })
     .await;
     let mut tls = raw_tls(&server).await;
-    tls.write_all(b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n")
-        .await
-        .unwrap();
+    tls.write_all(prefix).await.unwrap();
     let mut buf = Vec::new();
     let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
-    assert!(
-        read.is_ok(),
-        "connection still open after the header timeout"
-    );
+    assert!(read.is_ok(), "{what} still open after the header timeout");
+}
+
+#[tokio::test]
+async fn client_that_never_sends_headers_is_disconnected() {
+    assert_disconnected_after_header_timeout(
+        b"POST /mutate HTTP/1.1\r\nHost: localhost\r\n",
+        "connection",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn client_that_sends_nothing_after_the_handshake_is_disconnected() {
     // Regression: the protocol used to be sniffed from the first bytes with
     // no timer, so an idle TLS client held a connection slot forever.
-    let server = TestServer::start(|c| {
-        c.conn_limits.header_read_timeout = Duration::from_millis(300);
-    })
-    .await;
-    let mut tls = raw_tls(&server).await;
-    let mut buf = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut buf)).await;
-    assert!(
-        read.is_ok(),
-        "idle connection still open after the header timeout"
-    );
+    assert_disconnected_after_header_timeout(b"", "idle connection").await;
 }
 
 #[tokio::test]
