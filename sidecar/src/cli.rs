@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! kube-prestop install --dest PATH
-//! kube-prestop watch   --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+//! kube-prestop watch   --container X [--started-after A,B] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
 //! ```
@@ -15,13 +15,13 @@
 use std::path::PathBuf;
 
 use crate::contract::{
-    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT,
+    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT, FLAG_STARTED_AFTER,
 };
 
 /// Usage text printed by `--help` and after usage errors.
 pub const USAGE: &str = "usage:
   kube-prestop install --dest PATH
-  kube-prestop watch   --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+  kube-prestop watch   --container NAME [--started-after NAME,...] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop --help | --version";
@@ -51,7 +51,15 @@ pub enum Cli {
         dest: PathBuf,
     },
     /// `watch ... -- HOOK...`.
-    Watch(Target, Vec<String>),
+    Watch {
+        /// The watched container and the shared volume.
+        target: Target,
+        /// [`FLAG_STARTED_AFTER`]: the containers started after this
+        /// sidecar; empty when not given.
+        started_after: Vec<String>,
+        /// The hook command.
+        hook: Vec<String>,
+    },
     /// `prestop ... -- HOOK...`.
     PreStop(Target, Vec<String>),
     /// `probe ...`.
@@ -89,6 +97,9 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let allowed: &[&str] = match sub {
         s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST],
         s if s == contract::SUBCOMMAND_PROBE => &[FLAG_CONTAINER, FLAG_ROOT],
+        s if s == contract::SUBCOMMAND_WATCH => {
+            &[FLAG_CONTAINER, FLAG_STARTED_AFTER, FLAG_ROOT, FLAG_ID_ROOT]
+        }
         _ => &[FLAG_CONTAINER, FLAG_ROOT, FLAG_ID_ROOT],
     };
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
@@ -175,7 +186,22 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         }
     };
     if sub == contract::SUBCOMMAND_WATCH {
-        Ok(Cli::Watch(target, hook))
+        let started_after: Vec<String> = get(FLAG_STARTED_AFTER)
+            .map(|v| v.split(',').map(str::to_owned).collect())
+            .unwrap_or_default();
+        if let Some(bad) = started_after
+            .iter()
+            .find(|n| !contract::is_valid_container_name(n))
+        {
+            return err(format!(
+                "{FLAG_STARTED_AFTER}: {bad:?} is not a valid container name (a DNS label: 1-63 of a-z, 0-9, '-')"
+            ));
+        }
+        Ok(Cli::Watch {
+            target,
+            started_after,
+            hook,
+        })
     } else {
         Ok(Cli::PreStop(target, hook))
     }
@@ -201,10 +227,16 @@ mod tests {
     #[test]
     fn contract_commands_parse() {
         let hook = s(&["sh", "-c", "echo bye", "--", "--container"]);
-        let w = contract::watch_command("main", &hook);
-        let Cli::Watch(t, h) = parse(&w[1..]).unwrap() else {
+        let w = contract::watch_command("main", &s(&["side-2", "main"]), &hook);
+        let Cli::Watch {
+            target: t,
+            started_after,
+            hook: h,
+        } = parse(&w[1..]).unwrap()
+        else {
             unreachable!()
         };
+        assert_eq!(started_after, s(&["side-2", "main"]));
         assert_eq!(t.container, "main");
         assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));
         assert_eq!(t.id_root, PathBuf::from(contract::ID_MOUNT_ROOT));
@@ -234,7 +266,15 @@ mod tests {
             "x",
         ]))
         .unwrap();
-        let Cli::Watch(t, _) = c else { unreachable!() };
+        let Cli::Watch {
+            target: t,
+            started_after,
+            ..
+        } = c
+        else {
+            unreachable!()
+        };
+        assert!(started_after.is_empty());
         assert_eq!(t.root, PathBuf::from("/r"));
         assert_eq!(t.id_root, PathBuf::from("/i"));
     }
@@ -254,6 +294,33 @@ mod tests {
             s(&["watch", "--container", "a", "--container", "b", "--", "x"]),
             s(&["watch", "stray", "--container", "a", "--", "x"]),
             s(&["probe", "--container", "a", "--", "x"]),
+            s(&[
+                "watch",
+                "--container",
+                "a",
+                "--started-after",
+                "a,",
+                "--",
+                "x",
+            ]),
+            s(&[
+                "watch",
+                "--container",
+                "a",
+                "--started-after",
+                "A",
+                "--",
+                "x",
+            ]),
+            s(&[
+                "prestop",
+                "--container",
+                "a",
+                "--started-after",
+                "a",
+                "--",
+                "x",
+            ]),
             s(&["probe", "--container", "a", "--id-root", "/x"]),
             s(&["probe"]),
             s(&["install"]),

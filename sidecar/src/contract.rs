@@ -77,6 +77,15 @@ pub const FLAG_DEST: &str = "--dest";
 pub const FLAG_ROOT: &str = "--root";
 /// Flag overriding the parent of identifying mount points (tests; default [`ID_MOUNT_ROOT`]).
 pub const FLAG_ID_ROOT: &str = "--id-root";
+/// Flag of `watch`: the containers the kubelet starts after this sidecar
+/// (comma-separated names: later native sidecars, then the pod's regular
+/// containers), as the webhook knows them from the pod spec. When it names
+/// only the watched container, every container the runtime sets up in the
+/// pod's PID namespace after the sidecar is armed is an instance of it, which
+/// lets the watcher recognise an instance that was set up, ran and ended
+/// entirely while the watcher was not scheduled (see `finder`). Left out for
+/// `hostPID` pods, where other pods' containers are visible too.
+pub const FLAG_STARTED_AFTER: &str = "--started-after";
 /// Separates the flags from the hook command, which is passed verbatim.
 pub const COMMAND_SEPARATOR: &str = "--";
 
@@ -201,17 +210,20 @@ pub fn install_command() -> Vec<String> {
 
 /// Command of the native sidecar that watches `container` and runs `hook`
 /// (the container's original `preStop.exec.command`) when it exits on its own:
-/// `/.kube-prestop/bin/kube-prestop watch --container X -- HOOK...`.
-pub fn watch_command(container: &str, hook: &[String]) -> Vec<String> {
-    with_hook(
-        vec![
-            BINARY_PATH.to_owned(),
-            SUBCOMMAND_WATCH.to_owned(),
-            FLAG_CONTAINER.to_owned(),
-            container.to_owned(),
-        ],
-        hook,
-    )
+/// `/.kube-prestop/bin/kube-prestop watch --container X [--started-after A,B] -- HOOK...`.
+/// `started_after` ([`FLAG_STARTED_AFTER`]) is left out when empty.
+pub fn watch_command(container: &str, started_after: &[String], hook: &[String]) -> Vec<String> {
+    let mut cmd = vec![
+        BINARY_PATH.to_owned(),
+        SUBCOMMAND_WATCH.to_owned(),
+        FLAG_CONTAINER.to_owned(),
+        container.to_owned(),
+    ];
+    if !started_after.is_empty() {
+        cmd.push(FLAG_STARTED_AFTER.to_owned());
+        cmd.push(started_after.join(","));
+    }
+    with_hook(cmd, hook)
 }
 
 /// The wrapped `preStop.exec.command` of `container`:
@@ -285,11 +297,13 @@ mod tests {
             ])
         );
         assert_eq!(
-            watch_command("main", &s(&["sh", "-c", "echo bye"])),
+            watch_command("main", &s(&["main"]), &s(&["sh", "-c", "echo bye"])),
             s(&[
                 "/.kube-prestop/bin/kube-prestop",
                 "watch",
                 "--container",
+                "main",
+                "--started-after",
                 "main",
                 "--",
                 "sh",

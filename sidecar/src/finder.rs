@@ -192,6 +192,12 @@ enum Class {
     /// already exited: a process exec'd into that container which outlived
     /// it, never a new instance.
     Leftover,
+    /// A pending process that exited after its root had been replaced
+    /// (`pivot_root`) without the scanner ever having read its mount table
+    /// in between, taken to be an instance of the watched container because
+    /// it is the only container started after the sidecar
+    /// ([`Scanner::infer_unseen`]). Already exited.
+    Inferred,
 }
 
 /// An exited instance's identifying mount, kept allocated (the namespace
@@ -202,6 +208,41 @@ struct Retired {
     mount_id: u64,
     _hold: File,
     listed_since: bool,
+}
+
+/// What a search has done so far, for the watcher's log lines: when the
+/// container is found, and when the sidecar is stopped without having found
+/// it (troubleshooting a missed container without `KUBE_PRESTOP_DEBUG`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Listings of `/proc` (one per tick on which a process was created).
+    pub listings: u64,
+    /// Parentless processes held pending (candidates being set up).
+    pub candidates: u64,
+    /// Candidates that exited without ever showing the identifying mount.
+    pub candidates_lost: u64,
+    /// Of those, the ones whose held mount table read back empty: their root
+    /// had been replaced (`pivot_root`) before the last look, i.e. a
+    /// container the runtime set up, ran and ended between two looks.
+    pub candidates_lost_pivoted: u64,
+    /// Longest time between two consecutive [`Scanner::step`]s: how long the
+    /// watcher went without a look (CPU starvation shows here).
+    pub longest_pause: Duration,
+}
+
+impl std::fmt::Display for SearchStats {
+    /// `listings=N candidates=N candidates_lost=N candidates_lost_pivoted=N longest_pause=N.NNNs`
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "listings={} candidates={} candidates_lost={} candidates_lost_pivoted={} longest_pause={:.3}s",
+            self.listings,
+            self.candidates,
+            self.candidates_lost,
+            self.candidates_lost_pivoted,
+            self.longest_pause.as_secs_f64()
+        )
+    }
 }
 
 /// Incremental search for the container process (see the module docs).
@@ -225,6 +266,9 @@ pub struct Scanner {
     retired: Vec<Retired>,
     own_pid: i32,
     debug: bool,
+    stats: SearchStats,
+    last_step: Option<Instant>,
+    infer_unseen: bool,
 }
 
 fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
@@ -235,11 +279,15 @@ fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
             .is_some_and(|r| r.intersects(events | PollFlags::POLLERR))
 }
 
-fn reread(hold: &mut File, mount_point: &IdMount) -> Option<u64> {
+/// Re-reads a held mountinfo: the identifying mount's ID if present, and
+/// whether the table read back empty (nothing reachable from the root the
+/// process had when the file was opened).
+fn reread(hold: &mut File, mount_point: &IdMount) -> (Option<u64>, bool) {
     let mut content = String::new();
-    hold.seek(SeekFrom::Start(0)).ok()?;
-    hold.read_to_string(&mut content).ok()?;
-    mount_point.find(&content)
+    if hold.seek(SeekFrom::Start(0)).is_err() || hold.read_to_string(&mut content).is_err() {
+        return (None, false);
+    }
+    (mount_point.find(&content), content.trim().is_empty())
 }
 
 impl Scanner {
@@ -255,14 +303,57 @@ impl Scanner {
             retired: Vec::new(),
             own_pid: std::process::id() as i32,
             debug: std::env::var_os(DEBUG_ENV).is_some(),
+            stats: SearchStats::default(),
+            last_step: None,
+            infer_unseen: false,
         }
     }
 
+    /// Whether a candidate that exits after a `pivot_root` the scanner did
+    /// not see through is taken to be an instance of the watched container
+    /// ([`SearchStats::candidates_lost_pivoted`]); off by default.
+    ///
+    /// Why it is needed: a pending process's mount table is held through the
+    /// mountinfo file opened when the process was first seen, and the kernel
+    /// shows a mount table relative to the root the process had *at that
+    /// open*. runc makes the container's mounts, `pivot_root`s into the
+    /// container's root and detaches the old one, so once the process has
+    /// pivoted the held file shows nothing, and after its exit it can no
+    /// longer be opened afresh. If the watcher is not scheduled from just
+    /// before the identifying mount is made until the container's process
+    /// exits (tens of milliseconds for `true`; CPU starvation of a sidecar
+    /// with a small CPU request does that), the instance is lost. Set this
+    /// only when the watched container is the only container the kubelet
+    /// starts in the pod after the sidecar, and the pod's PID namespace is
+    /// its own (not `hostPID`): then every container the runtime sets up
+    /// there after the sidecar is armed is an instance of it. (A restart of
+    /// an earlier native sidecar that also fails within milliseconds while
+    /// the watcher is starved would be taken for one.)
+    pub fn infer_unseen(mut self, on: bool) -> Self {
+        self.infer_unseen = on;
+        self
+    }
+
+    /// Whether `inst` was inferred rather than seen with the identifying
+    /// mount (see [`Scanner::infer_unseen`]).
+    pub fn is_inferred(&self, inst: Instance) -> bool {
+        matches!(self.known.get(&inst.pid), Some((start, Class::Inferred)) if *start == inst.start_time)
+    }
+
     /// Forgets all cached classifications (after a long pause PIDs may have
-    /// been reused); exited instances stay retired.
+    /// been reused); exited instances stay retired. Starts new
+    /// [`SearchStats`].
     pub fn reset(&mut self) {
         self.known.clear();
         self.seen_last_pid = None;
+        self.stats = SearchStats::default();
+        self.last_step = None;
+    }
+
+    /// Statistics of the search since it started (or since the last
+    /// [`Scanner::reset`], [`Scanner::retire`] or [`Scanner::attached`]).
+    pub fn stats(&self) -> SearchStats {
+        self.stats
     }
 
     /// `inst` exited: from now on processes sharing its identifying mount are
@@ -292,6 +383,8 @@ impl Scanner {
             .retain(|pid, (start, _)| *pid == inst.pid && *start == inst.start_time);
         self.retired.clear();
         self.seen_last_pid = None;
+        self.stats = SearchStats::default();
+        self.last_step = None;
     }
 
     /// Forgets one process.
@@ -395,7 +488,7 @@ impl Scanner {
     }
 
     /// Re-examines a pending process; `None` removes it.
-    fn recheck(&self, pid: i32, start: u64, class: Class, now: Instant) -> Option<Class> {
+    fn recheck(&mut self, pid: i32, start: u64, class: Class, now: Instant) -> Option<Class> {
         let Class::Pending {
             mut hold,
             pidfd,
@@ -412,14 +505,19 @@ impl Scanner {
                 .as_ref()
                 .is_none_or(|p| poll_now(p.as_fd(), PollFlags::POLLIN));
             // After the process died this still reads its (held) namespace.
-            let found = reread(&mut hold, &self.mount_point);
+            let (found, empty) = reread(&mut hold, &self.mount_point);
             if self.debug {
-                crate::log!("debug: reread pid={pid} dead={dead} found={found:?}");
+                crate::log!("debug: reread pid={pid} dead={dead} found={found:?} empty={empty}");
             }
             if let Some(mount_id) = found {
                 return Some(self.matched(mount_id, hold));
             }
             if dead {
+                self.stats.candidates_lost += 1;
+                self.stats.candidates_lost_pivoted += u64::from(empty);
+                if empty && self.infer_unseen {
+                    return Some(Class::Inferred);
+                }
                 return None;
             }
         }
@@ -447,9 +545,13 @@ impl Scanner {
     /// oldest match. A match may already have exited (a container that lived
     /// only milliseconds): attach with a pidfd and check the start time again.
     pub fn step(&mut self, now: Instant) -> io::Result<Option<Instance>> {
+        if let Some(prev) = self.last_step.replace(now) {
+            self.stats.longest_pause = self.stats.longest_pause.max(now.duration_since(prev));
+        }
         let last = self.last_pid.as_mut().and_then(|l| l.read().ok());
         if last.is_none() || last != self.seen_last_pid {
             self.seen_last_pid = last;
+            self.stats.listings += 1;
             let pids = procfs::list_pids(&self.proc_root)?;
             if self.debug {
                 crate::log!("debug: listing last_pid={last:?} pids={pids:?}");
@@ -469,6 +571,9 @@ impl Scanner {
                     continue;
                 }
                 if let Some(class) = self.classify(pid, stat.start_time, stat.ppid, now) {
+                    if matches!(class, Class::Pending { .. }) {
+                        self.stats.candidates += 1;
+                    }
                     if self.debug {
                         crate::log!(
                             "debug: new pid={pid} ppid={} start={} class={class:?}",
@@ -524,7 +629,7 @@ impl Scanner {
         Ok(self
             .known
             .iter()
-            .filter(|(_, (_, c))| matches!(c, Class::Match { .. }))
+            .filter(|(_, (_, c))| matches!(c, Class::Match { .. } | Class::Inferred))
             .map(|(pid, (start, _))| Instance {
                 pid: *pid,
                 start_time: *start,

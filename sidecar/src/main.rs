@@ -67,11 +67,17 @@ fn main() {
             }
         }
         Cli::PreStop(t, hook) => wrapper::run(&t, &hook),
-        Cli::Watch(target, hook) => {
+        Cli::Watch {
+            target,
+            started_after,
+            hook,
+        } => {
             let grace_seconds = std::env::var(contract::ENV_GRACE_PERIOD_SECONDS)
                 .ok()
                 .and_then(|v| v.trim().parse().ok());
+            let sole_container = started_after == [target.container.as_str()];
             watch::run(watch::WatchConfig {
+                sole_container,
                 target,
                 hook,
                 proc_root: PathBuf::from(procfs::PROC_ROOT),

@@ -77,6 +77,11 @@ pub struct WatchConfig {
     pub proc_root: PathBuf,
     /// [`contract::ENV_GRACE_PERIOD_SECONDS`], if set and valid.
     pub grace_seconds: Option<u64>,
+    /// The watched container is the only one the kubelet starts after this
+    /// sidecar ([`contract::FLAG_STARTED_AFTER`] names only it): a container
+    /// set up and ended between two looks is taken to be an instance of it
+    /// ([`Scanner::infer_unseen`]).
+    pub sole_container: bool,
 }
 
 pub use crate::procfs::pidfd_open;
@@ -110,6 +115,8 @@ struct Watcher {
     next_wait_log: Instant,
     wait_log_interval: Duration,
     last_scan_error: Option<Instant>,
+    /// An instance of the container was found (or recovered) in this run.
+    ever_found: bool,
 }
 
 fn secs(d: Duration) -> String {
@@ -152,7 +159,7 @@ pub fn run(cfg: WatchConfig) -> i32 {
     );
     let mut w = Watcher {
         store: StateStore::new(&cfg.target.root, &cfg.target.container),
-        scanner: Scanner::new(&cfg.proc_root, mount_point.clone()),
+        scanner: Scanner::new(&cfg.proc_root, mount_point.clone()).infer_unseen(cfg.sole_container),
         cfg,
         watched: None,
         hook: None,
@@ -165,9 +172,10 @@ pub fn run(cfg: WatchConfig) -> i32 {
         next_wait_log: now + Duration::from_secs(10),
         wait_log_interval: Duration::from_secs(10),
         last_scan_error: None,
+        ever_found: false,
     };
     log!(
-        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} pid={}",
+        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} pid={}",
         w.cfg.target.container,
         mount_point,
         w.store.dir().display(),
@@ -175,6 +183,7 @@ pub fn run(cfg: WatchConfig) -> i32 {
         w.cfg
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s")),
+        w.cfg.sole_container,
         std::process::id()
     );
     // A mark left by a previous run of the sidecar must not pass the probe
@@ -321,6 +330,7 @@ impl Watcher {
             }
         };
         let groups = state::group_by_instance(&self.store, &names);
+        self.ever_found |= !groups.is_empty();
         let mut jobs = Vec::new();
         for (id, r) in &groups {
             let Some(inst) = Instance::from_id(id) else {
@@ -410,7 +420,9 @@ impl Watcher {
         if let Err(e) = self.store.write(&contract::seen_file(&id), &seen) {
             log!("error: {e} (an exit while the sidecar is down may go unnoticed)");
         }
+        self.ever_found = true;
         let waited = secs(self.searching_since.elapsed());
+        let stats = self.scanner.stats();
         let pidfd = match pidfd_open(inst.pid) {
             Ok(fd) => Some(fd),
             Err(Errno::ESRCH) => None,
@@ -424,9 +436,19 @@ impl Watcher {
         };
         // The start time read after pidfd_open proves the pidfd is this
         // instance's (the PID was not reused in between).
+        if self.scanner.is_inferred(inst) {
+            log!(
+                "inferred container={} instance={id} pid={} after {waited}: a container was set up, ran and exited in this pod while the watcher was not scheduled, and {} is the only container started after this sidecar {stats}",
+                self.c(),
+                inst.pid,
+                self.c()
+            );
+            self.instance_exited(inst, procfs::now_ticks());
+            return;
+        }
         if !inst.is_alive(&self.cfg.proc_root) {
             log!(
-                "found container={} instance={id} pid={} after {waited}, already exited",
+                "found container={} instance={id} pid={} after {waited}, already exited {stats}",
                 self.c(),
                 inst.pid
             );
@@ -434,7 +456,7 @@ impl Watcher {
             return;
         }
         log!(
-            "watching container={} instance={id} pid={} found_after={waited}",
+            "watching container={} instance={id} pid={} found_after={waited} {stats}",
             self.c(),
             inst.pid
         );
@@ -620,6 +642,7 @@ impl Watcher {
             return;
         }
         self.terminating = Some(Instant::now());
+        let searching = self.watched.is_none();
         // The kubelet stops the sidecar only after the watched container
         // exited; take that exit if the poll that saw the signal raced it.
         if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
@@ -657,6 +680,22 @@ impl Watcher {
             );
         } else {
             log!("{sig} received container={}; no hook running", self.c());
+        }
+        if searching {
+            let stats = self.scanner.stats();
+            let since = secs(self.searching_since.elapsed());
+            if self.ever_found {
+                log!(
+                    "search ended container={} searched_for={since} {stats}",
+                    self.c()
+                );
+            } else {
+                log!(
+                    "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={since} {stats}",
+                    self.c(),
+                    stats.longest_pause.as_secs_f64()
+                );
+            }
         }
     }
 }

@@ -50,6 +50,26 @@ pub fn can_run() -> bool {
     true
 }
 
+/// The PID of host process `pid` in its innermost PID namespace (`NSpid`).
+pub fn ns_pid(pid: i32) -> i32 {
+    let st = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    st.lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .and_then(|v| v.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// Whether host process `holder` has `/proc/<ns_pid>/mountinfo` open (the
+/// watcher holds a candidate's mount table that way).
+pub fn holds_mountinfo_of(holder: i32, ns_pid: i32) -> bool {
+    let want = format!("/proc/{ns_pid}/mountinfo");
+    fs::read_dir(format!("/proc/{holder}/fd")).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_str() == Some(want.as_str())))
+    })
+}
+
 /// Polls `cond` every few milliseconds until it holds or `timeout` passes.
 pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
@@ -247,6 +267,11 @@ impl Pod {
 
     /// Starts `watch` in the pod; waits until it is armed.
     pub fn sidecar(&self, hook: &[String], env: &[(&str, &str)]) -> Sidecar {
+        self.sidecar_with(hook, env, &[])
+    }
+
+    /// [`Pod::sidecar`] with extra `watch` flags (before `--`).
+    pub fn sidecar_with(&self, hook: &[String], env: &[(&str, &str)], flags: &[&str]) -> Sidecar {
         let n = fs::read_dir(self.dir.join("out")).unwrap().count();
         let log = self.dir.join(format!("sidecar-{n}.log"));
         let _ = fs::remove_file(self.state().join("armed"));
@@ -258,6 +283,7 @@ impl Pod {
             .arg(self.vol())
             .arg("--id-root")
             .arg(self.idroot())
+            .args(flags)
             .arg("--")
             .args(hook)
             .stdin(Stdio::null())
@@ -332,6 +358,66 @@ impl Pod {
             .arg(format!("--pid=/proc/{}/ns/pid", self.init))
             .args(["--", "sh", "-c"]);
         c
+    }
+
+    /// A main container set up like `runc init` really does it, including
+    /// the step the other stand-ins leave out: it waits for [`Main::start`] *before*
+    /// making any mount (so a watcher can see it first with the host's root),
+    /// then makes its root (a recursive bind of `/`) and the identifying
+    /// mount under it, `pivot_root`s into it and detaches the old root, and
+    /// execs the payload. Does not wait for it.
+    pub fn spawn_pivoting_main(&mut self, payload: &[&str]) -> Main {
+        self.next_main += 1;
+        let gate = self.dir.join(format!("gate-{}", self.next_main));
+        let c_gate = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c_gate.as_ptr(), 0o600) }, 0);
+        let root = self.dir.join(format!("root-{}", self.next_main));
+        fs::create_dir_all(&root).unwrap();
+        let script = format!(
+            "read _ < {gate}; mount --rbind / {root} && mount --bind {src} {root}{mp} && cd {root} && pivot_root . . && umount -l . && cd / || exit 97; exec \"$@\"",
+            gate = gate.display(),
+            root = root.display(),
+            src = self.dir.join("idsrc").display(),
+            mp = self.idroot().join(C).display(),
+        );
+        let nsenter = self
+            .main_command()
+            .arg(script)
+            .arg("main")
+            .args(payload)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child_of(nsenter.id() as i32);
+        Main {
+            nsenter,
+            pid,
+            fifo: gate,
+        }
+    }
+
+    /// A process in the pod's PID namespace with a mount namespace of its
+    /// own that never pivots (like a runtime's exec or a failed set-up):
+    /// waits for [`Main::start`], then runs `sh -c script`.
+    pub fn spawn_plain_process(&mut self, script: &str) -> Main {
+        self.next_main += 1;
+        let gate = self.dir.join(format!("gate-{}", self.next_main));
+        let c_gate = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
+        // SAFETY: valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c_gate.as_ptr(), 0o600) }, 0);
+        let nsenter = self
+            .main_command()
+            .arg(format!("read _ < {}; {script}", gate.display()))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child_of(nsenter.id() as i32);
+        Main {
+            nsenter,
+            pid,
+            fifo: gate,
+        }
     }
 
     /// A main container with no create/start split at all: it bind-mounts

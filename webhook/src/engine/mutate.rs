@@ -157,11 +157,14 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
     env
 }
 
-/// The native sidecar watching `x`, whose preStop command is `hook`.
+/// The native sidecar watching `x`, whose preStop command is `hook`;
+/// `started_after` names the containers the kubelet starts after it
+/// ([`contract::FLAG_STARTED_AFTER`]; empty for `hostPID` pods).
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
+    started_after: &[String],
     volume: &str,
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
@@ -172,7 +175,7 @@ fn sidecar_container(
         name,
         image: x.image.clone(),
         image_pull_policy: x.image_pull_policy.clone(),
-        command: Some(contract::watch_command(&x.name, hook)),
+        command: Some(contract::watch_command(&x.name, started_after, hook)),
         args: None,
         env: Some(sidecar_env(x, grace_period_seconds)),
         env_from: x.env_from.clone(),
@@ -278,9 +281,12 @@ pub fn mutate(
         config,
         install_resources,
     )];
-    let mut first_watched = None;
+    // Watched containers and their sidecars' names, in order: a sidecar is
+    // started before the next one (DESIGN §4), so each watcher is told which
+    // containers start after it (`--started-after`).
+    let mut plan: Vec<(usize, String, Vec<String>)> = Vec::new();
     for &i in watched {
-        let Some(x) = spec.containers.get_mut(i) else {
+        let Some(x) = spec.containers.get(i) else {
             continue;
         };
         let Some(hook) = exec_prestop(x).map(<[String]>::to_vec) else {
@@ -289,15 +295,35 @@ pub fn mutate(
         check_mounts(x)?;
         let name = names::sidecar_name(&x.name, &taken);
         taken.insert(name.clone());
+        plan.push((i, name, hook));
+    }
+    let regular: Vec<String> = spec.containers.iter().map(|c| c.name.clone()).collect();
+    let host_pid = spec.host_pid == Some(true);
+    let mut first_watched = None;
+    for (k, (i, name, hook)) in plan.iter().enumerate() {
+        let Some(x) = spec.containers.get_mut(*i) else {
+            continue;
+        };
+        // With hostPID every pod's containers are visible: no inference.
+        let started_after: Vec<String> = if host_pid {
+            Vec::new()
+        } else {
+            plan[k + 1..]
+                .iter()
+                .map(|(_, n, _)| n.clone())
+                .chain(regular.iter().cloned())
+                .collect()
+        };
         added.push(sidecar_container(
-            name,
+            name.clone(),
             x,
-            &hook,
+            hook,
+            &started_after,
             &volume,
             grace,
             sidecar_resources.clone(),
         ));
-        wrap_watched(x, &hook, &volume);
+        wrap_watched(x, hook, &volume);
         first_watched.get_or_insert_with(|| x.name.clone());
     }
 

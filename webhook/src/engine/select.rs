@@ -419,7 +419,7 @@ mod tests {
         let mut pod = job_pod(vec![exec_container("a", &["x"])]);
         pod.spec.as_mut().unwrap().init_containers = Some(vec![Container {
             name: "whatever".into(),
-            command: Some(contract::watch_command("a", &["x".to_owned()])),
+            command: Some(contract::watch_command("a", &[], &["x".to_owned()])),
             ..Default::default()
         }]);
         assert_eq!(skip(&pod), SkipReason::AlreadyInjected);
