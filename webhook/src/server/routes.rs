@@ -103,23 +103,33 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + app.body_read_timeout;
     let cap = app.max_body_bytes;
-    let declared = request
-        .headers()
+    let (parts, mut body) = request.into_parts();
+    let declared = parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > cap as u64) {
+    if let Some(declared) = declared.filter(|&n| n > cap as u64) {
+        // Nothing read yet. A client waiting for `100 Continue` has sent
+        // nothing and will not: reading would make hyper invite the body.
+        let expects_continue = parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !expects_continue && declared <= drain_limit(cap) as u64 {
+            drain_in_background(body, drain_limit(cap), deadline);
+        }
         return too_large(&app, cap);
     }
-    let collected = tokio::time::timeout(
-        app.body_read_timeout,
-        Limited::new(request.into_body(), cap).collect(),
-    )
-    .await;
-    let body = match collected {
+    // `Limited` over a borrow, so that on overflow the rest of the body is
+    // still ours to drain.
+    let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, cap).collect()).await;
+    let bytes = match collected {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            drain_in_background(body, drain_limit(cap).saturating_sub(cap), deadline);
             return too_large(&app, cap);
         }
         Ok(Err(e)) => {
@@ -136,13 +146,54 @@ async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response 
             );
         }
     };
-    let outcome = admission::review(&body, &app.cache, &app.engine, app.failure_mode);
+    let outcome = admission::review(&bytes, &app.cache, &app.engine, app.failure_mode);
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
         .record_admission(outcome.decision, &outcome.reason, seconds);
     log_outcome(&outcome, seconds);
     let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
     json_response(status, outcome.body)
+}
+
+/// Largest oversize body (bytes) still read to its end after the 413, so
+/// the client can finish sending and read the answer: twice the cap.
+/// Larger ones are cut off.
+fn drain_limit(cap: usize) -> usize {
+    cap.saturating_mul(2)
+}
+
+/// Reads and discards the rest of an oversize request body in the
+/// background, while the 413 is sent, until the body ends, `budget` more
+/// bytes were read, or `deadline` (the request's body read deadline).
+///
+/// Why: answering without reading the body makes HTTP/2 (h2) reset the
+/// stream (`RST_STREAM`, RFC 9113 §8.1 allows `NO_ERROR` after a complete
+/// response) while the client is still sending, and clients such as curl
+/// then report a stream error instead of the 413; over HTTP/1.1 hyper
+/// closes the connection under a client still writing, which can lose the
+/// answer ("Broken pipe", connection reset). Read to its end, the stream
+/// or connection ends normally. Past the budget or the deadline the body
+/// is dropped: the client gets the reset it would have got anyway.
+fn drain_in_background(mut body: Body, budget: usize, deadline: tokio::time::Instant) {
+    tokio::spawn(async move {
+        let mut left = budget;
+        let drained = tokio::time::timeout_at(deadline, async {
+            while let Some(frame) = body.frame().await {
+                let Ok(frame) = frame else { return false };
+                let len = frame.data_ref().map_or(0, axum::body::Bytes::len);
+                let Some(rest) = left.checked_sub(len) else {
+                    return false;
+                };
+                left = rest;
+            }
+            true
+        })
+        .await;
+        tracing::debug!(
+            read_to_end = drained.unwrap_or(false),
+            "rest of an oversize request body drained"
+        );
+    });
 }
 
 fn too_large(app: &AppState, cap: usize) -> Response {
