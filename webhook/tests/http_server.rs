@@ -352,7 +352,14 @@ async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
 #[tokio::test]
 async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
     let server = TestServer::start(|c| c.failure_mode = FailureMode::Deny).await;
-    for (what, pod) in broken_pods() {
+    // The pod's own faults get a 4xx (issue #8: they used to get 500
+    // InternalError); a pod we cannot even parse is a fault of ours: 500.
+    let expected = [
+        (422, "Invalid"),
+        (500, "InternalError"),
+        (400, "BadRequest"),
+    ];
+    for ((what, pod), (code, reason)) in broken_pods().into_iter().zip(expected) {
         let (status, value) = server
             .mutate(review("uid-deny", "pods", "CREATE", pod).to_string())
             .await;
@@ -366,7 +373,36 @@ async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
                 .contains("kube-prestop"),
             "{what}: {response}"
         );
+        assert_eq!(response["status"]["code"], code, "{what}: {response}");
+        assert_eq!(response["status"]["reason"], reason, "{what}: {response}");
+        assert_eq!(
+            response["status"]["status"], "Failure",
+            "{what}: {response}"
+        );
     }
+    // The invalid annotation: the message (what kubectl prints) names the
+    // annotation, its value and what is wrong; the cause names the field.
+    let (what, pod) = broken_pods().remove(0);
+    let (_, value) = server
+        .mutate(review("uid-deny", "pods", "CREATE", pod).to_string())
+        .await;
+    let status = &assert_review_echo(&value, "uid-deny")["status"];
+    let message = status["message"].as_str().unwrap();
+    for needle in [
+        "kube-prestop.io/sidecar-cpu-limit",
+        "\"lots\"",
+        "not a Kubernetes quantity",
+    ] {
+        assert!(
+            message.contains(needle),
+            "{what}: {needle} not in {message}"
+        );
+    }
+    assert_eq!(
+        status["details"]["causes"][0]["field"],
+        "metadata.annotations[kube-prestop.io/sidecar-cpu-limit]",
+        "{status}"
+    );
     // A good pod is still injected.
     let (_, value) = server
         .mutate(review("uid-ok", "pods", "CREATE", job_pod()).to_string())
@@ -374,6 +410,24 @@ async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
     let response = assert_review_echo(&value, "uid-ok");
     assert_eq!(response["allowed"], true);
     assert!(response.get("patch").is_some());
+}
+
+#[tokio::test]
+async fn failure_mode_deny_keeps_500_for_internal_errors() {
+    // A webhook misconfiguration is not the pod's fault.
+    let server = TestServer::start(|c| {
+        c.failure_mode = FailureMode::Deny;
+        c.engine.install_image = String::new();
+    })
+    .await;
+    let (_, value) = server
+        .mutate(review("uid-internal", "pods", "CREATE", job_pod()).to_string())
+        .await;
+    let response = assert_review_echo(&value, "uid-internal");
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 500, "{response}");
+    assert_eq!(response["status"]["reason"], "InternalError", "{response}");
+    assert!(response["status"].get("details").is_none(), "{response}");
 }
 
 #[tokio::test]

@@ -6,12 +6,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::admission::{
     AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
 };
+use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status, TypeMeta};
 use serde_json::Value;
 
 use super::labels;
 use crate::cluster_cache::ClusterCache;
-use crate::engine::{self, ClusterContext, Decision, EngineConfig};
+use crate::engine::{self, ClusterContext, Decision, EngineConfig, EngineError};
 
 /// What to do with a pod the engine cannot handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -95,11 +96,13 @@ pub fn review(
         Some(Ok(pod)) => pod,
         Some(Err(e)) => {
             let msg = format!("the pod object does not parse: {e}");
-            return failure(response, failure_mode, "invalid_pod", msg, facts);
+            let refusal = Refusal::internal();
+            return failure(response, failure_mode, "invalid_pod", msg, refusal, facts);
         }
         None => {
             let msg = "the request has no object".to_owned();
-            return failure(response, failure_mode, "invalid_pod", msg, facts);
+            let refusal = Refusal::internal();
+            return failure(response, failure_mode, "invalid_pod", msg, refusal, facts);
         }
     };
     facts.owner = owner_of(&pod);
@@ -126,7 +129,8 @@ pub fn review(
     }));
     let Ok(decided) = decided else {
         let msg = "internal error in the injection engine".to_owned();
-        return failure(response, failure_mode, "engine_panic", msg, facts);
+        let refusal = Refusal::internal();
+        return failure(response, failure_mode, "engine_panic", msg, refusal, facts);
     };
     match decided {
         Ok(Decision::Skip(reason)) => {
@@ -136,13 +140,41 @@ pub fn review(
             Ok(patch) if patch.0.is_empty() => answer(response, "inject", "no_change", None, facts),
             Ok(patch) => match response.clone().with_patch(patch) {
                 Ok(patched) => answer(patched, "inject", "injected", None, facts),
-                Err(e) => failure(response, failure_mode, "patch_error", e.to_string(), facts),
+                Err(e) => {
+                    let refusal = Refusal::internal();
+                    failure(
+                        response,
+                        failure_mode,
+                        "patch_error",
+                        e.to_string(),
+                        refusal,
+                        facts,
+                    )
+                }
             },
-            Err(e) => failure(response, failure_mode, "patch_error", e.to_string(), facts),
+            Err(e) => {
+                let refusal = Refusal::internal();
+                failure(
+                    response,
+                    failure_mode,
+                    "patch_error",
+                    e.to_string(),
+                    refusal,
+                    facts,
+                )
+            }
         },
         Err(e) => {
             let reason = labels::engine_error(&e);
-            failure(response, failure_mode, &reason, e.to_string(), facts)
+            let refusal = Refusal::of(&e);
+            failure(
+                response,
+                failure_mode,
+                &reason,
+                e.to_string(),
+                refusal,
+                facts,
+            )
         }
     }
 }
@@ -208,11 +240,94 @@ fn owner_of(pod: &Pod) -> String {
         .unwrap_or_default()
 }
 
+/// How a pod refused under [`FailureMode::Deny`] is reported in
+/// `response.status`.
+///
+/// The API server passes the status on to the client (`ToStatusErr` in
+/// k8s.io/apiserver `pkg/admission/plugin/webhook/errors`): it keeps a code
+/// ≥ 400 and the reason, and prefixes the message with `admission webhook
+/// "<name>" denied the request: `; kubectl prints `Error from server
+/// (<reason>): ...` with that message. So a problem the pod's author can fix
+/// gets a 4xx naming what to fix, and only faults of ours or of the
+/// webhook's configuration get 500 `InternalError`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// HTTP status code: 400, 403, 422 or 500.
+    pub code: u16,
+    /// Kubernetes `StatusReason`: `BadRequest`, `Forbidden`, `Invalid` or
+    /// `InternalError`.
+    pub reason: &'static str,
+    /// The offending field, as Kubernetes names fields in
+    /// `status.details.causes` (e.g. `metadata.annotations[kube-prestop.io/containers]`).
+    pub field: Option<String>,
+}
+
+impl Refusal {
+    /// A fault of ours or of the webhook's configuration: 500 `InternalError`.
+    pub fn internal() -> Self {
+        Self {
+            code: 500,
+            reason: "InternalError",
+            field: None,
+        }
+    }
+
+    /// The refusal for an engine error:
+    /// * an invalid `kube-prestop.io/*` annotation: 422 `Invalid`, with the
+    ///   annotation as the field (as the API server reports invalid field
+    ///   values);
+    /// * a watched container already mounting our paths: 422 `Invalid`;
+    /// * a malformed pod (no spec): 400 `BadRequest`;
+    /// * no sidecar resources fit the namespace's LimitRanges: 403
+    ///   `Forbidden` (what the LimitRanger admission plugin answers for a
+    ///   container outside a LimitRange);
+    /// * invalid webhook configuration, or a quantity we cannot parse in an
+    ///   object the API server accepted: 500 `InternalError`.
+    pub fn of(error: &EngineError) -> Self {
+        let user = |code, reason, field| Self {
+            code,
+            reason,
+            field,
+        };
+        match error {
+            EngineError::InvalidAnnotation { annotation, .. } => user(
+                422,
+                "Invalid",
+                Some(format!("metadata.annotations[{annotation}]")),
+            ),
+            EngineError::MountPathConflict { .. } => user(422, "Invalid", None),
+            EngineError::Invalid(_) => user(400, "BadRequest", None),
+            EngineError::LimitRangeUnsatisfiable { .. } => user(403, "Forbidden", None),
+            EngineError::InvalidConfig(_) | EngineError::InvalidQuantity { .. } => Self::internal(),
+        }
+    }
+
+    fn status(&self, message: &str) -> Status {
+        let status = Status::failure(message, self.reason).with_code(self.code);
+        match &self.field {
+            None => status,
+            Some(field) => status.with_details(StatusDetails {
+                name: String::new(),
+                group: String::new(),
+                kind: "Pod".to_owned(),
+                uid: String::new(),
+                causes: vec![StatusCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    message: message.to_owned(),
+                    field: field.clone(),
+                }],
+                retry_after_seconds: 0,
+            }),
+        }
+    }
+}
+
 fn failure(
     response: AdmissionResponse,
     mode: FailureMode,
     reason: &str,
     message: String,
+    refusal: Refusal,
     facts: RequestFacts,
 ) -> Outcome {
     let response = match mode {
@@ -226,13 +341,9 @@ fn failure(
         FailureMode::Deny => {
             let mut r = response;
             r.allowed = false;
-            r.result = Status::failure(
-                &format!(
-                    "kube-prestop: cannot inject the preStop sidecar (failure mode deny): {message}"
-                ),
-                "InternalError",
-            )
-            .with_code(500);
+            r.result = refusal.status(&format!(
+                "kube-prestop: cannot inject the preStop sidecar (failure mode deny): {message}"
+            ));
             r
         }
     };
@@ -386,6 +497,50 @@ mod tests {
         .unwrap();
         assert_eq!(owner_of(&pod), "Job/j");
         assert_eq!(owner_of(&Pod::default()), "");
+    }
+
+    #[test]
+    fn refusals_are_4xx_for_the_pods_faults_and_500_for_ours() {
+        let annotation = EngineError::InvalidAnnotation {
+            annotation: "kube-prestop.io/sidecar-cpu-limit".into(),
+            value: "lots".into(),
+            reason: "not a Kubernetes quantity".into(),
+        };
+        let r = Refusal::of(&annotation);
+        assert_eq!((r.code, r.reason), (422, "Invalid"));
+        assert_eq!(
+            r.field.as_deref(),
+            Some("metadata.annotations[kube-prestop.io/sidecar-cpu-limit]")
+        );
+        let mount = EngineError::MountPathConflict {
+            container: "c".into(),
+            path: "/.kube-prestop".into(),
+        };
+        assert_eq!(Refusal::of(&mount).code, 422);
+        assert_eq!(Refusal::of(&EngineError::Invalid("x".into())).code, 400);
+        let limit_range = EngineError::LimitRangeUnsatisfiable {
+            limit_range: "lr".into(),
+            resource: "cpu".into(),
+            detail: "d".into(),
+        };
+        assert_eq!(
+            (
+                Refusal::of(&limit_range).code,
+                Refusal::of(&limit_range).reason
+            ),
+            (403, "Forbidden")
+        );
+        let quantity = EngineError::InvalidQuantity {
+            location: "l".into(),
+            value: "v".into(),
+        };
+        for internal in [EngineError::InvalidConfig("x".into()), quantity] {
+            assert_eq!(Refusal::of(&internal), Refusal::internal(), "{internal}");
+        }
+        assert_eq!(
+            (Refusal::internal().code, Refusal::internal().reason),
+            (500, "InternalError")
+        );
     }
 
     #[test]
