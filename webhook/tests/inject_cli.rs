@@ -314,6 +314,107 @@ fn engine_error_fails_the_whole_stream() {
     assert!(err.contains("kube-prestop.io/sidecar-cpu-limit"), "{err}");
 }
 
+/// 1-based line of the first line of `text` containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).unwrap() + 1
+}
+
+#[test]
+fn annotation_errors_point_at_the_annotation_line() {
+    // Regression (issue #8): they named the document's first line, "line 1"
+    // for a single-document file.
+    let annotation = "kube-prestop.io/sidecar-cpu-limit";
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let bad_job = job.replace(
+        "      labels:\n        app: prestop-demo\n    spec:",
+        &format!("      labels:\n        app: prestop-demo\n      annotations:\n        example.com/other: x\n        {annotation}: lots\n    spec:"),
+    );
+    assert_ne!(bad_job, job);
+    let cron =
+        std::fs::read_to_string(repo_root().join("examples/cronjob-with-prestop.yaml")).unwrap();
+    let bad_cron = cron.replace(
+        "      template:\n        spec:",
+        &format!("      template:\n        metadata:\n          annotations:\n            {annotation}: \"0\"\n        spec:"),
+    );
+    assert_ne!(bad_cron, cron);
+    let stream = format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n{bad_job}");
+    for (what, input, document) in [
+        ("a single Job", bad_job.clone(), 1),
+        ("a Job after a ConfigMap", stream, 2),
+        ("a CronJob", bad_cron, 1),
+    ] {
+        let out = inject(&["-f", "-"], Some(&input));
+        assert!(!out.status.success(), "{what}");
+        assert!(out.stdout.is_empty(), "{what}");
+        let err = stderr(&out);
+        let want = format!("document {document}, line {}:", line_of(&input, annotation));
+        assert!(err.contains(&want), "{what}: want {want:?} in {err}");
+        assert!(err.contains(annotation), "{what}: {err}");
+    }
+
+    // JSON, inside a List: the annotation's line in the pretty-printed text.
+    let pod = |name: &str, inject: &str| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": {"kube-prestop.io/inject": inject}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
+                "lifecycle": {"preStop": {"exec": {"command": ["true"]}}}}]}
+        })
+    };
+    let list = serde_json::json!({
+        "apiVersion": "v1", "kind": "List",
+        "items": [pod("good", "true"), pod("bad", "maybe")]
+    });
+    let text = serde_json::to_string_pretty(&list).unwrap();
+    let line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("kube-prestop.io/inject"))
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    let out = inject(&["-f", "-", "-o", "json"], Some(&text));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("document 1, line {line}:")),
+        "line {line}: {err}"
+    );
+    assert!(err.contains("Pod/bad"), "{err}");
+}
+
+#[test]
+fn unknown_field_in_a_list_item_points_at_that_item() {
+    // `hostname` is a pod spec field of the first item and an unknown
+    // metadata field of the second: the second one's line is reported
+    // (a text search from the document's top found the first one).
+    let text = "\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: a
+  spec:
+    hostname: a
+    containers: []
+- apiVersion: v1
+  kind: Pod
+  metadata:
+    name: b
+    hostname: typo
+  spec:
+    containers: []
+";
+    let out = inject(&["-f", "-"], Some(text));
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("line 15:"), "{err}");
+    assert!(err.contains("unknown field `metadata.hostname`"), "{err}");
+}
+
 #[test]
 fn missing_file_is_an_error() {
     let out = inject(&["-f", "/nonexistent/manifest.yaml"], None);

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::InjectError;
+use super::locate::KeyLines;
 
 /// One parsed document.
 #[derive(Debug, Clone)]
@@ -151,10 +152,21 @@ fn first_line_of(message: &str) -> String {
     }
 }
 
-/// Best-effort line (1-based, in the whole input) of the key at `path`
-/// inside `doc`: each key of the path is searched for in turn, after the
-/// line where the previous one was found.
+/// Line (1-based, in the whole input) of the key at `path` inside `doc`
+/// (`[i]` segments index sequences), or of its deepest ancestor present;
+/// the document's first line when none is.
+///
+/// Locations come from the YAML parser (serde-saphyr spans, which also
+/// covers JSON). Should the parser give none for this text, each key of the
+/// path is searched for in the text in turn, after the line where the
+/// previous one was found (best effort).
 pub fn locate_path(doc: &Document, path: &[String]) -> usize {
+    if let Some(lines) = KeyLines::parse(&doc.text) {
+        return lines
+            .line_of(path)
+            .and_then(|line| usize::try_from(line).ok())
+            .map_or(doc.first_line, |line| doc.first_line + line.max(1) - 1);
+    }
     let lines: Vec<&str> = doc.text.lines().collect();
     let mut at = 0;
     for key in path.iter().filter(|k| !k.starts_with('[')) {

@@ -4,6 +4,7 @@
 //! result. All output is built in memory: on any error nothing is printed.
 
 mod documents;
+mod locate;
 mod strict;
 mod transform;
 
@@ -66,7 +67,9 @@ pub enum InjectError {
     Engine {
         /// Document number.
         document: usize,
-        /// Line where the document starts.
+        /// Line of the offending annotation for an annotation error, else
+        /// of the object (a `List` item's own line, or where the document
+        /// starts).
         line: usize,
         /// `Kind/name`.
         object: String,
@@ -100,7 +103,7 @@ pub fn run(
     let mut values = Vec::with_capacity(docs.len());
     let mut summaries = Vec::with_capacity(docs.len());
     for doc in &docs {
-        let t = transform::transform(doc, &doc.value, default_namespace, config)?;
+        let t = transform::transform(doc, &doc.value, &[], default_namespace, config)?;
         summaries.push(format!("document {}: {}", doc.number, t.summary));
         values.push(t.value);
     }

@@ -26,10 +26,17 @@ pub struct Transformed {
     pub summary: String,
 }
 
-/// Inject one document (recursing into `v1` `List` items).
+/// Paths (from the object) of the pod metadata the engine reads.
+const POD_METADATA: &[&str] = &["metadata"];
+const JOB_POD_METADATA: &[&str] = &["spec", "template", "metadata"];
+const CRONJOB_POD_METADATA: &[&str] = &["spec", "jobTemplate", "spec", "template", "metadata"];
+
+/// Inject one document (recursing into `v1` `List` items). `value` is the
+/// object at path `at` of the document (empty: the document itself).
 pub fn transform(
     doc: &Document,
     value: &Value,
+    at: &[String],
     default_namespace: &str,
     config: &EngineConfig,
 ) -> Result<Transformed, InjectError> {
@@ -56,22 +63,22 @@ pub fn transform(
     let label = format!("{kind}/{name}");
     let decided = match (api_version, kind) {
         ("v1", "Pod") => {
-            let pod: Pod = strict(doc, value, kind)?;
+            let pod: Pod = strict(doc, value, at, kind)?;
             let decision = engine::inject(&pod, &context, config)
-                .map_err(|e| engine_error(doc, &label, &e))?;
+                .map_err(|e| engine_error(doc, at, POD_METADATA, &label, &e))?;
             match decision {
                 Decision::Skip(reason) => Err(skip_label(&reason)),
                 Decision::Inject(after) => Ok(diff(doc, &pod, &*after)?),
             }
         }
         ("batch/v1", "Job") => {
-            let job: Job = strict(doc, value, kind)?;
+            let job: Job = strict(doc, value, at, kind)?;
             let template = job.spec.as_ref().map(|s| &s.template);
             match template
                 .map(|t| inject_template(t, &context, config))
                 .transpose()
             {
-                Err(e) => return Err(engine_error(doc, &label, &e)),
+                Err(e) => return Err(engine_error(doc, at, JOB_POD_METADATA, &label, &e)),
                 Ok(None) => Err("no spec.template".to_owned()),
                 Ok(Some(Err(reason))) => Err(reason),
                 Ok(Some(Ok(after))) => {
@@ -84,7 +91,7 @@ pub fn transform(
             }
         }
         ("batch/v1", "CronJob") => {
-            let cron: CronJob = strict(doc, value, kind)?;
+            let cron: CronJob = strict(doc, value, at, kind)?;
             let template = cron
                 .spec
                 .as_ref()
@@ -94,7 +101,9 @@ pub fn transform(
                 .map(|t| inject_template(t, &context, config))
                 .transpose()
             {
-                Err(e) => return Err(engine_error(doc, &label, &e)),
+                Err(e) => {
+                    return Err(engine_error(doc, at, CRONJOB_POD_METADATA, &label, &e));
+                }
                 Ok(None) => Err("no spec.jobTemplate.spec.template".to_owned()),
                 Ok(Some(Err(reason))) => Err(reason),
                 Ok(Some(Ok(after))) => {
@@ -114,8 +123,9 @@ pub fn transform(
             let mut out = value.clone();
             let mut summaries = Vec::new();
             if let Some(items) = out.get_mut("items").and_then(Value::as_array_mut) {
-                for item in items.iter_mut() {
-                    let t = transform(doc, item, default_namespace, config)?;
+                for (i, item) in items.iter_mut().enumerate() {
+                    let item_at = [at, &["items".to_owned(), format!("[{i}]")]].concat();
+                    let t = transform(doc, item, &item_at, default_namespace, config)?;
                     *item = t.value;
                     summaries.push(t.summary);
                 }
@@ -176,27 +186,43 @@ fn skip_label(reason: &SkipReason) -> String {
 fn strict<T: serde::de::DeserializeOwned + Serialize>(
     doc: &Document,
     value: &Value,
+    at: &[String],
     kind: &str,
 ) -> Result<T, InjectError> {
     from_value_strict(value).map_err(|e| match e {
         StrictError::Invalid(message) => InjectError::Invalid {
             document: doc.number,
-            line: doc.first_line,
+            line: locate_path(doc, at),
             message: format!("not a valid {kind}: {message}"),
         },
         StrictError::UnknownField(path) => InjectError::UnknownField {
             document: doc.number,
-            line: locate_path(doc, &path),
+            line: locate_path(doc, &[at, &path].concat()),
             kind: kind.to_owned(),
             path: display_path(&path),
         },
     })
 }
 
-fn engine_error(doc: &Document, label: &str, e: &EngineError) -> InjectError {
+/// An engine error on the object at `at`, whose pod metadata is at
+/// `pod_metadata` (from the object): an annotation error points at the
+/// annotation's line, any other at the object's.
+fn engine_error(
+    doc: &Document,
+    at: &[String],
+    pod_metadata: &[&str],
+    label: &str,
+    e: &EngineError,
+) -> InjectError {
+    let mut path = at.to_vec();
+    if let EngineError::InvalidAnnotation { annotation, .. } = e {
+        path.extend(pod_metadata.iter().map(|s| (*s).to_owned()));
+        path.push("annotations".to_owned());
+        path.push(annotation.clone());
+    }
     InjectError::Engine {
         document: doc.number,
-        line: doc.first_line,
+        line: locate_path(doc, &path),
         object: label.to_owned(),
         message: e.to_string(),
     }
