@@ -53,6 +53,9 @@ fn inject(args: InjectArgs) -> anyhow::Result<()> {
     for line in &out.summaries {
         tracing::info!("{line}");
     }
+    for line in &out.warnings {
+        tracing::warn!("{line}");
+    }
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(out.text.as_bytes())

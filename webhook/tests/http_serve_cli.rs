@@ -80,6 +80,16 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
     assert_eq!(r.status(), 200);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_review_echo(&body, "uid-cli");
+    // A misspelt annotation: logged with the decision (issue #8).
+    let mut misspelt = job_pod();
+    misspelt["metadata"]["annotations"]["kube-prestop.io/contianers"] = "work".into();
+    let r = client
+        .post(format!("{base}/mutate"))
+        .body(review("uid-misspelt", "pods", "CREATE", misspelt).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     let metrics_text = reqwest::get(format!("http://{metrics}/metrics"))
         .await
         .unwrap()
@@ -123,5 +133,16 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
     assert_eq!(decision["pod"], "demo-");
     assert_eq!(decision["decision"], "inject");
     assert_eq!(decision["reason"], "injected");
+    let misspelt = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["uid"] == "uid-misspelt")
+        .unwrap_or_else(|| panic!("no decision line for uid-misspelt in:\n{logs}"));
+    assert_eq!(misspelt["level"], "WARN", "{misspelt}");
+    assert_eq!(misspelt["decision"], "inject", "{misspelt}");
+    assert_eq!(
+        misspelt["unknown_annotations"], "kube-prestop.io/contianers",
+        "{misspelt}"
+    );
     assert!(logs.contains("SIGTERM received"), "{logs}");
 }

@@ -319,6 +319,51 @@ fn broken_pods() -> Vec<(&'static str, Value)> {
 }
 
 #[tokio::test]
+async fn misspelt_annotation_is_a_warning_and_the_pod_is_still_injected() {
+    // Regression (issue #8): unknown keys under kube-prestop.io/ were
+    // silently ignored.
+    let server = TestServer::start(|_| {}).await;
+    let mut pod = job_pod();
+    pod["metadata"]["annotations"]["kube-prestop.io/contianers"] = json!("work");
+    let (status, body) = server
+        .mutate(review("uid-typo", "pods", "CREATE", pod.clone()).to_string())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let response = assert_review_echo(&body, "uid-typo");
+    assert_eq!(response["allowed"], true);
+    assert!(patch_of(&response).is_some(), "still injected: {response}");
+    let warnings = response["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().unwrap();
+    for needle in [
+        "kube-prestop.io/contianers",
+        "did you mean kube-prestop.io/containers?",
+        "known annotations: kube-prestop.io/inject, kube-prestop.io/containers, kube-prestop.io/sidecar-cpu-request",
+    ] {
+        assert!(warning.contains(needle), "{needle} not in {warning}");
+    }
+    // With an engine error too (failure mode allow): both warnings.
+    pod["metadata"]["annotations"]["kube-prestop.io/sidecar-cpu-limit"] = json!("lots");
+    let (_, body) = server
+        .mutate(review("uid-typo2", "pods", "CREATE", pod).to_string())
+        .await;
+    let response = assert_review_echo(&body, "uid-typo2");
+    let warnings = response["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings[0].as_str().unwrap().contains("admitted without"));
+    assert!(warnings[1].as_str().unwrap().contains("contianers"));
+    // A pod without unknown annotations gets no warning.
+    let (_, body) = server
+        .mutate(review("uid-clean", "pods", "CREATE", job_pod()).to_string())
+        .await;
+    assert!(
+        assert_review_echo(&body, "uid-clean")
+            .get("warnings")
+            .is_none()
+    );
+}
+
+#[tokio::test]
 async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
     let server = TestServer::start(|_| {}).await;
     for (what, pod) in broken_pods() {

@@ -385,6 +385,38 @@ fn annotation_errors_point_at_the_annotation_line() {
 }
 
 #[test]
+fn misspelt_annotation_is_a_warning_on_stderr_and_the_job_is_still_injected() {
+    // Regression (issue #8): unknown kube-prestop.io/ keys were silently
+    // ignored.
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let typo = job.replace(
+        "      labels:\n        app: prestop-demo\n    spec:",
+        "      labels:\n        app: prestop-demo\n      annotations:\n        kube-prestop.io/contianers: work\n    spec:",
+    );
+    assert_ne!(typo, job);
+    let out = inject(&["-f", "-"], Some(&typo));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let injected: Job = serde_json::from_value(docs(&stdout(&out)).remove(0)).unwrap();
+    assert_injected_template(&injected.spec.unwrap().template);
+    let err = stderr(&out);
+    let line = line_of(&typo, "contianers");
+    let warning = err
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("kube-prestop.io/contianers"))
+        .unwrap_or_else(|| panic!("no warning in {err}"));
+    for needle in [
+        format!("document 1, line {line}: Job/prestop-demo"),
+        "did you mean kube-prestop.io/containers?".to_owned(),
+        "known annotations: kube-prestop.io/inject".to_owned(),
+    ] {
+        assert!(warning.contains(&needle), "{needle} not in {warning}");
+    }
+    // Without the typo: no warning.
+    let out = inject(&["-f", "-"], Some(&job));
+    assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+}
+
+#[test]
 fn unknown_field_in_a_list_item_points_at_that_item() {
     // `hostname` is a pod spec field of the first item and an unknown
     // metadata field of the second: the second one's line is reported

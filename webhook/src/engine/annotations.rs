@@ -10,6 +10,8 @@ use super::EngineError;
 use super::config::ResourceDefaults;
 use super::quantity;
 
+/// Prefix of every kube-prestop annotation and label.
+pub const PREFIX: &str = "kube-prestop.io/";
 /// `"true"` opts a non-Job pod in, `"false"` opts any pod out.
 pub const INJECT: &str = "kube-prestop.io/inject";
 /// Restricts injection to the named containers (comma-separated).
@@ -31,6 +33,74 @@ pub const VERSION: &str = "kube-prestop.io/version";
 /// kubectl's default container for `logs`/`exec`; set to the first watched
 /// container when the pod does not set it.
 pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+
+/// The annotations under [`PREFIX`] a user sets, in the documented order.
+pub const SETTABLE: [&str; 6] = [
+    INJECT,
+    CONTAINERS,
+    SIDECAR_CPU_REQUEST,
+    SIDECAR_MEMORY_REQUEST,
+    SIDECAR_CPU_LIMIT,
+    SIDECAR_MEMORY_LIMIT,
+];
+/// The annotations under [`PREFIX`] the webhook writes.
+pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
+
+/// Largest Damerau-Levenshtein distance (edits, a swap of two adjacent
+/// characters counting as one) between an unknown key and a known one for
+/// the known one to be suggested.
+const SUGGESTION_MAX_EDITS: usize = 3;
+
+/// An annotation under [`PREFIX`] that kube-prestop does not know, most
+/// likely misspelt. It is ignored (the pod is handled as if it were absent);
+/// the webhook reports it as an admission warning and in its log, `inject`
+/// on stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAnnotation {
+    /// The key as written, e.g. `kube-prestop.io/contianers`.
+    pub key: String,
+    /// The nearest settable key, when it is at most
+    /// [`SUGGESTION_MAX_EDITS`] edits away, e.g. `kube-prestop.io/containers`.
+    pub suggestion: Option<&'static str>,
+}
+
+impl std::fmt::Display for UnknownAnnotation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unknown annotation {} is ignored", self.key)?;
+        if let Some(suggestion) = self.suggestion {
+            write!(f, " (did you mean {suggestion}?)")?;
+        }
+        write!(f, "; known annotations: {}", SETTABLE.join(", "))
+    }
+}
+
+/// The annotations under [`PREFIX`] that are neither [`SETTABLE`] nor
+/// [`WRITTEN`], in key order, each with the nearest settable key when close
+/// enough (see [`UnknownAnnotation`]). Unknown annotations never change the
+/// engine's decision.
+pub fn unknown_annotations(
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Vec<UnknownAnnotation> {
+    annotations
+        .into_iter()
+        .flat_map(BTreeMap::keys)
+        .filter(|key| key.starts_with(PREFIX))
+        .filter(|key| !SETTABLE.contains(&key.as_str()) && !WRITTEN.contains(&key.as_str()))
+        .map(|key| UnknownAnnotation {
+            key: key.clone(),
+            suggestion: nearest_settable(key),
+        })
+        .collect()
+}
+
+fn nearest_settable(key: &str) -> Option<&'static str> {
+    SETTABLE
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(key, known), *known))
+        .filter(|(edits, _)| *edits <= SUGGESTION_MAX_EDITS)
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, known)| known)
+}
 
 /// The per-pod settings read from annotations, validated.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -279,6 +349,49 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains(INJECT) && msg.contains("\"yes\""), "{msg}");
+    }
+
+    #[test]
+    fn unknown_annotations_under_the_prefix_are_reported_with_a_suggestion() {
+        let a = ann(&[
+            ("kube-prestop.io/contianers", "main"),
+            ("kube-prestop.io/sidecar-cpu-limits", "1"),
+            ("kube-prestop.io/something-else", "x"),
+            (CONTAINERS, "main"),
+            (STATUS, STATUS_INJECTED),
+            (VERSION, "0.1.0"),
+            ("example.com/contianers", "x"),
+        ]);
+        let unknown = unknown_annotations(Some(&a));
+        let got: Vec<(&str, Option<&str>)> = unknown
+            .iter()
+            .map(|u| (u.key.as_str(), u.suggestion))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("kube-prestop.io/contianers", Some(CONTAINERS)),
+                (
+                    "kube-prestop.io/sidecar-cpu-limits",
+                    Some(SIDECAR_CPU_LIMIT)
+                ),
+                ("kube-prestop.io/something-else", None),
+            ]
+        );
+        let message = unknown[0].to_string();
+        assert!(
+            message.starts_with(
+                "unknown annotation kube-prestop.io/contianers is ignored (did you mean kube-prestop.io/containers?); known annotations: kube-prestop.io/inject, kube-prestop.io/containers, "
+            ),
+            "{message}"
+        );
+        assert!(!unknown[2].to_string().contains("did you mean"));
+        assert!(unknown_annotations(None).is_empty());
+        // Unknown annotations change nothing else.
+        assert_eq!(
+            PodOverrides::parse(Some(&a)).unwrap().containers,
+            Some(vec!["main".to_owned()])
+        );
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct InjectOutput {
     pub text: String,
     /// `Kind/name: injected` / `not injected (reason)` / `passed through`.
     pub summaries: Vec<String>,
+    /// Warnings (unknown `kube-prestop.io/` annotations, which the webhook
+    /// ignores too), each naming the document, the line and the object.
+    pub warnings: Vec<String>,
 }
 
 /// Inject every document of `input`.
@@ -102,13 +105,19 @@ pub fn run(
     let docs = parse_stream(input)?;
     let mut values = Vec::with_capacity(docs.len());
     let mut summaries = Vec::with_capacity(docs.len());
+    let mut warnings = Vec::new();
     for doc in &docs {
         let t = transform::transform(doc, &doc.value, &[], default_namespace, config)?;
         summaries.push(format!("document {}: {}", doc.number, t.summary));
+        warnings.extend(t.warnings);
         values.push(t.value);
     }
     let text = render(values, format)?;
-    Ok(InjectOutput { text, summaries })
+    Ok(InjectOutput {
+        text,
+        summaries,
+        warnings,
+    })
 }
 
 fn render(values: Vec<Value>, format: OutputFormat) -> Result<String, InjectError> {

@@ -4,6 +4,8 @@
 //! changes applied as a JSON Patch, so fields the engine did not touch keep
 //! the user's spelling.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use serde::Serialize;
@@ -24,6 +26,9 @@ pub struct Transformed {
     pub value: Value,
     /// `Kind/name` and what was done, for the summary on stderr.
     pub summary: String,
+    /// Warnings for stderr, each naming the document, the line and the
+    /// object (unknown `kube-prestop.io/` annotations).
+    pub warnings: Vec<String>,
 }
 
 /// Paths (from the object) of the pod metadata the engine reads.
@@ -61,9 +66,12 @@ pub fn transform(
         limit_ranges: Vec::new(),
     };
     let label = format!("{kind}/{name}");
+    let mut warnings = Vec::new();
     let decided = match (api_version, kind) {
         ("v1", "Pod") => {
             let pod: Pod = strict(doc, value, at, kind)?;
+            let annotations = pod.metadata.annotations.as_ref();
+            warnings = unknown_annotation_warnings(doc, at, POD_METADATA, &label, annotations);
             let decision = engine::inject(&pod, &context, config)
                 .map_err(|e| engine_error(doc, at, POD_METADATA, &label, &e))?;
             match decision {
@@ -74,6 +82,8 @@ pub fn transform(
         ("batch/v1", "Job") => {
             let job: Job = strict(doc, value, at, kind)?;
             let template = job.spec.as_ref().map(|s| &s.template);
+            let annotations = template.and_then(template_annotations);
+            warnings = unknown_annotation_warnings(doc, at, JOB_POD_METADATA, &label, annotations);
             match template
                 .map(|t| inject_template(t, &context, config))
                 .transpose()
@@ -97,6 +107,9 @@ pub fn transform(
                 .as_ref()
                 .and_then(|s| s.job_template.spec.as_ref())
                 .map(|s| &s.template);
+            let annotations = template.and_then(template_annotations);
+            warnings =
+                unknown_annotation_warnings(doc, at, CRONJOB_POD_METADATA, &label, annotations);
             match template
                 .map(|t| inject_template(t, &context, config))
                 .transpose()
@@ -122,23 +135,27 @@ pub fn transform(
         ("v1", "List") => {
             let mut out = value.clone();
             let mut summaries = Vec::new();
+            let mut warnings = Vec::new();
             if let Some(items) = out.get_mut("items").and_then(Value::as_array_mut) {
                 for (i, item) in items.iter_mut().enumerate() {
                     let item_at = [at, &["items".to_owned(), format!("[{i}]")]].concat();
                     let t = transform(doc, item, &item_at, default_namespace, config)?;
                     *item = t.value;
                     summaries.push(t.summary);
+                    warnings.extend(t.warnings);
                 }
             }
             return Ok(Transformed {
                 value: out,
                 summary: format!("List [{}]", summaries.join("; ")),
+                warnings,
             });
         }
         _ => {
             return Ok(Transformed {
                 value: value.clone(),
                 summary: format!("{label}: passed through (not a Pod, Job or CronJob)"),
+                warnings,
             });
         }
     };
@@ -154,11 +171,13 @@ pub fn transform(
             Transformed {
                 value,
                 summary: format!("{label}: injected"),
+                warnings,
             }
         }
         Err(reason) => Transformed {
             value: value.clone(),
             summary: format!("{label}: not injected ({reason})"),
+            warnings,
         },
     })
 }
@@ -176,6 +195,33 @@ fn inject_template(
             TemplateDecision::Inject(template) => Ok(*template),
         },
     )
+}
+
+fn template_annotations(template: &PodTemplateSpec) -> Option<&BTreeMap<String, String>> {
+    template.metadata.as_ref()?.annotations.as_ref()
+}
+
+/// One warning per unknown `kube-prestop.io/` annotation of the pod
+/// metadata at `pod_metadata` (from the object at `at`), with its line:
+/// the webhook ignores them too, and reports them as admission warnings.
+fn unknown_annotation_warnings(
+    doc: &Document,
+    at: &[String],
+    pod_metadata: &[&str],
+    label: &str,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Vec<String> {
+    engine::annotations::unknown_annotations(annotations)
+        .into_iter()
+        .map(|unknown| {
+            let mut path = at.to_vec();
+            path.extend(pod_metadata.iter().map(|s| (*s).to_owned()));
+            path.push("annotations".to_owned());
+            path.push(unknown.key.clone());
+            let line = locate_path(doc, &path);
+            format!("document {}, line {line}: {label}: {unknown}", doc.number)
+        })
+        .collect()
 }
 
 /// `reason (label)`, e.g. `no regular container has ... (no_exec_prestop)`.

@@ -57,6 +57,10 @@ pub struct RequestFacts {
     pub operation: String,
     /// `request.resource` as `group/version/resource`.
     pub resource: String,
+    /// Unknown `kube-prestop.io/` annotation keys of the pod (most likely
+    /// misspelt; ignored, and sent back as admission warnings),
+    /// comma-separated; empty when there are none.
+    pub unknown_annotations: String,
 }
 
 /// Decide on one request body.
@@ -80,7 +84,7 @@ pub fn review(
         ),
         ..RequestFacts::default()
     };
-    let response = base_response(&request);
+    let mut response = base_response(&request);
 
     let is_pods = request.resource.group.is_empty()
         && request.resource.resource == "pods"
@@ -105,6 +109,23 @@ pub fn review(
             return failure(response, failure_mode, "invalid_pod", msg, refusal, facts);
         }
     };
+    // Misspelt annotations never block the pod: a warning for each, on
+    // whatever answer the pod gets (the API server shows them to the client
+    // even when it refuses the pod).
+    let unknown = engine::annotations::unknown_annotations(pod.metadata.annotations.as_ref());
+    facts.unknown_annotations = unknown
+        .iter()
+        .map(|u| u.key.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    if !unknown.is_empty() {
+        response.warnings = Some(
+            unknown
+                .iter()
+                .map(|u| format!("kube-prestop: {u}"))
+                .collect(),
+        );
+    }
     facts.owner = owner_of(&pod);
     facts.pod = pod
         .metadata
@@ -333,9 +354,10 @@ fn failure(
     let response = match mode {
         FailureMode::Allow => {
             let mut r = response;
-            r.warnings = Some(vec![format!(
-                "kube-prestop: pod admitted without the preStop sidecar: {message}"
-            )]);
+            r.warnings.get_or_insert_with(Vec::new).insert(
+                0,
+                format!("kube-prestop: pod admitted without the preStop sidecar: {message}"),
+            );
             r
         }
         FailureMode::Deny => {

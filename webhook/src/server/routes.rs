@@ -206,7 +206,9 @@ fn too_large(app: &AppState, cap: usize) -> Response {
     )
 }
 
-/// One line per admission decision.
+/// One line per admission decision: at warn level for errors, invalid
+/// requests and pods with unknown `kube-prestop.io/` annotations
+/// (field `unknown_annotations`), else at info level.
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
@@ -222,6 +224,20 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
             decision = outcome.decision,
             reason = %outcome.reason,
             detail,
+            unknown_annotations = %r.unknown_annotations,
+            duration_ms,
+            "admission"
+        ),
+        _ if !r.unknown_annotations.is_empty() => tracing::warn!(
+            uid = %r.uid,
+            namespace = %r.namespace,
+            owner = %r.owner,
+            pod = %r.pod,
+            operation = %r.operation,
+            resource = %r.resource,
+            decision = outcome.decision,
+            reason = %outcome.reason,
+            unknown_annotations = %r.unknown_annotations,
             duration_ms,
             "admission"
         ),
