@@ -59,6 +59,8 @@ const REQUIRED: &[&str] = &[
     "invalid-annotation",
     "containers-annotation",
     "pod-level-resources",
+    "sidecar-request-above-default-limit",
+    "sidecar-limit-below-request",
 ];
 
 #[derive(Deserialize, Default)]

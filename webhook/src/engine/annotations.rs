@@ -198,68 +198,74 @@ impl PodOverrides {
             || self.memory_limit.is_some()
     }
 
-    /// `base` with the resource annotations applied.
+    /// `base` with the resource annotations applied; explicit values win
+    /// over the defaults, per resource (cpu, memory):
     ///
-    /// Errors: [`EngineError::InvalidAnnotation`] when the resulting request of
-    /// a resource exceeds its limit (naming the request annotation when it is
-    /// set, the limit annotation otherwise).
+    /// * request and limit annotations both set: taken as they are;
+    /// * only the request set, above the default limit: the limit is raised
+    ///   to the request (a sidecar asking for more than the default limit
+    ///   gets it);
+    /// * only the limit set, below the default request: the request is
+    ///   lowered to the limit (as API defaulting makes an omitted request
+    ///   equal to the limit).
+    ///
+    /// Errors: [`EngineError::InvalidAnnotation`] naming the request
+    /// annotation when both are set and the request exceeds the limit.
     pub fn sidecar_resources(
         &self,
         base: &ResourceDefaults,
     ) -> Result<ResourceDefaults, EngineError> {
-        let merged = ResourceDefaults {
-            cpu_request: self
-                .cpu_request
-                .clone()
-                .unwrap_or_else(|| base.cpu_request.clone()),
-            memory_request: self
-                .memory_request
-                .clone()
-                .unwrap_or_else(|| base.memory_request.clone()),
-            cpu_limit: self
-                .cpu_limit
-                .clone()
-                .unwrap_or_else(|| base.cpu_limit.clone()),
-            memory_limit: self
-                .memory_limit
-                .clone()
-                .unwrap_or_else(|| base.memory_limit.clone()),
-        };
-        let pairs = [
-            (
-                &merged.cpu_request,
-                &merged.cpu_limit,
-                &self.cpu_request,
-                SIDECAR_CPU_REQUEST,
-                SIDECAR_CPU_LIMIT,
-            ),
-            (
-                &merged.memory_request,
-                &merged.memory_limit,
-                &self.memory_request,
-                SIDECAR_MEMORY_REQUEST,
-                SIDECAR_MEMORY_LIMIT,
-            ),
-        ];
-        for (request, limit, request_set, request_key, limit_key) in pairs {
-            let (Ok(r), Ok(l)) = (quantity::parse(request), quantity::parse(limit)) else {
-                continue; // the configuration is validated separately
-            };
-            if r > l {
-                let (key, value) = if request_set.is_some() {
-                    (request_key, &request.0)
-                } else {
-                    (limit_key, &limit.0)
-                };
-                return Err(invalid(
-                    key,
-                    value,
-                    &format!("request {} exceeds limit {}", request.0, limit.0),
-                ));
-            }
-        }
-        Ok(merged)
+        let (cpu_request, cpu_limit) = request_and_limit(
+            (self.cpu_request.as_ref(), SIDECAR_CPU_REQUEST),
+            (self.cpu_limit.as_ref(), SIDECAR_CPU_LIMIT),
+            &base.cpu_request,
+            &base.cpu_limit,
+        )?;
+        let (memory_request, memory_limit) = request_and_limit(
+            (self.memory_request.as_ref(), SIDECAR_MEMORY_REQUEST),
+            (self.memory_limit.as_ref(), SIDECAR_MEMORY_LIMIT),
+            &base.memory_request,
+            &base.memory_limit,
+        )?;
+        Ok(ResourceDefaults {
+            cpu_request,
+            memory_request,
+            cpu_limit,
+            memory_limit,
+        })
     }
+}
+
+/// `a > b` for two quantities; `false` if either does not parse (annotation
+/// values are checked in [`PodOverrides::parse`], defaults by
+/// [`ResourceDefaults::validate`]).
+fn exceeds(a: &Quantity, b: &Quantity) -> bool {
+    matches!((quantity::parse(a), quantity::parse(b)), (Ok(a), Ok(b)) if a > b)
+}
+
+/// One resource's request and limit from the annotations (value, key) and
+/// the defaults; see [`PodOverrides::sidecar_resources`].
+fn request_and_limit(
+    (request, request_key): (Option<&Quantity>, &str),
+    (limit, limit_key): (Option<&Quantity>, &str),
+    default_request: &Quantity,
+    default_limit: &Quantity,
+) -> Result<(Quantity, Quantity), EngineError> {
+    Ok(match (request, limit) {
+        (Some(r), Some(l)) if exceeds(r, l) => {
+            return Err(invalid(
+                request_key,
+                &r.0,
+                &format!("request {} exceeds the limit {} of {limit_key}", r.0, l.0),
+            ));
+        }
+        (Some(r), Some(l)) => (r.clone(), l.clone()),
+        (Some(r), None) if exceeds(r, default_limit) => (r.clone(), r.clone()),
+        (Some(r), None) => (r.clone(), default_limit.clone()),
+        (None, Some(l)) if exceeds(default_request, l) => (l.clone(), l.clone()),
+        (None, Some(l)) => (default_request.clone(), l.clone()),
+        (None, None) => (default_request.clone(), default_limit.clone()),
+    })
 }
 
 #[cfg(test)]
@@ -394,24 +400,63 @@ mod tests {
         );
     }
 
+    fn resources(pairs: &[(&str, &str)]) -> Result<ResourceDefaults, EngineError> {
+        PodOverrides::parse(Some(&ann(pairs)))
+            .unwrap()
+            .sidecar_resources(&ResourceDefaults::sidecar())
+    }
+
     #[test]
-    fn request_over_limit_is_an_error() {
-        let o = PodOverrides::parse(Some(&ann(&[(SIDECAR_CPU_REQUEST, "2")]))).unwrap();
-        match o.sidecar_resources(&ResourceDefaults::sidecar()) {
+    fn request_alone_above_the_default_limit_raises_the_limit() {
+        // Regression (issue #8): this was an error asking for the limit
+        // annotation too. Defaults: 10m/32Mi requests, 200m/256Mi limits.
+        let r = resources(&[(SIDECAR_CPU_REQUEST, "2"), (SIDECAR_MEMORY_REQUEST, "1Gi")]).unwrap();
+        assert_eq!(r, ResourceDefaults::new("2", "1Gi", "2", "1Gi"));
+        // At or below the default limit, the default limit stays.
+        let r = resources(&[
+            (SIDECAR_CPU_REQUEST, "200m"),
+            (SIDECAR_MEMORY_REQUEST, "64Mi"),
+        ])
+        .unwrap();
+        assert_eq!(r, ResourceDefaults::new("200m", "64Mi", "200m", "256Mi"));
+    }
+
+    #[test]
+    fn limit_alone_below_the_default_request_lowers_the_request() {
+        let r = resources(&[(SIDECAR_CPU_LIMIT, "5m"), (SIDECAR_MEMORY_LIMIT, "16Mi")]).unwrap();
+        assert_eq!(r, ResourceDefaults::new("5m", "16Mi", "5m", "16Mi"));
+        let r = resources(&[(SIDECAR_MEMORY_LIMIT, "1Gi")]).unwrap();
+        assert_eq!(r, ResourceDefaults::new("10m", "32Mi", "200m", "1Gi"));
+    }
+
+    #[test]
+    fn explicit_request_over_explicit_limit_is_an_error() {
+        match resources(&[(SIDECAR_CPU_REQUEST, "2"), (SIDECAR_CPU_LIMIT, "1")]) {
             Err(EngineError::InvalidAnnotation {
-                annotation, value, ..
+                annotation,
+                value,
+                reason,
             }) => {
                 assert_eq!(annotation, SIDECAR_CPU_REQUEST);
                 assert_eq!(value, "2");
+                assert!(reason.contains(SIDECAR_CPU_LIMIT), "{reason}");
             }
             other => panic!("{other:?}"),
         }
-        let o = PodOverrides::parse(Some(&ann(&[(SIDECAR_MEMORY_LIMIT, "1Mi")]))).unwrap();
-        match o.sidecar_resources(&ResourceDefaults::sidecar()) {
+        match resources(&[
+            (SIDECAR_MEMORY_REQUEST, "2Gi"),
+            (SIDECAR_MEMORY_LIMIT, "1Gi"),
+        ]) {
             Err(EngineError::InvalidAnnotation { annotation, .. }) => {
-                assert_eq!(annotation, SIDECAR_MEMORY_LIMIT);
+                assert_eq!(annotation, SIDECAR_MEMORY_REQUEST);
             }
             other => panic!("{other:?}"),
         }
+        // Equal is fine; written differently too.
+        let r = resources(&[(SIDECAR_CPU_REQUEST, "1000m"), (SIDECAR_CPU_LIMIT, "1")]).unwrap();
+        assert_eq!(
+            (r.cpu_request.0.as_str(), r.cpu_limit.0.as_str()),
+            ("1000m", "1")
+        );
     }
 }
