@@ -448,6 +448,94 @@ items:
 }
 
 #[test]
+fn pods_opted_out_by_label_are_not_injected_as_the_object_selector_says() {
+    // Regression (issue #8): the chart's objectSelector keeps pods labelled
+    // kube-prestop.io/inject=false (or kube-prestop.io/component=webhook)
+    // from ever reaching the webhook, but `inject` injected them.
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let template_label = |label: &str| {
+        let out = job.replace(
+            "      labels:\n        app: prestop-demo\n    spec:",
+            &format!("      labels:\n        app: prestop-demo\n        {label}\n    spec:"),
+        );
+        assert_ne!(out, job);
+        out
+    };
+    let cron =
+        std::fs::read_to_string(repo_root().join("examples/cronjob-with-prestop.yaml")).unwrap();
+    let cron_opted_out = cron.replace(
+        "      template:\n        spec:",
+        "      template:\n        metadata:\n          labels:\n            kube-prestop.io/inject: \"false\"\n        spec:",
+    );
+    assert_ne!(cron_opted_out, cron);
+    let pod = "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: opted-out
+  labels:
+    kube-prestop.io/inject: \"false\"
+  annotations:
+    kube-prestop.io/inject: \"true\"
+spec:
+  restartPolicy: Never
+  containers:
+    - name: c
+      image: busybox
+      lifecycle:
+        preStop:
+          exec:
+            command: [\"true\"]
+";
+    for (what, input, label) in [
+        (
+            "Job, template label inject=false",
+            template_label("kube-prestop.io/inject: \"false\""),
+            "kube-prestop.io/inject=false",
+        ),
+        (
+            "Job, template label component=webhook",
+            template_label("kube-prestop.io/component: webhook"),
+            "kube-prestop.io/component=webhook",
+        ),
+        (
+            "CronJob, template label inject=false",
+            cron_opted_out,
+            "kube-prestop.io/inject=false",
+        ),
+        (
+            "Pod, label inject=false",
+            pod.to_owned(),
+            "kube-prestop.io/inject=false",
+        ),
+    ] {
+        let out = inject(&["-f", "-"], Some(&input));
+        assert!(out.status.success(), "{what}: {}", stderr(&out));
+        assert_eq!(docs(&stdout(&out)), docs(&input), "{what}: changed");
+        let err = stderr(&out);
+        assert!(err.contains("not injected"), "{what}: {err}");
+        assert!(err.contains(label), "{what}: {err}");
+        assert!(err.contains("objectSelector"), "{what}: {err}");
+    }
+    // The Job's own labels do not reach its pods: still injected; so are
+    // other values of the label.
+    let on_the_job = job.replace(
+        "  labels:\n    app: prestop-demo\nspec:",
+        "  labels:\n    app: prestop-demo\n    kube-prestop.io/inject: \"false\"\nspec:",
+    );
+    assert_ne!(on_the_job, job);
+    for input in [
+        on_the_job,
+        template_label("kube-prestop.io/inject: \"true\""),
+    ] {
+        let out = inject(&["-f", "-"], Some(&input));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let injected: Job = serde_json::from_value(docs(&stdout(&out)).remove(0)).unwrap();
+        assert_injected_template(&injected.spec.unwrap().template);
+    }
+}
+
+#[test]
 fn missing_file_is_an_error() {
     let out = inject(&["-f", "/nonexistent/manifest.yaml"], None);
     assert!(!out.status.success());

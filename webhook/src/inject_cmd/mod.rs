@@ -5,6 +5,7 @@
 
 mod documents;
 mod locate;
+mod selector;
 mod strict;
 mod transform;
 
@@ -13,6 +14,7 @@ use serde_json::Value;
 use crate::engine::EngineConfig;
 
 pub use documents::{Document, parse_stream};
+pub use selector::{COMPONENT_LABEL, EXCLUDED_POD_LABELS};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::InjectError;
 use super::documents::{Document, locate_path};
+use super::selector;
 use super::strict::{StrictError, display_path, from_value_strict};
 use crate::engine::{
     self, ClusterContext, Decision, EngineConfig, EngineError, OwnerHint, SkipReason,
@@ -72,11 +73,15 @@ pub fn transform(
             let pod: Pod = strict(doc, value, at, kind)?;
             let annotations = pod.metadata.annotations.as_ref();
             warnings = unknown_annotation_warnings(doc, at, POD_METADATA, &label, annotations);
-            let decision = engine::inject(&pod, &context, config)
-                .map_err(|e| engine_error(doc, at, POD_METADATA, &label, &e))?;
-            match decision {
-                Decision::Skip(reason) => Err(skip_label(&reason)),
-                Decision::Inject(after) => Ok(diff(doc, &pod, &*after)?),
+            if let Some(label) = selector::excluded_by(pod.metadata.labels.as_ref()) {
+                Err(excluded(label, "pod"))
+            } else {
+                let decision = engine::inject(&pod, &context, config)
+                    .map_err(|e| engine_error(doc, at, POD_METADATA, &label, &e))?;
+                match decision {
+                    Decision::Skip(reason) => Err(skip_label(&reason)),
+                    Decision::Inject(after) => Ok(diff(doc, &pod, &*after)?),
+                }
             }
         }
         ("batch/v1", "Job") => {
@@ -183,12 +188,18 @@ pub fn transform(
 }
 
 /// Run the engine on a pod template, as the webhook would see the pods the
-/// Job controller makes from it. `Ok(Err(reason))`: not injected.
+/// Job controller makes from it, unless the webhook configuration's
+/// `objectSelector` keeps them from being sent to it at all.
+/// `Ok(Err(reason))`: not injected.
 fn inject_template(
     template: &PodTemplateSpec,
     context: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<Result<PodTemplateSpec, String>, EngineError> {
+    let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+    if let Some(label) = selector::excluded_by(labels) {
+        return Ok(Err(excluded(label, "pod template")));
+    }
     Ok(
         match engine::inject_template(template, OwnerHint::Job, context, config)? {
             TemplateDecision::Skip(reason) => Err(skip_label(&reason)),
@@ -199,6 +210,14 @@ fn inject_template(
 
 fn template_annotations(template: &PodTemplateSpec) -> Option<&BTreeMap<String, String>> {
     template.metadata.as_ref()?.annotations.as_ref()
+}
+
+/// Why an object is not injected when its pods carry a label the webhook
+/// configuration's `objectSelector` excludes (`whose`: `pod`, `pod template`).
+fn excluded((key, value): (&str, &str), whose: &str) -> String {
+    format!(
+        "the {whose} is labelled {key}={value}, which the webhook configuration's objectSelector excludes: the API server never sends such pods to the webhook (object_selector)"
+    )
 }
 
 /// One warning per unknown `kube-prestop.io/` annotation of the pod
