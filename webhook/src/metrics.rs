@@ -7,6 +7,11 @@
 //! | `kube_prestop_admission_duration_seconds` | histogram | | time to answer a `/mutate` request (reading the body included), in seconds |
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
+//!
+//! Every known label combination of the two counters (each decision with
+//! each of its reasons, see `server::labels::admission_outcomes`, and both
+//! reload results) is created at zero when the registry is made, so the
+//! series exist before their first event.
 
 use std::sync::Arc;
 
@@ -26,7 +31,9 @@ pub struct AdmissionLabels {
     pub decision: String,
     /// Machine-readable reason: the engine's skip reason or error kind, or
     /// `injected`, `no_change`, `other_resource`, `other_operation`,
-    /// `invalid_pod`, `engine_panic`, `bad_request`, `body_too_large`.
+    /// `invalid_pod`, `engine_panic`, `patch_error`, `serialize`,
+    /// `bad_request`, `body_too_large` (every pair:
+    /// `server::labels::admission_outcomes`).
     pub reason: String,
 }
 
@@ -39,6 +46,9 @@ pub struct Metrics {
     cert_expiry: Gauge,
     cert_reloads: Family<ReloadLabels, Counter>,
 }
+
+/// Values of `result` in `kube_prestop_certificate_reloads_total`.
+const RELOAD_RESULTS: [&str; 2] = ["success", "error"];
 
 /// Labels of `kube_prestop_certificate_reloads_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -95,6 +105,21 @@ impl Metrics {
             "Reloads of changed serving certificate files, by result",
             cert_reloads.clone(),
         );
+        // Every known series exists from the start, at zero: a counter that
+        // appears only with its first event hides it from `rate()` and
+        // `absent()`-style alerts until then.
+        for (decision, reason) in crate::server::labels::admission_outcomes() {
+            // The returned guard is the family's read lock: release it.
+            drop(admissions.get_or_create(&AdmissionLabels {
+                decision: decision.to_owned(),
+                reason: reason.to_owned(),
+            }));
+        }
+        for result in RELOAD_RESULTS {
+            drop(cert_reloads.get_or_create(&ReloadLabels {
+                result: result.to_owned(),
+            }));
+        }
         Self {
             registry: Arc::new(registry),
             admissions,
@@ -122,7 +147,8 @@ impl Metrics {
 
     /// Count one reload attempt of changed certificate files.
     pub fn record_certificate_reload(&self, success: bool) {
-        let result = if success { "success" } else { "error" };
+        let [ok, failed] = RELOAD_RESULTS;
+        let result = if success { ok } else { failed };
         self.cert_reloads
             .get_or_create(&ReloadLabels {
                 result: result.to_owned(),

@@ -565,6 +565,64 @@ async fn metrics_and_health_endpoints() {
     assert_eq!(r.status(), 404);
 }
 
+/// The value of the sample `series` (name with labels) in a text exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn every_metric_series_exists_at_zero_before_any_event() {
+    // Regression (issue #8): series appeared only with their first event.
+    let server = TestServer::start(|_| {}).await;
+    let text = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let outcomes = kube_prestop_webhook::server::labels::admission_outcomes();
+    for (decision, reason) in &outcomes {
+        let series =
+            format!(r#"kube_prestop_admissions_total{{decision="{decision}",reason="{reason}"}}"#);
+        assert_eq!(sample(&text, &series), Some(0.0), "{series} in\n{text}");
+    }
+    // Spot checks of the list itself: skips, engine errors, server outcomes.
+    for pair in [
+        ("skip", "not_job_owned"),
+        ("skip", "opted_out"),
+        ("error", "invalid_annotation"),
+        ("error", "limit_range_unsatisfiable"),
+        ("inject", "injected"),
+        ("ignored", "other_resource"),
+        ("invalid", "body_too_large"),
+    ] {
+        assert!(outcomes.contains(&pair), "{pair:?} not pre-registered");
+    }
+    for result in ["success", "error"] {
+        let series = format!(r#"kube_prestop_certificate_reloads_total{{result="{result}"}}"#);
+        assert_eq!(sample(&text, &series), Some(0.0), "{series} in\n{text}");
+    }
+    assert_eq!(
+        sample(&text, "kube_prestop_admission_duration_seconds_count"),
+        Some(0.0),
+        "{text}"
+    );
+    // The first event counts from there.
+    server
+        .mutate(review("uid-first", "pods", "CREATE", job_pod()).to_string())
+        .await;
+    let text = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let injected = r#"kube_prestop_admissions_total{decision="inject",reason="injected"}"#;
+    assert_eq!(sample(&text, injected), Some(1.0), "{text}");
+}
+
 /// DER of the certificate the server presents to a new connection.
 async fn served_cert(server: &TestServer) -> Option<Vec<u8>> {
     let r = server
@@ -619,7 +677,12 @@ async fn broken_certificate_on_disk_keeps_the_old_one() {
         let url = metrics_url.clone();
         async move {
             let text = reqwest::get(url).await.unwrap().text().await.unwrap();
-            text.contains(r#"kube_prestop_certificate_reloads_total{result="error"}"#)
+            // The series exists from the start at 0: wait for a count.
+            sample(
+                &text,
+                r#"kube_prestop_certificate_reloads_total{result="error"}"#,
+            )
+            .is_some_and(|n| n >= 1.0)
         }
     })
     .await;

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::engine::EngineConfig;
 use kube_prestop_webhook::server::admission::{FailureMode, review};
+use kube_prestop_webhook::server::labels;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Value, json};
@@ -35,6 +36,13 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
         mode,
     );
     let body: Value = serde_json::from_slice(&outcome.body).expect("response body is JSON");
+    // Every outcome is one of the series pre-registered in the metrics.
+    assert!(
+        labels::admission_outcomes().contains(&(outcome.decision, outcome.reason.as_str())),
+        "({}, {}) is not in server::labels::admission_outcomes",
+        outcome.decision,
+        outcome.reason
+    );
     match outcome.http_status {
         400 => {
             assert_eq!(outcome.decision, "invalid");

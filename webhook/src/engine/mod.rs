@@ -118,6 +118,16 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Every value of [`EngineError::as_str`], in declaration order.
+    pub const LABELS: [&'static str; 6] = [
+        "invalid_pod",
+        "invalid_config",
+        "invalid_annotation",
+        "invalid_quantity",
+        "limit_range_unsatisfiable",
+        "mount_path_conflict",
+    ];
+
     /// Stable snake_case label for metrics and logs, e.g. `invalid_annotation`.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -303,6 +313,45 @@ mod tests {
         };
         let e = inject_template(&template(), OwnerHint::Job, &cluster(), &config).unwrap_err();
         assert_eq!(e.as_str(), "invalid_config");
+    }
+
+    #[test]
+    fn every_error_label_is_listed() {
+        let all = [
+            EngineError::Invalid(String::new()),
+            EngineError::InvalidConfig(String::new()),
+            EngineError::InvalidAnnotation {
+                annotation: String::new(),
+                value: String::new(),
+                reason: String::new(),
+            },
+            EngineError::InvalidQuantity {
+                location: String::new(),
+                value: String::new(),
+            },
+            EngineError::LimitRangeUnsatisfiable {
+                limit_range: String::new(),
+                resource: String::new(),
+                detail: String::new(),
+            },
+            EngineError::MountPathConflict {
+                container: String::new(),
+                path: String::new(),
+            },
+        ];
+        for e in &all {
+            // A new variant fails to compile here: add it above and to LABELS.
+            match e {
+                EngineError::Invalid(_)
+                | EngineError::InvalidConfig(_)
+                | EngineError::InvalidAnnotation { .. }
+                | EngineError::InvalidQuantity { .. }
+                | EngineError::LimitRangeUnsatisfiable { .. }
+                | EngineError::MountPathConflict { .. } => {}
+            }
+        }
+        let labels: Vec<&str> = all.iter().map(EngineError::as_str).collect();
+        assert_eq!(labels, EngineError::LABELS);
     }
 
     #[test]
