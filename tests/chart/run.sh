@@ -96,6 +96,19 @@ for entry in "${cases[@]}"; do
     fi
 done
 
+# Without --kube-version helm assumes the Kubernetes version of the client-go
+# it is built with (tools.sh builds it with the release ldflags, as the
+# official binaries are), which the chart's kubeVersion (>= 1.29) admits. The
+# refusals below rely on it: otherwise every one of them would be refused for
+# the Kubernetes version, whatever the values.
+if "${HELM}" template "${release}" "${chart}" --namespace "${namespace}" \
+    >"${out}/default.yaml" 2>"${out}/default.err"; then
+    pass "helm template without --kube-version ($("${HELM}" version --template '{{ .Version }}'))"
+else
+    cat "${out}/default.err"
+    fail "helm template without --kube-version"
+fi
+
 # What the schema and templates must refuse.
 expect_refused() {
     local what="$1"
@@ -131,6 +144,7 @@ check_render "cert-manager: CA injection annotation" certmanager-k8s1.34 "cert-m
 check_render "provided: caBundle rendered" provided-k8s1.34 "caBundle: " 1
 check_render "no Secret write permission outside self-managed" certmanager-k8s1.34 "kind: Role$" 0
 check_render "one replica: no PodDisruptionBudget" custom-k8s1.34 "kind: PodDisruptionBudget" 0
+check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
 
 printf '\nchart: %d passed, %d failed\n' "${passed}" "${failed}"
 [[ "${failed}" -eq 0 ]]

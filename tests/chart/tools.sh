@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the chart test tools when missing, cached outside the repository:
-#   helm         from the Go module proxy (helm.sh/helm/v3), through the
-#                cluster harness's tests/cluster/tools.sh when present
+#   helm         from the Go module proxy (helm.sh/helm/v3), built by the
+#                cluster harness's tests/cluster/tools.sh (one recipe: the
+#                release ldflags, so that without --kube-version helm assumes
+#                the Kubernetes version of its client-go, as official builds do)
 #   kubeconform  from the Go module proxy (github.com/yannh/kubeconform)
 #   Kubernetes JSON schemas for kubeconform, generated from the OpenAPI
 #   document inside the k8s.io/kubernetes module (no schema download site is
@@ -14,7 +16,6 @@
 # Cache: ${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools/
 set -euo pipefail
 
-HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.7.0}"
 # Kubernetes releases whose OpenAPI documents the schemas are made from: the
 # oldest supported minor (1.29) and the one the test cluster runs.
@@ -69,14 +70,9 @@ k8s_schemas_install() {
 
 chart_tools_install() {
     local bindir="${CHART_TOOLS_CACHE}/bin"
-    # Prefer the cluster harness's helm (same version pin, one cached build).
-    local cluster_tools="${CHART_TOOLS_SELF_DIR}/../cluster/tools.sh"
-    if [[ -f "${cluster_tools}" ]]; then
-        HELM="$(bash "${cluster_tools}" helm)"
-    else
-        go_install_cached "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" helm "${bindir}/helm-${HELM_VERSION}"
-        HELM="${bindir}/helm-${HELM_VERSION}/helm"
-    fi
+    # The cluster harness's helm: its version pin (HELM_VERSION in
+    # tests/cluster/versions.sh) and its one cached build.
+    HELM="$(bash "${CHART_TOOLS_SELF_DIR}/../cluster/tools.sh" helm)"
     go_install_cached "github.com/yannh/kubeconform/cmd/kubeconform@${KUBECONFORM_VERSION}" kubeconform \
         "${bindir}/kubeconform-${KUBECONFORM_VERSION}"
     local version

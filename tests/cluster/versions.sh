@@ -15,7 +15,10 @@ K8S_DIR="$KUBE_PRESTOP_CACHE/k8s-$K8S_VERSION"
 K8S_BIN="$K8S_DIR/bin"
 ETCD_DIR="$KUBE_PRESTOP_CACHE/etcd-$ETCD_VERSION"
 ETCD_BIN="$ETCD_DIR/bin"
-HELM_DIR="$KUBE_PRESTOP_CACHE/helm-$HELM_VERSION"
+# Bumped when tools.sh builds helm differently, so an older cached build is
+# not reused (2: the release ldflags, see ensure_helm).
+HELM_BUILD=2
+HELM_DIR="$KUBE_PRESTOP_CACHE/helm-$HELM_VERSION-build$HELM_BUILD"
 
 # The Kubernetes binaries the harness needs, built in one `go build` so they share work.
 K8S_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
