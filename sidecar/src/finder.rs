@@ -45,7 +45,7 @@ use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::PollFlags;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -271,14 +271,6 @@ pub struct Scanner {
     infer_unseen: bool,
 }
 
-fn poll_now(fd: BorrowedFd<'_>, events: PollFlags) -> bool {
-    let mut fds = [PollFd::new(fd, events)];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
-        && fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(events | PollFlags::POLLERR))
-}
-
 /// Re-reads a held mountinfo: the identifying mount's ID if present, and
 /// whether the table read back empty (nothing reachable from the root the
 /// process had when the file was opened).
@@ -488,6 +480,14 @@ impl Scanner {
     }
 
     /// Re-examines a pending process; `None` removes it.
+    ///
+    /// Looked at when the caller's poll saw its mount table change or its
+    /// pidfd become readable (`dirty`), and every [`PENDING_FRESH_INTERVAL`]
+    /// regardless. A process found gone or a zombie on *either* path gets a
+    /// last read of its held table (the namespace outlives the process
+    /// through the held file), so an exit that the caller's poll has not
+    /// reported yet (the watcher was preempted between its poll and this
+    /// look) is judged like one it has: match, inference, or loss.
     fn recheck(&mut self, pid: i32, start: u64, class: Class, now: Instant) -> Option<Class> {
         let Class::Pending {
             mut hold,
@@ -498,47 +498,51 @@ impl Scanner {
         else {
             return Some(class);
         };
-        // `dirty`: the caller's poll saw its mount table change or its pidfd
-        // become readable (see `wait_fds`); nothing else can have happened.
-        if dirty {
-            let dead = pidfd
-                .as_ref()
-                .is_none_or(|p| poll_now(p.as_fd(), PollFlags::POLLIN));
-            // After the process died this still reads its (held) namespace.
-            let (found, empty) = reread(&mut hold, &self.mount_point);
-            if self.debug {
-                crate::log!("debug: reread pid={pid} dead={dead} found={found:?} empty={empty}");
-            }
-            if let Some(mount_id) = found {
-                return Some(self.matched(mount_id, hold));
-            }
-            if dead {
-                self.stats.candidates_lost += 1;
-                self.stats.candidates_lost_pivoted += u64::from(empty);
-                if empty && self.infer_unseen {
-                    return Some(Class::Inferred);
-                }
-                return None;
+        if !dirty && now < next_fresh {
+            return Some(Class::Pending {
+                hold,
+                pidfd,
+                dirty: false,
+                next_fresh,
+            });
+        }
+        let (found, _) = reread(&mut hold, &self.mount_point);
+        if let Some(mount_id) = found {
+            return Some(self.matched(mount_id, hold));
+        }
+        // Not in the held view. While the process lives, open its table
+        // afresh: the held file shows mounts relative to the root the process
+        // had when it was opened, and after `pivot_root` that old root is
+        // gone and nothing is reachable from it, so the hold must follow the
+        // process to its new root.
+        let alive = |proc_root: &Path| {
+            procfs::read_stat(proc_root, pid)
+                .ok()
+                .filter(|s| s.start_time == start && s.state != b'Z')
+        };
+        if let Some(s) = alive(&self.proc_root) {
+            match self.classify(pid, start, s.ppid, now) {
+                // Unreadable because it is exiting: judge it below.
+                Some(Class::NotOurs) if alive(&self.proc_root).is_none() => {}
+                Some(fresh) => return Some(fresh),
+                None => {}
             }
         }
-        // A change without the mount: open afresh too. The held file shows
-        // mounts relative to the root the process had when it was opened;
-        // after `pivot_root` that old root is gone and nothing is reachable
-        // from it, so the hold must follow the process to its new root.
-        if dirty || now >= next_fresh {
-            return match procfs::read_stat(&self.proc_root, pid) {
-                Ok(s) if s.start_time == start && s.state != b'Z' => {
-                    self.classify(pid, start, s.ppid, now)
-                }
-                _ => None,
-            };
+        // Exited (it may have done so since the read above): the held view
+        // is final now.
+        let (found, empty) = reread(&mut hold, &self.mount_point);
+        if self.debug {
+            crate::log!("debug: post-mortem pid={pid} found={found:?} empty={empty}");
         }
-        Some(Class::Pending {
-            hold,
-            pidfd,
-            dirty: false,
-            next_fresh,
-        })
+        if let Some(mount_id) = found {
+            return Some(self.matched(mount_id, hold));
+        }
+        self.stats.candidates_lost += 1;
+        self.stats.candidates_lost_pivoted += u64::from(empty);
+        if empty && self.infer_unseen {
+            return Some(Class::Inferred);
+        }
+        None
     }
 
     /// One tick: notice new processes, re-check pending ones, and return the

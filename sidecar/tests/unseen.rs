@@ -10,13 +10,19 @@
 //! With `--started-after main` (the webhook's flag when the watched container
 //! is the only one started after the sidecar) the instance is inferred and
 //! its hook runs once; without it, nothing runs; a process that never
-//! pivoted is never taken for the container.
+//! pivoted is never taken for the container. The same holds when the exit
+//! is noticed by the scanner's periodic re-look instead of an event.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
 use common::*;
+use kube_prestop_sidecar::finder::{Instance, Scanner, SearchStats};
+use kube_prestop_sidecar::procfs::IdMount;
 
 const SIGSTOP: i32 = libc::SIGSTOP;
 const SIGCONT: i32 = libc::SIGCONT;
@@ -108,4 +114,48 @@ fn a_process_that_never_pivoted_is_never_inferred() {
         "{log}"
     );
     assert!(sc.alive());
+}
+
+/// The watcher preempted between its poll and its next look: the candidate's
+/// exit is not reported as an event, only found by the periodic re-look.
+/// That path must read the held table too (it used to drop the candidate
+/// unexamined: a `true` container lost with `candidates_lost=0`).
+/// Drives the scanner directly over the pod's `/proc`, with no poll at all.
+fn exit_found_by_the_periodic_look(infer: bool) -> (Option<Instance>, bool, SearchStats) {
+    let mut pod = Pod::new(if infer { "relook-sole" } else { "relook" });
+    let mut m = pod.spawn_pivoting_main(&["true"]);
+    let proc_root = PathBuf::from(format!("/proc/{}/root/proc", pod.init));
+    let mount = IdMount {
+        point: pod.idroot().join(C).to_string_lossy().into_owned(),
+        source: None,
+    };
+    let mut scanner = Scanner::new(&proc_root, mount).infer_unseen(infer);
+    let t0 = Instant::now();
+    wait_for("the scanner to hold the candidate", T, || {
+        scanner.step(t0).unwrap();
+        scanner.stats().candidates >= 1
+    });
+    m.start();
+    assert_eq!(code(m.wait(T)), 0);
+    // Well past the periodic re-look interval, and no `note_events`.
+    let found = scanner.step(t0 + Duration::from_secs(1)).unwrap();
+    let inferred = found.is_some_and(|i| scanner.is_inferred(i));
+    (found, inferred, scanner.stats())
+}
+
+#[test]
+fn an_exit_seen_only_by_the_periodic_look_is_still_judged() {
+    if !can_run() {
+        return;
+    }
+    let (found, inferred, stats) = exit_found_by_the_periodic_look(true);
+    assert!(found.is_some() && inferred, "{found:?} {stats}");
+    assert_eq!(stats.candidates_lost_pivoted, 1, "{stats}");
+    let (found, _, stats) = exit_found_by_the_periodic_look(false);
+    assert_eq!(found, None);
+    assert_eq!(
+        (stats.candidates_lost, stats.candidates_lost_pivoted),
+        (1, 1),
+        "{stats}"
+    );
 }
