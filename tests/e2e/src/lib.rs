@@ -5,6 +5,7 @@
 //! with deadlines, and on failure prints the events and every container's logs
 //! of the pods involved.
 
+pub mod metrics;
 pub mod scenario;
 
 use std::fmt::Write as _;

@@ -562,6 +562,83 @@ pub async fn scale_webhook(client: &Client, replicas: i32) -> Result<()> {
     Ok(())
 }
 
+/// The annotation `kubectl rollout restart` sets on the pod template.
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// Sets (or, with `None`, removes) the pod template's [`RESTARTED_AT`]
+/// annotation of the webhook Deployment, as `kubectl rollout restart` does:
+/// a new value starts a rolling restart. Returns the previous value.
+pub async fn set_webhook_restarted_at(
+    client: &Client,
+    value: Option<&str>,
+) -> Result<Option<String>> {
+    let api = Api::<Deployment>::namespaced(client.clone(), WEBHOOK_NAMESPACE);
+    let before = api
+        .get(WEBHOOK_DEPLOYMENT)
+        .await
+        .context("reading the webhook Deployment")?
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get(RESTARTED_AT).cloned());
+    api.patch(
+        WEBHOOK_DEPLOYMENT,
+        &PatchParams::default(),
+        &Patch::Merge(json!({
+            "spec": { "template": { "metadata": { "annotations": { RESTARTED_AT: value } } } }
+        })),
+    )
+    .await
+    .context("patching the webhook's pod template")?;
+    Ok(before)
+}
+
+/// Whether the webhook Deployment's rollout is complete (what `kubectl
+/// rollout status` waits for, and no replica of an older template left):
+/// `Ok(None)` when done, `Ok(Some(state))` while it is not.
+pub async fn webhook_rollout_pending(client: &Client) -> Result<Option<String>> {
+    let d = Api::<Deployment>::namespaced(client.clone(), WEBHOOK_NAMESPACE)
+        .get(WEBHOOK_DEPLOYMENT)
+        .await
+        .context("reading the webhook Deployment")?;
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let generation = d.metadata.generation.unwrap_or_default();
+    let st = d.status.unwrap_or_default();
+    let observed = st.observed_generation.unwrap_or_default();
+    let (total, updated, available) = (
+        st.replicas.unwrap_or_default(),
+        st.updated_replicas.unwrap_or_default(),
+        st.available_replicas.unwrap_or_default(),
+    );
+    let done = observed >= generation && total == want && updated == want && available == want;
+    Ok((!done).then(|| {
+        format!(
+            "generation {generation} (observed {observed}), replicas {total}/{want}, \
+             updated {updated}, available {available}"
+        )
+    }))
+}
+
+/// Waits until the webhook's rollout is complete (see [`webhook_rollout_pending`]).
+pub async fn wait_webhook_rolled_out(client: &Client, timeout: Duration) -> Result<()> {
+    let last = std::sync::Mutex::new(String::new());
+    let done = poll_until(timeout, Duration::from_millis(500), || {
+        let client = client.clone();
+        let last = &last;
+        async move {
+            let pending = webhook_rollout_pending(&client).await?;
+            let done = pending.is_none();
+            if let Ok(mut l) = last.lock() {
+                *l = pending.unwrap_or_default();
+            }
+            Ok(done)
+        }
+    })
+    .await;
+    let last = last.lock().map(|l| l.clone()).unwrap_or_default();
+    done.with_context(|| format!("the webhook Deployment did not roll out: {last}"))
+}
+
 /// Waits until a server-side dry-run create of a Job-like pod in the labelled
 /// namespace `ns` comes back injected: the webhook serves again.
 pub async fn wait_webhook_serving(client: &Client, ns: &str, timeout: Duration) -> Result<()> {
