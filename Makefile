@@ -49,7 +49,7 @@ e2e: ## Run the Rust e2e tests against the running cluster
 lint: ## cargo fmt --check, cargo clippy -D warnings, shellcheck on the scripts
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	shellcheck -x .ci/run .ci/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
 
 .PHONY: unit
 unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
@@ -95,5 +95,5 @@ demo: ## The main job: cluster up, install kube-prestop, run an example Job, sho
 ##@ Benchmarks
 
 .PHONY: bench
-bench: ## Benchmarks (not part of the tests; root): webhook vs transport ceiling and compute floor, sidecar costs; one table into bench/out/results.md
+bench: ## Benchmarks (not part of the tests; root): webhook vs ceiling and floor, sidecar costs, on-cluster pod start and burst (BENCH_PARTS=webhook,sidecar,cluster); one table into bench/out/results.md
 	bench/run.sh
