@@ -708,6 +708,82 @@ async fn broken_certificate_on_disk_keeps_the_old_one() {
     );
 }
 
+/// Reads one HTTP/1.1 response (head and a Content-Length body); returns the
+/// head, lower-cased, and the body.
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> (String, String) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).await.unwrap();
+        assert_eq!(n, 1, "connection closed inside a response head: {buf:?}");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).to_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await.unwrap();
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The API server talks HTTP/1.1 to webhooks and keeps idle connections in
+/// a pool: endpoint removal does not stop it from reusing a connection to a
+/// replica that got SIGTERM, so when the drain ends and the server closes
+/// it, a request written at that moment fails (and is let through without
+/// injection). During the drain every answer says `Connection: close`, so the
+/// client retires each such connection itself after its next answer.
+#[tokio::test]
+async fn during_the_drain_http1_answers_close_the_connection() {
+    // A drain longer than the test: the connection must end because of the
+    // answer, not because the server stops.
+    let mut server = TestServer::start(|c| c.drain_delay = Duration::from_secs(60)).await;
+    let body = review("uid-keepalive", "pods", "CREATE", job_pod()).to_string();
+    let request = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut tls = raw_tls(&server).await;
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let (head, answer) = read_response(&mut tls).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    assert!(answer.contains("uid-keepalive"), "{answer}");
+
+    let _task = server.shutdown();
+    let client = reqwest::Client::new();
+    let readyz = server.metrics_url("/readyz");
+    wait_for(Duration::from_secs(5), "readiness to fail", || {
+        let client = client.clone();
+        let readyz = readyz.clone();
+        async move { matches!(client.get(&readyz).send().await, Ok(r) if r.status() == 503) }
+    })
+    .await;
+
+    // Same connection, during the drain: served, and told to close.
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let (head, answer) = read_response(&mut tls).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(answer.contains("uid-keepalive"), "{answer}");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut rest))
+        .await
+        .expect("the server closes the connection after the answer")
+        .ok();
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    // New connections are still served during the drain (the endpoint may
+    // not be removed everywhere yet), with the same header.
+    let mut fresh = raw_tls(&server).await;
+    fresh.write_all(request.as_bytes()).await.unwrap();
+    let (head, _) = read_response(&mut fresh).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+}
+
 /// A raw TLS connection to the server (HTTP/1.1 only via ALPN).
 async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     tls_with_alpn(server, b"http/1.1").await

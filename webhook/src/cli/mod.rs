@@ -82,7 +82,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "KUBE_PRESTOP_CERT_RELOAD_INTERVAL")]
     pub cert_reload_interval: Duration,
     /// On SIGTERM: time readiness fails before the listener closes, so the
-    /// endpoint is removed first.
+    /// endpoint is removed first; meanwhile HTTP/1.1 answers carry
+    /// `Connection: close`, so clients drop their pooled connections.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "KUBE_PRESTOP_DRAIN_DELAY")]
     pub drain_delay: Duration,
     /// On SIGTERM: longest wait for in-flight requests after the listener

@@ -5,8 +5,10 @@
 //! (port 0 picks a free one; [`Server::https_addr`] tells which), then
 //! [`Server::run`] serves until its shutdown future resolves: readiness
 //! fails at once, connections are still accepted for the drain delay (so
-//! the endpoint is removed before the listener goes away), then in-flight
-//! requests finish and `run` returns.
+//! the endpoint is removed before the listener goes away) and every HTTP/1.1
+//! answer says `Connection: close` (so clients that pool connections, as the
+//! API server does, stop reusing ours), then in-flight requests finish and
+//! `run` returns.
 
 pub mod admission;
 mod health;

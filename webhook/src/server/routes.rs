@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, Version, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -43,7 +44,41 @@ pub fn https_router(state: Arc<AppState>) -> Router {
         .route("/mutate", post(mutate))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
         .with_state(state)
+}
+
+/// Once shutdown has begun, every HTTP/1.1 answer carries `Connection:
+/// close`, so the client retires the connection itself after reading it.
+///
+/// The API server calls webhooks over HTTP/1.1 (it turns HTTP/2 off for
+/// them) and keeps idle connections in a pool per Service. Endpoint removal
+/// only steers new connections: pooled ones to a replica that got SIGTERM
+/// keep being used for the whole drain delay, and when the drain ends and the
+/// server closes them, a request the API server is writing at that moment
+/// fails ("EOF", "broken pipe"); it is a POST, so it is not retried, and with
+/// `failurePolicy: Ignore` the pod is created without injection. Answered with
+/// `Connection: close` during the drain, each pooled connection is closed by
+/// the client after its next answer, and the following requests go to a new
+/// connection to a ready replica; by the end of the drain no connection the
+/// client still uses is left. (HTTP/2 has GOAWAY for this, sent by the
+/// graceful shutdown.)
+async fn close_when_draining(
+    State(app): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() < Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && app.health.is_draining() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
 }
 
 /// The plain-HTTP metrics router.
