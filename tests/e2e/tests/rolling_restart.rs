@@ -4,15 +4,20 @@
 //! namespace. No admission call may fail and every pod created before, during
 //! and after the rollout must be injected.
 //!
-//! The load: a single-pod Job every 200 ms (about 5 pod creations a second)
-//! from before the restart until some pods after the last old replica is
-//! gone (old replicas keep serving for the chart's drain delay after their
-//! SIGTERM, so the rollout is not over before they exit). The pods carry a
-//! nodeSelector no node matches and stay Pending: they go through admission
-//! like any Job pod, but do not load the small node, which must start the new
-//! webhook replicas meanwhile. A pod watcher records each pod when it first
-//! sees it; containers cannot change after creation, so that is what
-//! admission made of it.
+//! The load, from before the restart until some pods after the last old
+//! replica is gone (old replicas keep serving for the chart's drain delay
+//! after their SIGTERM, so the rollout is not over before they exit):
+//! - a single-pod Job every 500 ms. The pods carry a nodeSelector no node
+//!   matches and stay Pending: they go through admission like any Job pod,
+//!   but do not load the small node, which must start the new webhook
+//!   replicas meanwhile. A pod watcher records each pod when it first sees
+//!   it; containers cannot change after creation, so that is what admission
+//!   made of it.
+//! - a server-side dry-run create of an opted-in pod every 50 ms: the same
+//!   admission call by the API server, answered synchronously and stored
+//!   nowhere, so the stream stays dense through the rollout even when the Job
+//!   controller lags on a busy node (a failed call is a race of a few
+//!   milliseconds at the moment a replica closes its connections).
 //!
 //! `failurePolicy` is Ignore: a failed call shows up as a pod without the
 //! sidecar, and in the API server's counters for our webhook
@@ -51,14 +56,17 @@ use serde_json::json;
 
 const C: &str = "main";
 /// One Job created every EVERY.
-const EVERY: Duration = Duration::from_millis(200);
+const EVERY: Duration = Duration::from_millis(500);
+/// One dry-run pod create every DRY_EVERY.
+const DRY_EVERY: Duration = Duration::from_millis(50);
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(240);
 const SEEN_TIMEOUT: Duration = Duration::from_secs(90);
 /// Pods admitted before the restart starts, and after the last old replica is gone.
-const PODS_BEFORE: usize = 10;
-const PODS_AFTER: usize = 10;
-/// The rollout takes tens of seconds; fewer pods in it would not test much.
-const MIN_PODS_DURING: usize = 20;
+const PODS_BEFORE: usize = 5;
+const PODS_AFTER: usize = 5;
+/// The rollout takes tens of seconds; fewer admissions in it (pods and dry
+/// runs) would not test much.
+const MIN_DURING: usize = 40;
 
 /// A pod as first seen by the watcher.
 #[derive(Debug, Clone)]
@@ -191,6 +199,70 @@ fn create_jobs(
     })
 }
 
+/// A dry-run create of the stream: when, and whether it came back injected.
+struct DryRun {
+    at: Instant,
+    result: Result<bool, String>,
+}
+
+/// Creates an opted-in pod with `dryRun: All` every [`DRY_EVERY`] until
+/// `stop` is set; each create on its own task.
+fn dry_runs(
+    client: &Client,
+    ns: &str,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<DryRun>> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let probe: Result<Pod, _> = serde_json::from_value(json!({
+            "metadata": {
+                "generateName": "rr-dry-",
+                "annotations": { "kube-prestop.io/inject": "true" }
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": C,
+                    "image": test_image(),
+                    "imagePullPolicy": "Never",
+                    "command": ["true"],
+                    "lifecycle": { "preStop": { "exec": { "command": ["true"] } } }
+                }]
+            }
+        }));
+        let Ok(probe) = probe else {
+            return Vec::new();
+        };
+        let mut tick = tokio::time::interval(DRY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut calls = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            tick.tick().await;
+            let (pods, probe) = (pods.clone(), probe.clone());
+            calls.push(tokio::spawn(async move {
+                let at = Instant::now();
+                let params = PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                };
+                let result = pods
+                    .create(&params, &probe)
+                    .await
+                    .map(|p| injected(&p))
+                    .map_err(|e| e.to_string());
+                DryRun { at, result }
+            }));
+        }
+        let mut done = Vec::new();
+        for call in calls {
+            if let Ok(d) = call.await {
+                done.push(d);
+            }
+        }
+        done
+    })
+}
+
 /// Follows a webhook pod's log from now on (until the pod is gone).
 fn follow_logs(
     client: &Client,
@@ -286,6 +358,7 @@ async fn rolling_restart(
     let t0 = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let creator = create_jobs(client, ns, stop.clone());
+    let dry = dry_runs(client, ns, stop.clone());
     let seen = run.seen.clone();
     let old_pods = run.old_pods.clone();
     let mut restart_at = None;
@@ -320,6 +393,7 @@ async fn rolling_restart(
     .await;
     stop.store(true, Ordering::SeqCst);
     let created = creator.await.context("the Job creator task")?;
+    let dry = dry.await.context("the dry-run task")?;
     run.restart_at = restart_at;
     run.old_gone_at = old_gone_at;
     driven?;
@@ -352,13 +426,23 @@ async fn rolling_restart(
         restart_at.unwrap_or_default(),
         old_gone_at.unwrap_or_default(),
     );
-    let during = pods
+    let in_window = |at: Instant| {
+        let at = at.duration_since(t0);
+        at >= restart && at <= gone
+    };
+    let during = pods.iter().filter(|(_, s)| in_window(s.at)).count();
+    let dry_during = dry.iter().filter(|d| in_window(d.at)).count();
+    let dry_failed: Vec<String> = dry
         .iter()
-        .filter(|(_, s)| {
-            let at = s.at.duration_since(t0);
-            at >= restart && at <= gone
+        .filter(|d| d.result != Ok(true))
+        .map(|d| {
+            let what = match &d.result {
+                Ok(_) => "not injected".to_owned(),
+                Err(e) => e.clone(),
+            };
+            format!("+{:.2}s: {what}", d.at.duration_since(t0).as_secs_f64())
         })
-        .count();
+        .collect();
     let uninjected: Vec<String> = pods
         .iter()
         .filter(|(_, s)| !s.injected)
@@ -411,6 +495,7 @@ async fn rolling_restart(
     eprintln!(
         "ROLLING RESTART: {} Jobs created ({} failed), {} pods seen, {during} created during the \
          rollout (+{:.1}s restart .. +{:.1}s last old replica gone, {:.1}s), {} not injected; \
+         {} dry-run creates, {dry_during} during the rollout, {} not injected or failed; \
          API server, our webhook: {} calls, {} not 200, {} fail-open, {} rejections; \
          latency p50/p99 {} / {} ms; admissions by replica {by_replica:?}",
         created.len(),
@@ -420,6 +505,8 @@ async fn rolling_restart(
         gone.as_secs_f64(),
         gone.saturating_sub(restart).as_secs_f64(),
         uninjected.len(),
+        dry.len(),
+        dry_failed.len(),
         diff.calls,
         diff.calls_not_200,
         diff.fail_open,
@@ -443,6 +530,12 @@ async fn rolling_restart(
         pods.len()
     );
     ensure!(
+        dry_failed.is_empty(),
+        "{} of {} dry-run creates were not injected or failed: {dry_failed:#?}",
+        dry_failed.len(),
+        dry.len()
+    );
+    ensure!(
         diff.fail_open == 0.0 && diff.rejections == 0.0 && diff.calls_not_200 == 0.0,
         "the API server counted failed calls to our webhook: {} fail-open, {} rejections, \
          {} answers other than 200",
@@ -451,8 +544,9 @@ async fn rolling_restart(
         diff.calls_not_200
     );
     ensure!(
-        during >= MIN_PODS_DURING,
-        "only {during} pods were created during the rollout, expected at least {MIN_PODS_DURING}"
+        during + dry_during >= MIN_DURING,
+        "only {during} pods and {dry_during} dry runs were admitted during the rollout, \
+         expected at least {MIN_DURING} in all"
     );
     Ok(())
 }
@@ -499,11 +593,14 @@ async fn diagnose(client: &Client, ns: &str, run: &Run) -> String {
             .list(&ListParams::default())
             .await
         {
-            for e in events
+            // The webhook's recent events; the test namespace's warnings.
+            let mut events: Vec<&Event> = events
                 .items
                 .iter()
                 .filter(|e| namespace == WEBHOOK_NAMESPACE || e.type_.as_deref() != Some("Normal"))
-            {
+                .collect();
+            events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+            for e in events.iter().rev().take(40).rev() {
                 let _ = writeln!(
                     out,
                     "event {namespace} {}/{}: {} {}: {}",
