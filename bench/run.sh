@@ -411,8 +411,9 @@ if have("cluster-burst.txt"):
         "Admission latency: exact from the webhook's own log line per review of the burst's namespace "
         "(time from the request to the answer inside the webhook); histogram quantiles are interpolated inside "
         "buckets (webhook: 0.5, 1, 2.5, 5, 10, 25, 50 ms...; API server: 5, 25, 100, 500 ms...) from before/after "
-        "scrapes, so other users' pods admitted meanwhile are in them. The API server calls the webhook again "
-        "for each pod (reinvocationPolicy IfNeeded: the second review finds it injected). Raw samples in "
+        "scrapes, so other users' pods admitted meanwhile are in them. The API server calls the webhook twice "
+        "per pod (reinvocationPolicy IfNeeded: the pod still changed after our patch, e.g. by the API server's "
+        "own admission plugins run again; the second review finds it injected). Raw samples in "
         "bench/out/raw/cluster-*.json.")
 
 print(f"# kube-prestop bench ({started})\n")
