@@ -299,19 +299,20 @@ impl Pod {
         Sidecar { nsenter, pid, log }
     }
 
-    /// "runc create": a main container process with the identifying mount,
-    /// waiting to be started. Returns once the mount is in place.
-    pub fn create_main(&mut self, payload: &[&str]) -> Main {
+    /// A new FIFO `<dir>/<prefix>-<n>` that a main container waits on
+    /// until [`Main::start`] writes to it.
+    fn new_fifo(&mut self, prefix: &str) -> PathBuf {
         self.next_main += 1;
-        let fifo = self.dir.join(format!("start-{}", self.next_main));
+        let fifo = self.dir.join(format!("{prefix}-{}", self.next_main));
         let c_fifo = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
         // SAFETY: valid C string.
         assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
-        let script = format!(
-            "{setup}; read _ < {fifo}; exec \"$@\"",
-            setup = self.main_setup(true),
-            fifo = fifo.display()
-        );
+        fifo
+    }
+
+    /// Spawns `sh -c script main PAYLOAD...` as a main container waiting on
+    /// `fifo` (see [`Pod::main_command`]); does not wait for anything.
+    fn spawn_main(&self, script: String, payload: &[&str], fifo: PathBuf) -> Main {
         let nsenter = self
             .main_command()
             .arg(script)
@@ -321,11 +322,24 @@ impl Pod {
             .spawn()
             .unwrap();
         let pid = child_of(nsenter.id() as i32);
-        let mp = format!(" {} ", self.idroot().join(C).display());
+        Main { nsenter, pid, fifo }
+    }
+
+    /// "runc create": a main container process with the identifying mount,
+    /// waiting to be started. Returns once the mount is in place.
+    pub fn create_main(&mut self, payload: &[&str]) -> Main {
+        let fifo = self.new_fifo("start");
+        let script = format!(
+            "{setup}; read _ < {fifo}; exec \"$@\"",
+            setup = self.main_setup(true),
+            fifo = fifo.display()
+        );
+        let main = self.spawn_main(script, payload, fifo);
+        let (pid, mp) = (main.pid, format!(" {} ", self.idroot().join(C).display()));
         wait_for("the main container's identifying mount", T, || {
             fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| m.contains(&mp))
         });
-        Main { nsenter, pid, fifo }
+        main
     }
 
     /// The shell commands a main container runs first, as `runc init` does
@@ -367,11 +381,7 @@ impl Pod {
     /// mount under it, `pivot_root`s into it and detaches the old root, and
     /// execs the payload. Does not wait for it.
     pub fn spawn_pivoting_main(&mut self, payload: &[&str]) -> Main {
-        self.next_main += 1;
-        let gate = self.dir.join(format!("gate-{}", self.next_main));
-        let c_gate = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
-        // SAFETY: valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c_gate.as_ptr(), 0o600) }, 0);
+        let gate = self.new_fifo("gate");
         let root = self.dir.join(format!("root-{}", self.next_main));
         fs::create_dir_all(&root).unwrap();
         let script = format!(
@@ -381,43 +391,15 @@ impl Pod {
             src = self.dir.join("idsrc").display(),
             mp = self.idroot().join(C).display(),
         );
-        let nsenter = self
-            .main_command()
-            .arg(script)
-            .arg("main")
-            .args(payload)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child_of(nsenter.id() as i32);
-        Main {
-            nsenter,
-            pid,
-            fifo: gate,
-        }
+        self.spawn_main(script, payload, gate)
     }
 
     /// A process in the pod's PID namespace with a mount namespace of its
     /// own that never pivots (like a runtime's exec or a failed set-up):
     /// waits for [`Main::start`], then runs `sh -c script`.
     pub fn spawn_plain_process(&mut self, script: &str) -> Main {
-        self.next_main += 1;
-        let gate = self.dir.join(format!("gate-{}", self.next_main));
-        let c_gate = std::ffi::CString::new(gate.to_str().unwrap()).unwrap();
-        // SAFETY: valid C string.
-        assert_eq!(unsafe { libc::mkfifo(c_gate.as_ptr(), 0o600) }, 0);
-        let nsenter = self
-            .main_command()
-            .arg(format!("read _ < {}; {script}", gate.display()))
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child_of(nsenter.id() as i32);
-        Main {
-            nsenter,
-            pid,
-            fifo: gate,
-        }
+        let gate = self.new_fifo("gate");
+        self.spawn_main(format!("read _ < {}; {script}", gate.display()), &[], gate)
     }
 
     /// A main container with no create/start split at all: it bind-mounts
