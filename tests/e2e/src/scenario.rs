@@ -373,6 +373,18 @@ pub fn ensure_injected(pod: &Pod, container: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether `pod` was injected for `container`: its sidecar is there and the
+/// status annotation says so (the non-failing twin of [`ensure_injected`]).
+pub fn injected(pod: &Pod, container: &str) -> bool {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kube-prestop.io/status"))
+        .is_some_and(|v| v == "injected");
+    annotated && crate::container_names(pod).contains(&crate::sidecar_name(container))
+}
+
 /// Fails if the pod carries anything of kube-prestop.
 pub fn ensure_untouched(pod: &Pod, containers: &[&str]) -> Result<()> {
     let name = pod.metadata.name.clone().unwrap_or_default();

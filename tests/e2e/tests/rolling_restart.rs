@@ -46,11 +46,11 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use kube_prestop_e2e::metrics::ApiserverWebhookStats;
 use kube_prestop_e2e::scenario::{
-    WEBHOOK_NAMESPACE, poll_until, set_webhook_restarted_at, tiny_resources,
+    WEBHOOK_NAMESPACE, injected, poll_until, set_webhook_restarted_at, tiny_resources,
     wait_webhook_rolled_out, wait_webhook_serving, webhook_pods, webhook_rollout_pending,
 };
 use kube_prestop_e2e::{
-    JOB_NAME_LABEL, TestNamespace, client, container_names, init_tracing, sidecar_name, test_image,
+    JOB_NAME_LABEL, TestNamespace, client, container_names, init_tracing, test_image,
 };
 use serde_json::json;
 
@@ -83,17 +83,6 @@ fn seen_count(seen: &SeenMap) -> usize {
     seen.lock().map(|m| m.len()).unwrap_or_default()
 }
 
-/// Injected: our sidecar is there and the status annotation says so.
-fn injected(pod: &Pod) -> bool {
-    let annotated = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("kube-prestop.io/status"))
-        .is_some_and(|v| v == "injected");
-    annotated && container_names(pod).contains(&sidecar_name(C))
-}
-
 /// Records every pod of the namespace the first time it is seen.
 fn watch_pods(client: &Client, ns: &str, seen: SeenMap) -> tokio::task::JoinHandle<()> {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
@@ -120,7 +109,7 @@ fn watch_pods(client: &Client, ns: &str, seen: SeenMap) -> tokio::task::JoinHand
                         .as_ref()
                         .and_then(|l| l.get(JOB_NAME_LABEL).cloned())
                         .unwrap_or_default(),
-                    injected: injected(&pod),
+                    injected: injected(&pod, C),
                     containers: container_names(&pod),
                 });
             }
@@ -248,7 +237,7 @@ fn dry_runs(
                 let result = pods
                     .create(&params, &probe)
                     .await
-                    .map(|p| injected(&p))
+                    .map(|p| injected(&p, C))
                     .map_err(|e| e.to_string());
                 DryRun { at, result }
             }));

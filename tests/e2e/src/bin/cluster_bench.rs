@@ -44,12 +44,11 @@ use kube_prestop_e2e::metrics::{
     ApiserverWebhookStats, Histogram, WEBHOOK_DURATION, percentile, webhook_replica_metrics,
 };
 use kube_prestop_e2e::scenario::{
-    HOOK_FINISHED, Records, WEBHOOK_NAMESPACE, container_status, count_lines, pod_finished,
-    poll_until, sidecar_logs, tiny_resources, webhook_pods,
+    HOOK_FINISHED, Records, WEBHOOK_NAMESPACE, container_status, count_lines, injected,
+    pod_finished, poll_until, sidecar_logs, tiny_resources, webhook_pods,
 };
 use kube_prestop_e2e::{
-    JOB_NAME_LABEL, TestNamespace, container_logs, container_names, run_job, sidecar_name,
-    test_image, unique_suffix,
+    JOB_NAME_LABEL, TestNamespace, container_logs, run_job, sidecar_name, test_image, unique_suffix,
 };
 use serde_json::{Value, json};
 
@@ -190,16 +189,6 @@ struct Watched {
 
 type WatchMap = Arc<Mutex<BTreeMap<String, Watched>>>;
 
-fn injected(pod: &Pod) -> bool {
-    let annotated = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("kube-prestop.io/status"))
-        .is_some_and(|v| v == "injected");
-    annotated && container_names(pod).contains(&sidecar_name(C))
-}
-
 fn main_running(pod: &Pod) -> bool {
     container_status(pod, C)
         .and_then(|c| c.state)
@@ -249,7 +238,7 @@ fn watch_run(client: &Client, run: &str, map: WatchMap) -> tokio::task::JoinHand
                     .and_then(|l| l.get(JOB_NAME_LABEL).cloned())
                     .unwrap_or_default(),
                 added: at,
-                injected: injected(&pod),
+                injected: injected(&pod, C),
                 ..Watched::default()
             });
             if w.running.is_none() && main_running(&pod) {
@@ -608,7 +597,7 @@ async fn burst(
         let api = api_after.minus(&api_before);
 
         let names: Vec<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();
-        let n_injected = pods.iter().filter(|p| injected(p)).count();
+        let n_injected = pods.iter().filter(|p| injected(p, C)).count();
         let succeeded = pods
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
