@@ -9,6 +9,13 @@
 //! same AdmissionReview it sends over HTTPS), else one built from the golden
 //! `tests/golden/simple-job/input.yaml` pod.
 //!
+//! Besides wall time per call (median and minimum over the batches), it
+//! prints the process CPU time per call over all batches (`floor_cpu_us`,
+//! from `/proc/self/stat`), which a busy shared machine disturbs much less.
+//! With `KPS_BENCH_CALLS=N` it makes exactly one warm-up call and then N
+//! calls, and prints only the counts: for `perf stat -e instructions`
+//! (instructions per call = counted / (N + 1), start-up aside).
+//!
 //! Run: `cargo bench -p kube-prestop-webhook --bench admission`. Prints
 //! `key=value` lines. Never part of the tests; no timed assertions.
 
@@ -70,6 +77,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         .into());
     }
 
+    if let Some(calls) = std::env::var("KPS_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        for _ in 0..calls {
+            black_box(review(black_box(&body), &cache, &config, mode));
+        }
+        println!("floor_request_bytes={}", body.len());
+        println!("floor_calls={}", calls + 1);
+        return Ok(());
+    }
+
     // Warm up for ~0.5 s, then size batches to ~50 ms each.
     let warm = Instant::now();
     let mut calls: u64 = 0;
@@ -84,6 +103,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(40);
     let mut ns: Vec<f64> = Vec::with_capacity(batches);
+    let cpu_before = process_cpu_seconds();
     for _ in 0..batches {
         let t = Instant::now();
         for _ in 0..batch {
@@ -91,6 +111,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         ns.push(t.elapsed().as_nanos() as f64 / batch as f64);
     }
+    let cpu = process_cpu_seconds().zip(cpu_before).map(|(a, b)| a - b);
     ns.sort_by(f64::total_cmp);
     let median = ns[ns.len() / 2];
     let min = ns[0];
@@ -101,5 +122,23 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("floor_median_us={:.2}", median / 1000.0);
     println!("floor_min_us={:.2}", min / 1000.0);
     println!("floor_per_core_per_s={:.0}", 1e9 / median);
+    if let Some(cpu) = cpu {
+        let calls = batch as f64 * batches as f64;
+        println!("floor_cpu_us={:.2}", cpu * 1e6 / calls);
+    }
     Ok(())
+}
+
+/// User + system CPU time of this process so far, in seconds (Linux
+/// `/proc/self/stat`, clock ticks of 1/100 s: precise enough over the
+/// seconds the batches take).
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: f64 = fields.next()?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }

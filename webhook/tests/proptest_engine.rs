@@ -18,6 +18,10 @@
 //! 4. the pod's QoS class is never lowered;
 //! 5. every container and volume name is a unique DNS label.
 //!
+//! And for every pod, the webhook's own patch (`engine::plan` rendered by
+//! `engine::patch::json_patch`, no diffing) applied to the input gives
+//! exactly the engine's output, and `plan` decides like `inject`.
+//!
 //! Pods that are skipped are not changed by definition; the engine may
 //! refuse only pods that mount something under our mount paths.
 //!
@@ -732,6 +736,34 @@ proptest! {
     #[test]
     fn injection_properties(g in generated()) {
         check(&g)?;
+    }
+}
+
+fn check_webhook_patch(g: &Gen) -> Result<(), TestCaseError> {
+    let pod = build(g);
+    let config = EngineConfig::default();
+    let decision = engine::inject(&pod, &context(), &config);
+    let plan = engine::plan(&pod, &context(), &config);
+    match (decision, plan) {
+        (Ok(Decision::Inject(out)), Ok(engine::Plan::Inject(mutation))) => {
+            let patch = engine::patch::json_patch(&pod, &mutation).unwrap();
+            let mut patched = serde_json::to_value(&pod).unwrap();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            prop_assert_eq!(&patched, &serde_json::to_value(&*out).unwrap());
+        }
+        (Ok(Decision::Skip(a)), Ok(engine::Plan::Skip(b))) => prop_assert_eq!(a, b),
+        (Err(a), Err(b)) => prop_assert_eq!(a, b),
+        (decision, plan) => panic!("inject gave {decision:?}, plan gave {plan:?}"),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn webhook_patch_gives_the_output(g in generated()) {
+        check_webhook_patch(&g)?;
     }
 }
 

@@ -3,12 +3,16 @@
 //! the same input always gives the same output.
 //!
 //! * [`inject`]: a Pod at admission (CREATE).
+//! * [`plan`]: the same decision, with the changes as data instead of a
+//!   mutated pod; [`patch::json_patch`] renders them as the webhook's JSON
+//!   Patch.
 //! * [`inject_template`]: a pod template (Job, CronJob), as the webhook would
 //!   inject the pods created from it.
 //!
 //! Modules, one job each: [`select`] (which pods and containers),
 //! [`annotations`] (per-pod settings, status), [`names`] (names of what we
 //! add), [`resources`] (QoS class, LimitRanges), [`mutate`] (the mutation),
+//! [`patch`] (the mutation as a JSON Patch),
 //! [`quantity`] (Kubernetes quantities), [`config`] (configuration).
 //! `ANNOTATIONS.md` beside this file is the user-facing annotation table.
 
@@ -18,11 +22,13 @@ pub mod annotations;
 pub mod config;
 pub mod mutate;
 pub mod names;
+pub mod patch;
 pub mod quantity;
 pub mod resources;
 pub mod select;
 
 pub use config::{EngineConfig, ResourceDefaults};
+pub use mutate::Mutation;
 pub use resources::QosClass;
 pub use select::SkipReason;
 
@@ -45,6 +51,15 @@ pub enum Decision {
     Skip(SkipReason),
     /// The mutated pod.
     Inject(Box<Pod>),
+}
+
+/// The engine's answer for a Pod, with the changes as data (see [`plan`]).
+#[derive(Debug, Clone)]
+pub enum Plan {
+    /// Leave the pod unchanged (the webhook answers with an empty patch).
+    Skip(SkipReason),
+    /// The changes to make; [`Mutation::apply`] makes them.
+    Inject(Box<Mutation>),
 }
 
 /// The engine's answer for a pod template.
@@ -146,7 +161,7 @@ fn decide(
     owned_by_job: bool,
     cluster: &ClusterContext,
     config: &EngineConfig,
-) -> Result<Decision, EngineError> {
+) -> Result<Plan, EngineError> {
     config.validate()?;
     let Some(spec) = pod.spec.as_ref() else {
         return Err(EngineError::Invalid("pod has no spec".to_owned()));
@@ -162,12 +177,38 @@ fn decide(
         owned_by_job,
     };
     match select::select(pod, spec, input)? {
-        select::Selection::Skip(reason) => Ok(Decision::Skip(reason)),
+        select::Selection::Skip(reason) => Ok(Plan::Skip(reason)),
         select::Selection::Watch(watched, overrides) => {
-            let out = mutate::mutate(pod.clone(), &watched, &overrides, cluster, config)?;
-            Ok(Decision::Inject(Box::new(out)))
+            let mutation = mutate::plan(pod, &watched, &overrides, cluster, config)?;
+            Ok(Plan::Inject(Box::new(mutation)))
         }
     }
+}
+
+/// Applies a plan to a copy of `pod`.
+fn apply(pod: &Pod, plan: Plan) -> Decision {
+    match plan {
+        Plan::Skip(reason) => Decision::Skip(reason),
+        Plan::Inject(mutation) => {
+            let mut out = pod.clone();
+            mutation.apply(&mut out);
+            Decision::Inject(Box::new(out))
+        }
+    }
+}
+
+/// Decides whether to inject `pod` (a Pod at admission, CREATE) like
+/// [`inject`], but returns the changes instead of the mutated pod, leaving
+/// `pod` untouched: [`Mutation::apply`] on `pod` gives [`inject`]'s pod, and
+/// [`patch::json_patch`] the JSON Patch that makes the same changes.
+///
+/// Errors: as [`inject`].
+pub fn plan(
+    pod: &Pod,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<Plan, EngineError> {
+    decide(pod, select::owned_by_job(pod), cluster, config)
 }
 
 /// Decides whether to inject `pod` (a Pod at admission, CREATE) and builds
@@ -184,7 +225,7 @@ pub fn inject(
     cluster: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<Decision, EngineError> {
-    decide(pod, select::owned_by_job(pod), cluster, config)
+    Ok(apply(pod, plan(pod, cluster, config)?))
 }
 
 /// Injects a pod template exactly as the webhook would inject the pods
@@ -205,7 +246,7 @@ pub fn inject_template(
         status: None,
     };
     let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
-    Ok(match decide(&pod, owned, cluster, config)? {
+    Ok(match apply(&pod, decide(&pod, owned, cluster, config)?) {
         Decision::Skip(reason) => TemplateDecision::Skip(reason),
         Decision::Inject(pod) => {
             let pod = *pod;

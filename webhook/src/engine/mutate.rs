@@ -199,46 +199,109 @@ fn sidecar_container(
     }
 }
 
-/// Wraps X's preStop command and adds its two mounts of the shared volume:
-/// the whole volume at `contract::MOUNT_PATH` (read-write: the wrapper writes
-/// its mark) and the identifying mount (`subPath: id/X`, read-only, at
-/// `/.kube-prestop-id/X`; the kubelet creates a missing subPath directory).
-fn wrap_watched(x: &mut Container, hook: &[String], volume: &str) {
-    let command = contract::prestop_command(&x.name, hook);
-    if let Some(exec) = x
-        .lifecycle
-        .as_mut()
-        .and_then(|l| l.pre_stop.as_mut())
-        .and_then(|p| p.exec.as_mut())
-    {
-        exec.command = Some(command);
-    }
-    let mounts = x.volume_mounts.get_or_insert_with(Vec::new);
-    mounts.push(shared_mount(volume));
-    mounts.push(VolumeMount {
-        name: volume.to_owned(),
-        mount_path: contract::id_mount_path(&x.name),
-        sub_path: Some(contract::id_sub_path(&x.name)),
-        read_only: Some(true),
-        ..Default::default()
-    });
+/// X's two mounts of the shared volume: the whole volume at
+/// `contract::MOUNT_PATH` (read-write: the wrapper writes its mark) and the
+/// identifying mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`;
+/// the kubelet creates a missing subPath directory).
+fn watched_mounts(x: &Container, volume: &str) -> Vec<VolumeMount> {
+    vec![
+        shared_mount(volume),
+        VolumeMount {
+            name: volume.to_owned(),
+            mount_path: contract::id_mount_path(&x.name),
+            sub_path: Some(contract::id_sub_path(&x.name)),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ]
 }
 
-/// Applies the whole mutation to `pod` for the containers at `watched`
-/// (indices into `spec.containers`, each with an exec preStop).
+/// What injection changes in one watched container X.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchedChange {
+    /// Index of X in `spec.containers`.
+    pub index: usize,
+    /// X's new `lifecycle.preStop.exec.command`: the wrapper around the
+    /// original command.
+    pub prestop_command: Vec<String>,
+    /// Appended to X's `volumeMounts`: the shared volume and X's
+    /// identifying mount.
+    pub volume_mounts: Vec<VolumeMount>,
+}
+
+/// Everything the mutation changes in a pod, as data: [`Mutation::apply`]
+/// makes the changes on the pod, and `engine::patch` renders them as a JSON
+/// Patch against the pod as received (so the webhook never has to diff
+/// whole documents).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mutation {
+    /// Appended to `spec.initContainers`, in this order: the install init
+    /// container, then one native sidecar per watched container.
+    pub init_containers: Vec<Container>,
+    /// Appended to `spec.volumes`: the shared `emptyDir`.
+    pub volume: Volume,
+    /// The changes to the watched containers, in `spec.containers` order.
+    pub watched: Vec<WatchedChange>,
+    /// Whether `spec.shareProcessNamespace` is set to `true` (not with
+    /// `hostPID: true`).
+    pub share_process_namespace: bool,
+    /// Annotations set, added or overwritten: status, version and (when
+    /// the pod has none) kubectl's default container.
+    pub annotations: Vec<(String, String)>,
+}
+
+impl Mutation {
+    /// Makes the changes on `pod` (the pod they were planned for).
+    pub fn apply(self, pod: &mut Pod) {
+        if let Some(spec) = pod.spec.as_mut() {
+            for change in self.watched {
+                let Some(x) = spec.containers.get_mut(change.index) else {
+                    continue;
+                };
+                if let Some(exec) = x
+                    .lifecycle
+                    .as_mut()
+                    .and_then(|l| l.pre_stop.as_mut())
+                    .and_then(|p| p.exec.as_mut())
+                {
+                    exec.command = Some(change.prestop_command);
+                }
+                x.volume_mounts
+                    .get_or_insert_with(Vec::new)
+                    .extend(change.volume_mounts);
+            }
+            spec.init_containers
+                .get_or_insert_with(Vec::new)
+                .extend(self.init_containers);
+            spec.volumes.get_or_insert_with(Vec::new).push(self.volume);
+            if self.share_process_namespace {
+                spec.share_process_namespace = Some(true);
+            }
+        }
+        let annotations = pod
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.extend(self.annotations);
+    }
+}
+
+/// Plans the whole mutation of `pod` for the containers at `watched`
+/// (indices into `spec.containers`, each with an exec preStop); `pod` is
+/// only read.
 ///
 /// Errors: [`EngineError::MountPathConflict`] when a watched container
 /// already mounts under `/.kube-prestop` or `/.kube-prestop-id`; resource
 /// errors from [`resources::container_resources`]; annotation errors from
 /// [`PodOverrides::sidecar_resources`].
-pub fn mutate(
-    mut pod: Pod,
+pub fn plan(
+    pod: &Pod,
     watched: &[usize],
     overrides: &PodOverrides,
     cluster: &ClusterContext,
     config: &EngineConfig,
-) -> Result<Pod, EngineError> {
-    let Some(spec) = pod.spec.as_mut() else {
+) -> Result<Mutation, EngineError> {
+    let Some(spec) = pod.spec.as_ref() else {
         return Err(EngineError::Invalid("pod has no spec".to_owned()));
     };
 
@@ -275,46 +338,47 @@ pub fn mutate(
     let grace = spec
         .termination_grace_period_seconds
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
-    let mut added = vec![install_container(
+    let mut init_containers = vec![install_container(
         install_name,
         &volume,
         config,
         install_resources,
     )];
-    // Watched containers and their sidecars' names, in order: a sidecar is
-    // started before the next one (DESIGN §4), so each watcher is told which
-    // containers start after it (`--started-after`).
-    let mut plan: Vec<(usize, String, Vec<String>)> = Vec::new();
+    // Watched containers, their hooks and their sidecars' names, in order: a
+    // sidecar is started before the next one (DESIGN §4), so each watcher is
+    // told which containers start after it (`--started-after`).
+    let mut sidecars: Vec<(&Container, &[String], String)> = Vec::new();
+    let mut changes = Vec::with_capacity(watched.len());
     for &i in watched {
         let Some(x) = spec.containers.get(i) else {
             continue;
         };
-        let Some(hook) = exec_prestop(x).map(<[String]>::to_vec) else {
+        let Some(hook) = exec_prestop(x) else {
             continue;
         };
         check_mounts(x)?;
         let name = names::sidecar_name(&x.name, &taken);
         taken.insert(name.clone());
-        plan.push((i, name, hook));
+        sidecars.push((x, hook, name));
+        changes.push(WatchedChange {
+            index: i,
+            prestop_command: contract::prestop_command(&x.name, hook),
+            volume_mounts: watched_mounts(x, &volume),
+        });
     }
-    let regular: Vec<String> = spec.containers.iter().map(|c| c.name.clone()).collect();
     let host_pid = spec.host_pid == Some(true);
-    let mut first_watched = None;
-    for (k, (i, name, hook)) in plan.iter().enumerate() {
-        let Some(x) = spec.containers.get_mut(*i) else {
-            continue;
-        };
+    for (k, (x, hook, name)) in sidecars.iter().enumerate() {
         // With hostPID every pod's containers are visible: no inference.
         let started_after: Vec<String> = if host_pid {
             Vec::new()
         } else {
-            plan[k + 1..]
+            sidecars[k + 1..]
                 .iter()
-                .map(|(_, n, _)| n.clone())
-                .chain(regular.iter().cloned())
+                .map(|(_, _, n)| n.clone())
+                .chain(spec.containers.iter().map(|c| c.name.clone()))
                 .collect()
         };
-        added.push(sidecar_container(
+        init_containers.push(sidecar_container(
             name.clone(),
             x,
             hook,
@@ -323,38 +387,57 @@ pub fn mutate(
             grace,
             sidecar_resources.clone(),
         ));
-        wrap_watched(x, hook, &volume);
-        first_watched.get_or_insert_with(|| x.name.clone());
     }
 
-    spec.init_containers
-        .get_or_insert_with(Vec::new)
-        .extend(added);
-    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
-        name: volume,
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    });
-    if spec.host_pid != Some(true) {
-        spec.share_process_namespace = Some(true);
-    }
-
-    let meta = pod
+    let mut annotations = vec![
+        (
+            annotations::STATUS.to_owned(),
+            annotations::STATUS_INJECTED.to_owned(),
+        ),
+        (
+            annotations::VERSION.to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        ),
+    ];
+    let has_default = pod
         .metadata
         .annotations
-        .get_or_insert_with(Default::default);
-    meta.insert(
-        annotations::STATUS.to_owned(),
-        annotations::STATUS_INJECTED.to_owned(),
-    );
-    meta.insert(
-        annotations::VERSION.to_owned(),
-        env!("CARGO_PKG_VERSION").to_owned(),
-    );
-    if let Some(first) = first_watched {
-        meta.entry(annotations::DEFAULT_CONTAINER.to_owned())
-            .or_insert(first);
+        .as_ref()
+        .is_some_and(|a| a.contains_key(annotations::DEFAULT_CONTAINER));
+    if let Some((first, _, _)) = sidecars.first()
+        && !has_default
+    {
+        annotations.push((
+            annotations::DEFAULT_CONTAINER.to_owned(),
+            first.name.clone(),
+        ));
     }
+
+    Ok(Mutation {
+        init_containers,
+        volume: Volume {
+            name: volume,
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+        watched: changes,
+        share_process_namespace: !host_pid,
+        annotations,
+    })
+}
+
+/// Applies the whole mutation to `pod` for the containers at `watched`:
+/// [`plan`], then [`Mutation::apply`].
+///
+/// Errors: as [`plan`].
+pub fn mutate(
+    mut pod: Pod,
+    watched: &[usize],
+    overrides: &PodOverrides,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> Result<Pod, EngineError> {
+    plan(&pod, watched, overrides, cluster, config)?.apply(&mut pod);
     Ok(pod)
 }
 

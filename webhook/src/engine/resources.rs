@@ -71,9 +71,11 @@ const MEMORY: &str = "memory";
 const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 const QOS_RESOURCES: [&str; 2] = [CPU, MEMORY];
 
-fn parse_at(q: &Quantity, location: &str) -> Result<i128, EngineError> {
+/// Parses `q`; `location` names it in the error (built only on error: this
+/// runs for every quantity of every pod).
+fn parse_at(q: &Quantity, location: impl FnOnce() -> String) -> Result<i128, EngineError> {
     quantity::parse(q).map_err(|_| EngineError::InvalidQuantity {
-        location: location.to_owned(),
+        location: location(),
         value: q.0.clone(),
     })
 }
@@ -82,7 +84,7 @@ fn parse_at(q: &Quantity, location: &str) -> Result<i128, EngineError> {
 /// running sums; returns whether it has non-zero cpu and memory limits.
 fn accumulate(
     resources: Option<&ResourceRequirements>,
-    location: &str,
+    location: &dyn Fn() -> String,
     requests: &mut BTreeMap<&'static str, i128>,
     limits: &mut BTreeMap<&'static str, i128>,
 ) -> Result<bool, EngineError> {
@@ -96,14 +98,14 @@ fn accumulate(
             .and_then(|r| r.get(name))
             .or(limit);
         if let Some(q) = request {
-            let v = parse_at(q, &format!("{location} requests.{name}"))?;
+            let v = parse_at(q, || format!("{} requests.{name}", location()))?;
             if v > 0 {
                 let sum = requests.entry(name).or_insert(0);
                 *sum = sum.saturating_add(v);
             }
         }
         if let Some(q) = limit {
-            let v = parse_at(q, &format!("{location} limits.{name}"))?;
+            let v = parse_at(q, || format!("{} limits.{name}", location()))?;
             if v > 0 {
                 limited += 1;
                 let sum = limits.entry(name).or_insert(0);
@@ -132,7 +134,7 @@ pub fn pod_qos(spec: &PodSpec) -> Result<QosClass, EngineError> {
     if has_pod_level_resources(spec) {
         guaranteed = accumulate(
             spec.resources.as_ref(),
-            "spec.resources",
+            &|| "spec.resources".to_owned(),
             &mut requests,
             &mut limits,
         )?;
@@ -142,7 +144,7 @@ pub fn pod_qos(spec: &PodSpec) -> Result<QosClass, EngineError> {
             .iter()
             .chain(spec.init_containers.iter().flatten());
         for c in all {
-            let location = format!("container {:?}", c.name);
+            let location = || format!("container {:?}", c.name);
             if !accumulate(c.resources.as_ref(), &location, &mut requests, &mut limits)? {
                 guaranteed = false;
             }
@@ -200,7 +202,7 @@ struct Value {
 }
 
 impl Value {
-    fn parse(q: &Quantity, location: &str) -> Result<Self, EngineError> {
+    fn parse(q: &Quantity, location: impl FnOnce() -> String) -> Result<Self, EngineError> {
         Ok(Self {
             nanos: parse_at(q, location)?,
             quantity: q.clone(),
@@ -234,7 +236,7 @@ fn bounds(limit_ranges: &[LimitRange], resource: &str) -> Result<Vec<Bounds>, En
             let get = |m: &Option<BTreeMap<String, Quantity>>, field: &str| {
                 m.as_ref()
                     .and_then(|m| m.get(resource))
-                    .map(|q| Value::parse(q, &format!("LimitRange {name:?} {field}.{resource}")))
+                    .map(|q| Value::parse(q, || format!("LimitRange {name:?} {field}.{resource}")))
                     .transpose()
             };
             Ok(Bounds {
@@ -376,11 +378,11 @@ pub fn container_resources(
     };
     let equal = ctx.qos == QosClass::Guaranteed && !ctx.pod_level;
     for &(resource, request, limit) in compute {
-        let limit = Value::parse(limit, &format!("limits.{resource}"))?;
+        let limit = Value::parse(limit, || format!("limits.{resource}"))?;
         let request = if equal {
             limit.clone()
         } else {
-            Value::parse(request, &format!("requests.{resource}"))?
+            Value::parse(request, || format!("requests.{resource}"))?
         };
         let (request, limit) = fit(
             resource,
@@ -431,7 +433,9 @@ fn ephemeral_storage(
     };
     let parse = |found: Option<(String, Quantity)>| {
         found
-            .map(|(name, q)| Value::parse(&q, &format!("LimitRange {name:?} {EPHEMERAL_STORAGE}")))
+            .map(|(name, q)| {
+                Value::parse(&q, || format!("LimitRange {name:?} {EPHEMERAL_STORAGE}"))
+            })
             .transpose()
     };
     let request = parse(

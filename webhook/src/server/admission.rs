@@ -1,18 +1,34 @@
 //! The admission decision for one request body: parse the AdmissionReview,
 //! run the engine on pod CREATEs, answer with a JSON Patch. Pure apart from
 //! reading the cluster cache; no I/O, no panics.
+//!
+//! Cost per review matters (every pod CREATE in enabled namespaces waits for
+//! it), so the body is parsed once, straight into typed values: the pod
+//! object is kept as raw JSON text while the envelope is read, then parsed
+//! into a k8s-openapi `Pod` (never through `serde_json::Value`); the JSON
+//! Patch is built from the engine's own list of changes and serialized
+//! straight from the k8s-openapi values ([`engine::patch::operations`])
+//! instead of diffing whole documents; and the answer is serialized in one
+//! pass.
 
+use std::collections::HashMap;
+
+use base64::Engine as _;
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND, Operation,
+    AdmissionRequest, AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation,
 };
 use kube::core::response::{StatusCause, StatusDetails};
-use kube::core::{DynamicObject, Status, TypeMeta};
-use serde_json::Value;
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, Status, TypeMeta};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use super::labels;
 use crate::cluster_cache::ClusterCache;
-use crate::engine::{self, ClusterContext, Decision, EngineConfig, EngineError};
+use crate::engine::{self, ClusterContext, EngineConfig, EngineError, Plan};
 
 /// What to do with a pod the engine cannot handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -77,7 +93,7 @@ pub fn review(
     let mut facts = RequestFacts {
         uid: request.uid.clone(),
         namespace: request.namespace.clone().unwrap_or_default(),
-        operation: format!("{:?}", request.operation).to_uppercase(),
+        operation: operation_name(&request.operation).to_owned(),
         resource: format!(
             "{}/{}/{}",
             request.resource.group, request.resource.version, request.resource.resource
@@ -96,14 +112,14 @@ pub fn review(
         return answer(response, "ignored", "other_operation", None, facts);
     }
 
-    let pod: Pod = match object.map(serde_json::from_value::<Pod>) {
-        Some(Ok(pod)) => pod,
-        Some(Err(e)) => {
+    let pod: Pod = match object {
+        Object::Pod(pod) => pod,
+        Object::Invalid(e) => {
             let msg = format!("the pod object does not parse: {e}");
             let refusal = Refusal::internal();
             return failure(response, failure_mode, "invalid_pod", msg, refusal, facts);
         }
-        None => {
+        Object::Absent => {
             let msg = "the request has no object".to_owned();
             let refusal = Refusal::internal();
             return failure(response, failure_mode, "invalid_pod", msg, refusal, facts);
@@ -146,7 +162,20 @@ pub fn review(
     // A panic in the engine is a bug of ours: treat it like an engine error
     // so the failure mode decides, instead of dropping the connection.
     let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        engine::inject(&pod, &context, config)
+        engine::plan(&pod, &context, config).map(|plan| match plan {
+            Plan::Skip(reason) => Decided::Skip(reason),
+            Plan::Inject(mutation) => {
+                let operations = engine::patch::operations(&pod, &mutation);
+                if operations.is_empty() {
+                    return Decided::NoChange;
+                }
+                let mut patch = Vec::with_capacity(PATCH_CAPACITY);
+                match serde_json::to_writer(&mut patch, &operations) {
+                    Ok(()) => Decided::Patch(patch),
+                    Err(e) => Decided::PatchError(e.to_string()),
+                }
+            }
+        })
     }));
     let Ok(decided) = decided else {
         let msg = "internal error in the injection engine".to_owned();
@@ -154,25 +183,12 @@ pub fn review(
         return failure(response, failure_mode, "engine_panic", msg, refusal, facts);
     };
     match decided {
-        Ok(Decision::Skip(reason)) => {
+        Ok(Decided::Skip(reason)) => {
             answer(response, "skip", &labels::skip_reason(&reason), None, facts)
         }
-        Ok(Decision::Inject(mutated)) => match patch_between(&pod, &mutated) {
-            Ok(patch) if patch.0.is_empty() => answer(response, "inject", "no_change", None, facts),
-            Ok(patch) => match response.clone().with_patch(patch) {
-                Ok(patched) => answer(patched, "inject", "injected", None, facts),
-                Err(e) => {
-                    let refusal = Refusal::internal();
-                    failure(
-                        response,
-                        failure_mode,
-                        "patch_error",
-                        e.to_string(),
-                        refusal,
-                        facts,
-                    )
-                }
-            },
+        Ok(Decided::NoChange) => answer(response, "inject", "no_change", None, facts),
+        Ok(Decided::Patch(patch)) => match base64_string(&patch) {
+            Ok(patch) => answer_with_patch(response, &patch, facts),
             Err(e) => {
                 let refusal = Refusal::internal();
                 failure(
@@ -185,6 +201,10 @@ pub fn review(
                 )
             }
         },
+        Ok(Decided::PatchError(e)) => {
+            let refusal = Refusal::internal();
+            failure(response, failure_mode, "patch_error", e, refusal, facts)
+        }
         Err(e) => {
             let reason = labels::engine_error(&e);
             let refusal = Refusal::of(&e);
@@ -200,34 +220,148 @@ pub fn review(
     }
 }
 
-/// Parse the body; the pod object is taken out of the request first, so a
-/// malformed pod still yields a request (with its uid) to answer.
-fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Option<Value>), String> {
-    let mut value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("body is not JSON: {e}"))?;
-    let api_version = value.get("apiVersion").and_then(Value::as_str);
-    let kind = value.get("kind").and_then(Value::as_str);
-    if api_version != Some(META_API_VERSION_V1) || kind != Some(META_KIND) {
+/// The engine's decision with its JSON Patch rendered.
+enum Decided {
+    Skip(engine::SkipReason),
+    /// Injected, but the patch is empty.
+    NoChange,
+    /// The JSON Patch, as JSON text.
+    Patch(Vec<u8>),
+    PatchError(String),
+}
+
+/// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+fn operation_name(operation: &Operation) -> &'static str {
+    match operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+/// Initial capacity of the JSON Patch buffer: a one-container Job pod's
+/// patch is about 2.4 kB; growing a `Vec` from serde_json's default of 128
+/// bytes took five reallocations.
+const PATCH_CAPACITY: usize = 4096;
+
+/// An AdmissionReview as received: the fields of kube's
+/// `AdmissionReview`/`AdmissionRequest` with the same types (so the same
+/// bodies are accepted and refused), except that `request.object` is `O`
+/// (the `Pod` itself, or its raw JSON text) and `request.oldObject` is
+/// skipped (never used).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReview<O> {
+    api_version: String,
+    kind: String,
+    request: Option<WireRequest<O>>,
+}
+
+/// See [`WireReview`]; fields as in kube's `AdmissionRequest`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRequest<O> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: UserInfo,
+    object: Option<O>,
+    #[serde(default, rename = "oldObject")]
+    _old_object: Option<IgnoredAny>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<RawExtension>,
+}
+
+/// `request.object` of a parsed review.
+// Lives on the stack for one call and is moved once; boxing the Pod would
+// cost one more allocation per review.
+#[allow(clippy::large_enum_variant)]
+enum Object {
+    /// A Pod (or something that parses as one: only pod requests use it).
+    Pod(Pod),
+    /// Not a Pod: why.
+    Invalid(String),
+    /// Absent or null.
+    Absent,
+}
+
+/// Parse the body. A malformed pod still yields a request (with its uid) to
+/// answer: the common case, a well-formed review of a well-formed pod, is
+/// parsed in one pass straight into a `Pod`; only when that fails is the
+/// body parsed again with the object kept as raw JSON text, to tell a
+/// malformed review (400) from a malformed object (an answer).
+fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Object), String> {
+    if let Ok(review) = serde_json::from_slice::<WireReview<Pod>>(body) {
+        let (request, pod) = into_request(review)?;
+        return Ok((request, pod.map_or(Object::Absent, Object::Pod)));
+    }
+    let review: WireReview<Box<RawValue>> =
+        serde_json::from_slice(body).map_err(|e| format!("not a JSON AdmissionReview: {e}"))?;
+    let (request, raw) = into_request(review)?;
+    let object = match raw {
+        None => Object::Absent,
+        Some(raw) => match serde_json::from_str::<Pod>(raw.get()) {
+            Ok(pod) => Object::Pod(pod),
+            Err(e) => Object::Invalid(e.to_string()),
+        },
+    };
+    Ok((request, object))
+}
+
+/// Checks the review's type and uid; kube's request and the object.
+fn into_request<O>(
+    review: WireReview<O>,
+) -> Result<(AdmissionRequest<DynamicObject>, Option<O>), String> {
+    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
         return Err(format!(
             "expected apiVersion {META_API_VERSION_V1} kind {META_KIND}, got apiVersion {} kind {}",
-            api_version.unwrap_or("<none>"),
-            kind.unwrap_or("<none>")
+            review.api_version, review.kind
         ));
     }
-    let mut object = None;
-    if let Some(request) = value.get_mut("request").and_then(Value::as_object_mut) {
-        object = request.remove("object").filter(|o| !o.is_null());
-        request.remove("oldObject");
-    }
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(value).map_err(|e| format!("not an AdmissionReview: {e}"))?;
-    let request: AdmissionRequest<DynamicObject> = review
-        .try_into()
-        .map_err(|_| "the AdmissionReview has no request".to_owned())?;
-    if request.uid.is_empty() {
+    let Some(r) = review.request else {
+        return Err("the AdmissionReview has no request".to_owned());
+    };
+    if r.uid.is_empty() {
         return Err("the AdmissionReview request has no uid".to_owned());
     }
-    Ok((request, object))
+    let request = AdmissionRequest {
+        types: TypeMeta {
+            api_version: review.api_version,
+            kind: review.kind,
+        },
+        uid: r.uid,
+        kind: r.kind,
+        resource: r.resource,
+        sub_resource: r.sub_resource,
+        request_kind: r.request_kind,
+        request_resource: r.request_resource,
+        request_sub_resource: r.request_sub_resource,
+        name: r.name,
+        namespace: r.namespace,
+        operation: r.operation,
+        user_info: r.user_info,
+        object: None,
+        old_object: None,
+        dry_run: r.dry_run,
+        options: r.options,
+    };
+    Ok((request, r.object))
 }
 
 /// A response echoing the request uid, typed `admission.k8s.io/v1`
@@ -239,15 +373,6 @@ fn base_response(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse
         kind: META_KIND.to_owned(),
     };
     response
-}
-
-/// RFC 6902 patch from the pod as received to the mutated pod, both
-/// serialized through the same k8s-openapi type so only the engine's
-/// changes show.
-fn patch_between(before: &Pod, after: &Pod) -> Result<json_patch::Patch, serde_json::Error> {
-    let before = serde_json::to_value(before)?;
-    let after = serde_json::to_value(after)?;
-    Ok(json_patch::diff(&before, &after))
 }
 
 /// `Kind/name` of the controlling owner (else the first owner), or empty.
@@ -379,12 +504,29 @@ fn answer(
     detail: Option<String>,
     request: RequestFacts,
 ) -> Outcome {
-    let review = response.into_review();
-    match serde_json::to_value(&review)
-        .map(patch_as_base64)
-        .and_then(|v| serde_json::to_vec(&v))
-    {
-        Ok(body) => Outcome {
+    outcome(&response, None, decision, reason, detail, request)
+}
+
+/// An injection: `response` with `patch` (see [`base64_string`]).
+fn answer_with_patch(
+    response: AdmissionResponse,
+    patch: &RawValue,
+    request: RequestFacts,
+) -> Outcome {
+    outcome(&response, Some(patch), "inject", "injected", None, request)
+}
+
+fn outcome(
+    response: &AdmissionResponse,
+    patch: Option<&RawValue>,
+    decision: &'static str,
+    reason: &str,
+    detail: Option<String>,
+    request: RequestFacts,
+) -> Outcome {
+    let mut body = Vec::with_capacity(patch.map_or(0, |p| p.get().len()) + 512);
+    match serde_json::to_writer(&mut body, &ReviewBody::of(response, patch)) {
+        Ok(()) => Outcome {
             http_status: 200,
             body,
             decision,
@@ -404,21 +546,69 @@ fn answer(
     }
 }
 
-/// `response.patch` as the API server's own encoding of a `[]byte` field:
-/// a base64 string (kube serializes `Vec<u8>` as an array of numbers).
-fn patch_as_base64(mut review: Value) -> Value {
-    use base64::Engine as _;
-    if let Some(patch) = review.pointer_mut("/response/patch")
-        && let Some(items) = patch.as_array()
-    {
-        let bytes: Vec<u8> = items
-            .iter()
-            .filter_map(Value::as_u64)
-            .filter_map(|n| u8::try_from(n).ok())
-            .collect();
-        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+/// The answer as the API server reads it: an `admission.k8s.io/v1`
+/// AdmissionReview whose `response` has the fields of kube's
+/// `AdmissionResponse`, with `patch` in the API server's encoding of a
+/// `[]byte` field, a base64 string (kube would write an array of numbers),
+/// and `patchType` when there is a patch.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewBody<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseBody<'a>,
+}
+
+/// See [`ReviewBody`].
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseBody<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: &'a Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    audit_annotations: &'a HashMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<&'a [String]>,
+}
+
+impl<'a> ReviewBody<'a> {
+    /// `response` with the JSON Patch `patch` (a JSON string of base64, see
+    /// [`base64_string`]). The patch travels apart because kube's
+    /// `AdmissionResponse::with_patch` wants it as a `json_patch::Patch`
+    /// of `serde_json::Value`s, which is what this module avoids building;
+    /// `response.patch` is never set here.
+    fn of(response: &'a AdmissionResponse, patch: Option<&'a RawValue>) -> Self {
+        Self {
+            api_version: META_API_VERSION_V1,
+            kind: META_KIND,
+            response: ResponseBody {
+                uid: &response.uid,
+                allowed: response.allowed,
+                status: &response.result,
+                patch,
+                patch_type: patch.map(|_| "JSONPatch"),
+                audit_annotations: &response.audit_annotations,
+                warnings: response.warnings.as_deref(),
+            },
+        }
     }
-    review
+}
+
+/// `bytes` as a JSON string of standard (padded) base64. Base64 has no
+/// character JSON escapes, so the string is built as is and checked by
+/// serde_json once (a fast scan) instead of going through the escaping
+/// serializer character by character.
+fn base64_string(bytes: &[u8]) -> Result<Box<RawValue>, serde_json::Error> {
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
+    text.push('"');
+    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut text);
+    text.push('"');
+    RawValue::from_string(text)
 }
 
 fn bad_request(message: String) -> Outcome {
@@ -442,39 +632,7 @@ pub fn error_body(message: &str) -> Vec<u8> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn patch_pointers_escape_slash_and_tilde() {
-        let before: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "labels": {"keep": "1"}},
-            "spec": {"containers": []}
-        }))
-        .unwrap();
-        let mut after = before.clone();
-        let labels = after.metadata.labels.get_or_insert_default();
-        labels.insert("example.com/team".into(), "a".into());
-        labels.insert("odd~key".into(), "b".into());
-        let patch = patch_between(&before, &after).unwrap();
-        let paths: Vec<String> = serde_json::to_value(&patch)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|op| op["path"].as_str().unwrap().to_owned())
-            .collect();
-        assert!(
-            paths.contains(&"/metadata/labels/example.com~1team".to_owned()),
-            "{paths:?}"
-        );
-        assert!(
-            paths.contains(&"/metadata/labels/odd~0key".to_owned()),
-            "{paths:?}"
-        );
-        let mut doc = serde_json::to_value(&before).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
-        assert_eq!(doc, serde_json::to_value(&after).unwrap());
-    }
+    use serde_json::{Value, json};
 
     #[test]
     fn patch_is_sent_as_base64() {
@@ -486,16 +644,8 @@ mod tests {
             "userInfo": {}
         }))
         .unwrap();
-        let patch: json_patch::Patch =
-            serde_json::from_value(json!([{"op": "add", "path": "/a", "value": 1}])).unwrap();
-        let response = base_response(&request).with_patch(patch).unwrap();
-        let outcome = answer(
-            response,
-            "inject",
-            "injected",
-            None,
-            RequestFacts::default(),
-        );
+        let patch = base64_string(br#"[{"op":"add","path":"/a","value":1}]"#).unwrap();
+        let outcome = answer_with_patch(base_response(&request), &patch, RequestFacts::default());
         let body: Value = serde_json::from_slice(&outcome.body).unwrap();
         assert_eq!(body["apiVersion"], "admission.k8s.io/v1");
         assert_eq!(body["kind"], "AdmissionReview");
@@ -506,6 +656,160 @@ mod tests {
             body["response"]["patch"],
             "W3sib3AiOiJhZGQiLCJwYXRoIjoiL2EiLCJ2YWx1ZSI6MX1d"
         );
+    }
+
+    /// The encoding this module had before: kube's own `AdmissionReview`
+    /// through `serde_json::Value`, the patch's array of numbers replaced by
+    /// base64.
+    fn kube_encoding(response: &AdmissionResponse) -> Value {
+        let mut review = serde_json::to_value(response.clone().into_review()).unwrap();
+        if let Some(patch) = review.pointer_mut("/response/patch") {
+            let bytes: Vec<u8> = patch
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| u8::try_from(n.as_u64().unwrap()).unwrap())
+                .collect();
+            *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+        }
+        review
+    }
+
+    #[test]
+    fn body_is_kubes_review_with_a_base64_patch() {
+        let request: AdmissionRequest<DynamicObject> = serde_json::from_value(json!({
+            "uid": "u1",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "userInfo": {}
+        }))
+        .unwrap();
+        let patch: json_patch::Patch = serde_json::from_value(
+            json!([{"op": "add", "path": "/metadata/annotations/a~1b", "value": "x\"y"}]),
+        )
+        .unwrap();
+        let patch_text = serde_json::to_vec(&patch).unwrap();
+        let patch_b64 = base64_string(&patch_text).unwrap();
+        let mut warned = base_response(&request);
+        warned.warnings = Some(vec!["careful".to_owned()]);
+        warned
+            .audit_annotations
+            .insert("k".to_owned(), "v".to_owned());
+        let mut denied = base_response(&request);
+        denied.allowed = false;
+        denied.result = Status::failure("no", "InternalError").with_code(500);
+        let patched = base_response(&request).with_patch(patch).unwrap();
+        for (response, patch, kube) in [
+            (base_response(&request), None, base_response(&request)),
+            (base_response(&request), Some(&*patch_b64), patched),
+            (warned.clone(), None, warned),
+            (denied.clone(), None, denied),
+        ] {
+            let body = serde_json::to_vec(&ReviewBody::of(&response, patch)).unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body, kube_encoding(&kube));
+        }
+    }
+
+    /// How this module parsed before: the whole body into a `Value`,
+    /// `object` and `oldObject` taken out, the rest into kube's
+    /// `AdmissionReview`, the object then into a `Pod`.
+    fn kube_parse(body: &[u8]) -> Option<(String, Option<Value>)> {
+        let mut value: Value = serde_json::from_slice(body).ok()?;
+        if value.get("apiVersion").and_then(Value::as_str) != Some(META_API_VERSION_V1)
+            || value.get("kind").and_then(Value::as_str) != Some(META_KIND)
+        {
+            return None;
+        }
+        let mut object = None;
+        if let Some(request) = value.get_mut("request").and_then(Value::as_object_mut) {
+            object = request.remove("object").filter(|o| !o.is_null());
+            request.remove("oldObject");
+        }
+        let review: kube::core::admission::AdmissionReview<DynamicObject> =
+            serde_json::from_value(value).ok()?;
+        let request: AdmissionRequest<DynamicObject> = review.try_into().ok()?;
+        // The object as a Pod (round trip), `null` when it is not one.
+        let object = object.map(|o| {
+            serde_json::from_value::<Pod>(o)
+                .map_or(Value::Null, |pod| serde_json::to_value(pod).unwrap())
+        });
+        (!request.uid.is_empty()).then_some((request.uid, object))
+    }
+
+    #[test]
+    fn parse_accepts_what_kubes_types_accept() {
+        let seeds =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/admission");
+        let mut bodies: Vec<Vec<u8>> = std::fs::read_dir(seeds)
+            .unwrap()
+            .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+            .collect();
+        assert!(bodies.len() >= 5);
+        let base = json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "userInfo": {"username": "x", "groups": ["a"], "extra": {"k": ["v"]}},
+                "object": {"metadata": {"name": "p"}},
+                "oldObject": {"any": ["thing", 1]},
+                "options": {"kind": "CreateOptions"},
+                "dryRun": true
+            }
+        });
+        let variants: Vec<(&str, Value)> = vec![
+            ("", Value::Null),
+            (
+                "/request/object",
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+            ),
+            ("/request/object/spec", json!({"containers": 5})),
+            ("/request/object/kind", json!("Deployment")),
+            ("/request/object", Value::Null),
+            ("/request/object", json!("not a pod")),
+            ("/request/oldObject", json!(5)),
+            ("/request/uid", json!("")),
+            ("/request/uid", json!(5)),
+            ("/request/operation", json!("PATCH")),
+            ("/request/userInfo", json!(5)),
+            ("/request/userInfo/groups", json!("a")),
+            ("/request/kind", json!({"group": ""})),
+            ("/request/resource/resource", Value::Null),
+            ("/request/subResource", json!("status")),
+            ("/request/dryRun", json!("yes")),
+            ("/request", Value::Null),
+            ("/kind", json!("Other")),
+            ("/apiVersion", json!("admission.k8s.io/v1beta1")),
+        ];
+        for (path, value) in variants {
+            let mut body = base.clone();
+            if let Some((parent, key)) = path.rsplit_once('/') {
+                body.pointer_mut(parent)
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap()
+                    .insert(key.to_owned(), value);
+            }
+            bodies.push(serde_json::to_vec(&body).unwrap());
+        }
+        for body in bodies {
+            let old = kube_parse(&body);
+            let new = parse(&body).ok().map(|(request, object)| {
+                let object = match object {
+                    Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
+                    Object::Invalid(_) => Some(Value::Null),
+                    Object::Absent => None,
+                };
+                (request.uid, object)
+            });
+            assert_eq!(new, old, "{}", String::from_utf8_lossy(&body));
+        }
     }
 
     #[test]

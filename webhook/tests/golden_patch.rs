@@ -1,0 +1,161 @@
+//! The webhook's own JSON Patch on every golden case (`tests/golden/`).
+//!
+//! The webhook does not diff documents: it renders the engine's list of
+//! changes as a JSON Patch (`engine::plan` + `engine::patch::json_patch`).
+//! For every case this checks, through the whole admission path
+//! (`server::admission::review` on an AdmissionReview carrying the input
+//! pod, with the case's LimitRanges in the cluster cache), that:
+//! * an injected case answers with a patch that, applied to the input as
+//!   sent, gives exactly `expected.yaml`, and a second review of that output
+//!   answers with no patch;
+//! * a skipped case answers allowed with no patch;
+//! * an error case answers allowed (failing open) with no patch and a
+//!   warning.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::LimitRange;
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::engine::EngineConfig;
+use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Context {
+    namespace: Option<String>,
+    #[serde(default)]
+    limit_ranges: Vec<LimitRange>,
+}
+
+fn read_yaml(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The configuration of the golden tests (tests/golden.rs).
+fn config() -> EngineConfig {
+    EngineConfig {
+        install_image: "registry.example/kube-prestop-sidecar:test".to_owned(),
+        ..Default::default()
+    }
+}
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut dirs: Vec<PathBuf> = fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn body(uid: &str, namespace: &str, pod: &Value) -> Vec<u8> {
+    let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let gvr = json!({"group": "", "version": "v1", "resource": "pods"});
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod,
+            "oldObject": null,
+            "dryRun": false,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+        }
+    }))
+    .unwrap()
+}
+
+/// The response of a 200 answer and its decoded patch, if any.
+fn answer_of(case: &str, outcome: &Outcome, uid: &str) -> (Value, Option<json_patch::Patch>) {
+    assert_eq!(outcome.http_status, 200, "{case}");
+    let review: Value = serde_json::from_slice(&outcome.body).unwrap();
+    let response = review["response"].clone();
+    assert_eq!(response["uid"], uid, "{case}");
+    assert_eq!(response["allowed"], true, "{case}: {response}");
+    let patch = response.get("patch").map(|p| {
+        assert_eq!(response["patchType"], "JSONPatch", "{case}");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(p.as_str().unwrap())
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    });
+    (response, patch)
+}
+
+#[tokio::test]
+async fn webhook_patch_gives_the_golden_output() {
+    let cases = cases();
+    assert!(cases.len() >= 20, "golden cases missing");
+    let mut injected = 0;
+    for dir in cases {
+        let case = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let input = read_yaml(&dir.join("input.yaml"));
+        let expected = read_yaml(&dir.join("expected.yaml"));
+        let context_path = dir.join("context.yaml");
+        let context: Context = if context_path.exists() {
+            serde_json::from_value(read_yaml(&context_path)).unwrap()
+        } else {
+            Context::default()
+        };
+        let namespace = context.namespace.unwrap_or_else(|| "default".to_owned());
+        let (store, mut writer) = reflector::store::<LimitRange>();
+        for mut lr in context.limit_ranges {
+            lr.metadata.namespace = Some(namespace.clone());
+            writer.apply_watcher_event(&watcher::Event::Apply(lr));
+        }
+        let cache = ClusterCache::from_store(store);
+
+        let outcome = review(
+            &body("u1", &namespace, &input),
+            &cache,
+            &config(),
+            FailureMode::Allow,
+        );
+        let (response, patch) = answer_of(&case, &outcome, "u1");
+        if expected.get("skip").is_some() {
+            assert_eq!(outcome.decision, "skip", "{case}");
+            assert!(patch.is_none(), "{case}: {response}");
+        } else if expected.get("error").is_some() {
+            assert_eq!(outcome.decision, "error", "{case}");
+            assert!(patch.is_none(), "{case}: {response}");
+            assert!(response["warnings"].is_array(), "{case}: {response}");
+        } else {
+            assert_eq!(outcome.decision, "inject", "{case}");
+            let patch = patch.unwrap_or_else(|| panic!("{case}: no patch: {response}"));
+            let mut patched = input.clone();
+            json_patch::patch(&mut patched, &patch)
+                .unwrap_or_else(|e| panic!("{case}: patch does not apply: {e}"));
+            assert!(
+                patched == expected,
+                "{case}: patched input differs from expected.yaml: {}",
+                serde_json::to_string_pretty(&json_patch::diff(&expected, &patched)).unwrap()
+            );
+            // Reinvocation: the output gets no patch.
+            let again = review(
+                &body("u2", &namespace, &patched),
+                &cache,
+                &config(),
+                FailureMode::Allow,
+            );
+            let (response, patch) = answer_of(&case, &again, "u2");
+            assert!(patch.is_none(), "{case}: second pass patched: {response}");
+            injected += 1;
+        }
+    }
+    assert!(injected >= 10, "only {injected} injected cases");
+}
