@@ -5,6 +5,7 @@
 //! kube-prestop watch   --container X [--started-after A,B] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
+//! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
 //! ```
 //!
 //! Flags take their value as the next argument or after `=`. Everything after
@@ -15,8 +16,10 @@
 use std::path::PathBuf;
 
 use crate::contract::{
-    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT, FLAG_STARTED_AFTER,
+    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT,
+    FLAG_STARTED_AFTER, FLAG_TIMEOUT,
 };
+use std::time::Duration;
 
 /// Usage text printed by `--help` and after usage errors.
 pub const USAGE: &str = "usage:
@@ -24,6 +27,7 @@ pub const USAGE: &str = "usage:
   kube-prestop watch   --container NAME [--started-after NAME,...] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
+  kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]
   kube-prestop --help | --version";
 
 /// A malformed command line.
@@ -31,7 +35,7 @@ pub const USAGE: &str = "usage:
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// Flags shared by `watch`, `prestop` and `probe`.
+/// Flags shared by `watch`, `prestop`, `probe` and `post-start`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The watched container (a DNS label).
@@ -64,6 +68,14 @@ pub enum Cli {
     PreStop(Target, Vec<String>),
     /// `probe ...`.
     Probe(Target),
+    /// `post-start ...`: wait until the watcher is armed.
+    PostStart {
+        /// The watched container and the shared volume.
+        target: Target,
+        /// How long to wait ([`FLAG_TIMEOUT`]; default
+        /// [`contract::POST_START_TIMEOUT_SECONDS`]).
+        timeout: Duration,
+    },
     /// `--help` / `-h`.
     Help,
     /// `--version` / `-V`.
@@ -90,6 +102,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         contract::SUBCOMMAND_WATCH,
         contract::SUBCOMMAND_PRESTOP,
         contract::SUBCOMMAND_PROBE,
+        contract::SUBCOMMAND_POST_START,
     ];
     if !known.contains(&sub) {
         return err(format!("unknown subcommand {sub:?}"));
@@ -97,6 +110,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let allowed: &[&str] = match sub {
         s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST],
         s if s == contract::SUBCOMMAND_PROBE => &[FLAG_CONTAINER, FLAG_ROOT],
+        s if s == contract::SUBCOMMAND_POST_START => &[FLAG_CONTAINER, FLAG_TIMEOUT, FLAG_ROOT],
         s if s == contract::SUBCOMMAND_WATCH => {
             &[FLAG_CONTAINER, FLAG_STARTED_AFTER, FLAG_ROOT, FLAG_ID_ROOT]
         }
@@ -174,6 +188,20 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             .unwrap_or_else(|| contract::ID_MOUNT_ROOT.to_owned())
             .into(),
     };
+    if sub == contract::SUBCOMMAND_POST_START {
+        let timeout = match get(FLAG_TIMEOUT) {
+            None => Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
+            Some(v) => match v.parse::<u64>() {
+                Ok(secs) => Duration::from_secs(secs),
+                Err(_) => {
+                    return err(format!(
+                        "{FLAG_TIMEOUT} {v:?} is not a whole number of seconds"
+                    ));
+                }
+            },
+        };
+        return Ok(Cli::PostStart { target, timeout });
+    }
     if !takes_hook {
         return Ok(Cli::Probe(target));
     }
@@ -245,6 +273,18 @@ mod tests {
         assert!(matches!(parse(&p[1..]).unwrap(), Cli::PreStop(_, h) if h == hook));
         let pr = contract::probe_command("main");
         assert!(matches!(parse(&pr[1..]).unwrap(), Cli::Probe(t) if t.container == "main"));
+        let ps = contract::post_start_command("main");
+        assert_eq!(
+            parse(&ps[1..]).unwrap(),
+            Cli::PostStart {
+                target: Target {
+                    container: "main".to_owned(),
+                    root: contract::MOUNT_PATH.into(),
+                    id_root: contract::ID_MOUNT_ROOT.into(),
+                },
+                timeout: Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
+            }
+        );
         let i = contract::install_command();
         assert_eq!(
             parse(&i[1..]).unwrap(),
@@ -294,6 +334,11 @@ mod tests {
             s(&["watch", "--container", "a", "--container", "b", "--", "x"]),
             s(&["watch", "stray", "--container", "a", "--", "x"]),
             s(&["probe", "--container", "a", "--", "x"]),
+            s(&["probe", "--container", "a", "--timeout", "1"]),
+            s(&["post-start", "--container", "a", "--timeout", "1.5"]),
+            s(&["post-start", "--container", "a", "--timeout", "-1"]),
+            s(&["post-start", "--container", "a", "--", "x"]),
+            s(&["post-start", "--container", "a", "--id-root", "/x"]),
             s(&[
                 "watch",
                 "--container",

@@ -18,7 +18,7 @@
 //! ```text
 //! /.kube-prestop/
 //!   bin/kube-prestop                 the static sidecar binary (install copies it here)
-//!   state/<container>/armed          the watcher for <container> is armed (startupProbe)
+//!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it)
 //!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
@@ -57,7 +57,8 @@ pub const BINARY_PATH: &str = "/.kube-prestop/bin/kube-prestop";
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
 /// File name, inside a container's state directory, of the mark the watcher
-/// writes once it is armed; the startupProbe ([`probe_command`]) checks it.
+/// writes once it is armed; the sidecar's postStart handler
+/// ([`post_start_command`]) waits for it, and [`probe_command`] checks it.
 pub const ARMED_FILE: &str = "armed";
 
 /// Subcommand that copies the binary into the shared volume.
@@ -66,13 +67,35 @@ pub const SUBCOMMAND_INSTALL: &str = "install";
 pub const SUBCOMMAND_WATCH: &str = "watch";
 /// Subcommand that replaces a watched container's `preStop.exec.command`.
 pub const SUBCOMMAND_PRESTOP: &str = "prestop";
-/// Subcommand of the sidecar's startupProbe: succeeds once the watcher is armed.
+/// Subcommand that checks once whether the watcher is armed (exit 0 iff so);
+/// for debugging with `kubectl exec`, and the startupProbe of pods injected
+/// by kube-prestop 0.1 before the postStart handler replaced it.
 pub const SUBCOMMAND_PROBE: &str = "probe";
+/// Subcommand of the sidecar's `lifecycle.postStart` handler: returns once
+/// the watcher is armed, or after [`POST_START_TIMEOUT_SECONDS`].
+///
+/// The kubelet runs a postStart handler to completion before it returns from
+/// starting the container, and it starts the next init container or the
+/// regular containers only in a later sync, after seeing this native sidecar
+/// running (`computeInitContainerActions` in
+/// `pkg/kubelet/kuberuntime/kuberuntime_container.go`). So X starts only once
+/// the watcher is armed, without a startupProbe's period (1 s minimum) and
+/// its extra pod sync, which cost about a second of pod start.
+pub const SUBCOMMAND_POST_START: &str = "post-start";
+/// How long the postStart handler waits for the watcher to arm (seconds)
+/// before it lets the kubelet go on with the pod anyway, so that a watcher
+/// that cannot arm never blocks the Job (fail-open; the watcher's own log
+/// says why it could not arm). The kubelet puts no time limit on an exec
+/// postStart handler.
+pub const POST_START_TIMEOUT_SECONDS: u64 = 30;
 
 /// Flag naming the watched container (a DNS label, as in the pod spec).
 pub const FLAG_CONTAINER: &str = "--container";
 /// Flag of `install`: where to write the binary.
 pub const FLAG_DEST: &str = "--dest";
+/// Flag of `post-start`: how long to wait (whole seconds; default
+/// [`POST_START_TIMEOUT_SECONDS`]).
+pub const FLAG_TIMEOUT: &str = "--timeout";
 /// Flag overriding the shared volume's mount path (tests; default [`MOUNT_PATH`]).
 pub const FLAG_ROOT: &str = "--root";
 /// Flag overriding the parent of identifying mount points (tests; default [`ID_MOUNT_ROOT`]).
@@ -241,7 +264,18 @@ pub fn prestop_command(container: &str, hook: &[String]) -> Vec<String> {
     )
 }
 
-/// Command of the sidecar's startupProbe:
+/// Command of the sidecar's `lifecycle.postStart` exec handler:
+/// `/.kube-prestop/bin/kube-prestop post-start --container X`.
+pub fn post_start_command(container: &str) -> Vec<String> {
+    vec![
+        BINARY_PATH.to_owned(),
+        SUBCOMMAND_POST_START.to_owned(),
+        FLAG_CONTAINER.to_owned(),
+        container.to_owned(),
+    ]
+}
+
+/// Command of the one-shot armed check (see [`SUBCOMMAND_PROBE`]):
 /// `/.kube-prestop/bin/kube-prestop probe --container X`.
 pub fn probe_command(container: &str) -> Vec<String> {
     vec![
@@ -309,6 +343,15 @@ mod tests {
                 "sh",
                 "-c",
                 "echo bye"
+            ])
+        );
+        assert_eq!(
+            post_start_command("main"),
+            s(&[
+                "/.kube-prestop/bin/kube-prestop",
+                "post-start",
+                "--container",
+                "main"
             ])
         );
         assert_eq!(

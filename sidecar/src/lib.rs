@@ -11,6 +11,7 @@
 //! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`);
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
+//! - [`poststart`]: the sidecar's postStart handler, which waits until the watcher is armed;
 //! - [`cli`]: command-line parsing over the contract's names.
 //!
 //! The sidecar's own log lines go to stderr, one line per event, each starting
@@ -21,6 +22,7 @@ pub mod contract;
 pub mod finder;
 pub mod hook;
 pub mod install;
+pub mod poststart;
 pub mod procfs;
 pub mod state;
 pub mod watch;

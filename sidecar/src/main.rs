@@ -5,7 +5,7 @@ use std::process::exit;
 
 use kube_prestop_sidecar::cli::{self, Cli, USAGE};
 use kube_prestop_sidecar::contract;
-use kube_prestop_sidecar::{install, log, procfs, watch, wrapper};
+use kube_prestop_sidecar::{install, log, poststart, procfs, watch, wrapper};
 
 fn main() {
     let args: Vec<String> = match std::env::args_os()
@@ -64,6 +64,24 @@ fn main() {
                     armed.display()
                 );
                 1
+            }
+        }
+        Cli::PostStart { target, timeout } => {
+            let armed =
+                contract::state_dir(&target.root, &target.container).join(contract::ARMED_FILE);
+            match poststart::wait_armed(&armed, timeout) {
+                poststart::Outcome::Armed { .. } => 0,
+                poststart::Outcome::TimedOut => {
+                    // Fail-open: a failing postStart would make the kubelet
+                    // restart the sidecar and never start the container.
+                    log!(
+                        "post-start: warning: watcher for container {} not armed after {} s ({} missing); letting the kubelet start the pod's next containers (its preStop may be missed; see this sidecar's log)",
+                        target.container,
+                        timeout.as_secs(),
+                        armed.display()
+                    );
+                    0
+                }
             }
         }
         Cli::PreStop(t, hook) => wrapper::run(&t, &hook),

@@ -44,6 +44,11 @@ fn usage_errors_exit_2_with_a_clear_message() {
             "not a valid container name",
         ),
         (vec!["probe"], "needs --container"),
+        (vec!["post-start"], "needs --container"),
+        (
+            vec!["post-start", "--container", "main", "--timeout", "soon"],
+            "not a whole number of seconds",
+        ),
         (vec!["install"], "needs --dest"),
     ] {
         let (c, err) = run(&args);
@@ -66,6 +71,40 @@ fn probe_passes_only_once_armed() {
     fs::create_dir_all(d.join("state/main")).unwrap();
     fs::write(d.join("state/main/armed"), "").unwrap();
     assert_eq!(run(&["probe", "--container", "main", "--root", root]).0, 0);
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn post_start_returns_once_armed_and_fails_open_on_timeout() {
+    let d = tmp("post-start");
+    let root = d.to_str().unwrap();
+    // Never armed: after the timeout it still succeeds (a failing postStart
+    // would make the kubelet restart the sidecar and never start X), and
+    // says why on stderr.
+    let (c, err) = run(&[
+        "post-start",
+        "--container",
+        "main",
+        "--timeout",
+        "0",
+        "--root",
+        root,
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("not armed after 0 s"), "{err}");
+    // Armed while it waits: it returns, silently, long before its timeout.
+    let mut child = Command::new(bin())
+        .args(["post-start", "--container", "main", "--root", root])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    fs::create_dir_all(d.join("state/main")).unwrap();
+    fs::write(d.join("state/main/armed"), "").unwrap();
+    let status = wait_exit(&mut child, T);
+    assert_eq!(code(status), 0);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(err.is_empty(), "{err}");
     fs::remove_dir_all(&d).unwrap();
 }
 

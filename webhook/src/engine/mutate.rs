@@ -3,16 +3,18 @@
 //! Resulting `initContainers` order: the user's init containers and native
 //! sidecars unchanged, then the install init container, then one native
 //! sidecar per watched container in `containers` order. The kubelet starts
-//! init containers in order (a native sidecar only counts as started once its
-//! startupProbe passes) and stops native sidecars in reverse order at pod end,
+//! init containers in order (the next one only in a later pod sync, once it
+//! sees a native sidecar running, which is after the sidecar's postStart
+//! handler returned: ours returns once the watcher is armed) and stops native
+//! sidecars in reverse order at pod end,
 //! so ours stop first while the user's sidecars (mesh or database proxies)
 //! are still up during the hook.
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, Pod, PodSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler,
+    Pod, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use kube_prestop_sidecar::contract;
 
@@ -27,13 +29,6 @@ use super::{ClusterContext, EngineError};
 pub const INSTALL_UID: i64 = 65532;
 /// Default `terminationGracePeriodSeconds` of a pod (seconds).
 pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
-/// Sidecar startupProbe period (seconds).
-pub const PROBE_PERIOD_SECONDS: i32 = 1;
-/// Sidecar startupProbe failure threshold: 600 × 1 s before the kubelet
-/// restarts the sidecar.
-pub const PROBE_FAILURE_THRESHOLD: i32 = 600;
-/// Sidecar startupProbe timeout (seconds; exec probes honour it).
-pub const PROBE_TIMEOUT_SECONDS: i32 = 5;
 
 fn taken_container_names(spec: &PodSpec) -> BTreeSet<String> {
     spec.containers
@@ -184,13 +179,18 @@ fn sidecar_container(
         working_dir: x.working_dir.clone(),
         security_context: x.security_context.clone(),
         restart_policy: Some("Always".to_owned()),
-        startup_probe: Some(Probe {
-            exec: Some(ExecAction {
-                command: Some(contract::probe_command(&x.name)),
+        // Not a startupProbe: its first success comes on its period (1 s
+        // minimum) and needs one more pod sync, about a second of pod start.
+        // The kubelet finishes a postStart handler before it moves on, and
+        // ours returns once the watcher is armed (bounded: see
+        // `contract::POST_START_TIMEOUT_SECONDS`).
+        lifecycle: Some(Lifecycle {
+            post_start: Some(LifecycleHandler {
+                exec: Some(ExecAction {
+                    command: Some(contract::post_start_command(&x.name)),
+                }),
+                ..Default::default()
             }),
-            period_seconds: Some(PROBE_PERIOD_SECONDS),
-            failure_threshold: Some(PROBE_FAILURE_THRESHOLD),
-            timeout_seconds: Some(PROBE_TIMEOUT_SECONDS),
             ..Default::default()
         }),
         resources,

@@ -6,8 +6,11 @@
 //!
 //! `start [--pods N]`: pod start overhead. The same Job (one container that
 //! prints its own start time and sleeps 1.5 s, an exec preStop) N times in a
-//! labelled and N times in an unlabelled namespace, interleaved A B B A, one
-//! at a time, each run to its end before the next. Times, all from the same
+//! labelled and N times in an unlabelled namespace, plus, as the reference
+//! for what any native sidecar costs, N times in the unlabelled namespace
+//! with one do-nothing native sidecar added by hand (no probe, no install
+//! step); interleaved A B C C B A, one at a time, each run to its end before
+//! the next. Times, all from the same
 //! host clock (the node is a network namespace on this machine), with
 //! microsecond resolution instead of the API's one-second timestamps:
 //! - pod added: when a watch on the pods delivered the new pod (after
@@ -180,7 +183,7 @@ struct Watched {
     added: i128,
     running: Option<i128>,
     /// Injected pods: the install container reported terminated, the
-    /// sidecar reported started (its startupProbe passed).
+    /// sidecar reported started (running, its postStart handler done).
     install_done: Option<i128>,
     sidecar_started: Option<i128>,
     finished: bool,
@@ -255,7 +258,49 @@ fn watch_run(client: &Client, run: &str, map: WatchMap) -> tokio::task::JoinHand
     })
 }
 
-fn start_job(name: &str, run: &str) -> Result<Job> {
+/// Which of the three pods of the start part a sample is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// In the labelled namespace: injected by kube-prestop.
+    Injected,
+    /// In the unlabelled namespace: the Job as written.
+    Plain,
+    /// In the unlabelled namespace, with [`reference_sidecar`] added by hand.
+    OneSidecar,
+}
+
+impl Kind {
+    /// Key fragment in the output lines.
+    fn key(self) -> &'static str {
+        match self {
+            Self::Injected => "inj",
+            Self::Plain => "plain",
+            Self::OneSidecar => "ref",
+        }
+    }
+}
+
+/// The reference native sidecar: busybox doing nothing until SIGTERM, with
+/// no probe and no lifecycle handler. The kubelet starts the regular
+/// containers one pod sync after it sees this sidecar running, as it does
+/// for ours, so its cost is the floor for any sidecar injector.
+fn reference_sidecar() -> Value {
+    json!({
+        "name": "reference-sidecar",
+        "image": test_image(),
+        "imagePullPolicy": "Never",
+        "restartPolicy": "Always",
+        "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
+        "resources": tiny_resources()
+    })
+}
+
+fn start_job(name: &str, run: &str, kind: Kind) -> Result<Job> {
+    let init: Vec<Value> = if kind == Kind::OneSidecar {
+        vec![reference_sidecar()]
+    } else {
+        Vec::new()
+    };
     Ok(serde_json::from_value(json!({
         "metadata": { "name": name },
         "spec": {
@@ -265,6 +310,7 @@ fn start_job(name: &str, run: &str) -> Result<Job> {
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
+                    "initContainers": init,
                     "containers": [{
                         "name": C,
                         "image": test_image(),
@@ -297,7 +343,7 @@ fn parse_adjtimex(logs: &str) -> Option<i128> {
 
 #[derive(Debug, Clone)]
 struct StartSample {
-    injected_ns: bool,
+    kind: Kind,
     pod: String,
     job_created: i128,
     added: i128,
@@ -317,15 +363,19 @@ async fn start(client: &Client, prefix: &str, pods: u32) -> Result<(String, Valu
         let watch = watch_run(&client, &run, map.clone());
         let mut samples = Vec::new();
         let result = async {
-            for i in 0..pods * 2 {
-                // A B B A: each kind goes first as often as second.
-                let is_inj = matches!(i % 4, 0 | 3);
-                let ns = &names[usize::from(!is_inj)];
+            for i in 0..pods * 3 {
+                // A B C C B A: each kind comes first, second and third as often.
+                let kind = match i % 6 {
+                    0 | 5 => Kind::Injected,
+                    1 | 4 => Kind::Plain,
+                    _ => Kind::OneSidecar,
+                };
+                let ns = &names[usize::from(kind != Kind::Injected)];
                 let job = format!("start-{i:03}");
-                let sample = start_one(&client, ns, &job, &run, &map, is_inj).await?;
+                let sample = start_one(&client, ns, &job, &run, &map, kind).await?;
                 log(&format!(
                     "{job} ({}): pod added -> main started {:.1} ms",
-                    if is_inj { "injected" } else { "plain" },
+                    kind.key(),
                     ms(sample.main_started - sample.added)
                 ));
                 samples.push(sample);
@@ -346,11 +396,12 @@ async fn start_one(
     job: &str,
     run: &str,
     map: &WatchMap,
-    expect_injected: bool,
+    kind: Kind,
 ) -> Result<StartSample> {
+    let expect_injected = kind == Kind::Injected;
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let job_created = now_ns();
-    jobs.create(&PostParams::default(), &start_job(job, run)?)
+    jobs.create(&PostParams::default(), &start_job(job, run, kind)?)
         .await
         .with_context(|| format!("creating Job {ns}/{job}"))?;
     let find = || -> Option<(String, Watched)> {
@@ -379,7 +430,7 @@ async fn start_one(
         .running
         .with_context(|| format!("the watch never saw {key}'s main container running"))?;
     Ok(StartSample {
-        injected_ns: expect_injected,
+        kind,
         pod: key,
         job_created,
         added: w.added,
@@ -402,15 +453,19 @@ type Measure = fn(&StartSample) -> i128;
 fn start_report(pods: u32, samples: &[StartSample]) -> (String, Value) {
     let mut lines = String::new();
     out(&mut lines, "start_pods_each", pods);
-    let inj: Vec<&StartSample> = samples.iter().filter(|s| s.injected_ns).collect();
-    let plain: Vec<&StartSample> = samples.iter().filter(|s| !s.injected_ns).collect();
+    let of = |k: Kind| -> Vec<&StartSample> { samples.iter().filter(|s| s.kind == k).collect() };
+    let (inj, plain, one_sidecar) = (of(Kind::Injected), of(Kind::Plain), of(Kind::OneSidecar));
     let measures: [(&str, Measure); 3] = [
         ("start", |s| s.main_started - s.added),
         ("start_api", |s| s.running_event - s.added),
         ("start_job", |s| s.main_started - s.job_created),
     ];
     for (name, f) in measures {
-        for (kind, set) in [("inj", &inj), ("plain", &plain)] {
+        for (kind, set) in [
+            (Kind::Injected.key(), &inj),
+            (Kind::Plain.key(), &plain),
+            (Kind::OneSidecar.key(), &one_sidecar),
+        ] {
             let v = sorted_ms(set, f);
             for (q, qn) in [(0.5, "p50"), (0.9, "p90")] {
                 out_ms(
@@ -457,7 +512,7 @@ fn start_report(pods: u32, samples: &[StartSample]) -> (String, Value) {
         .map(|s| {
             let rel = |t: Option<i128>| t.map(|t| ms(t - s.added));
             json!({
-                "pod": s.pod, "injected": s.injected_ns,
+                "pod": s.pod, "kind": s.kind.key(),
                 "job_created_to_added_ms": ms(s.added - s.job_created),
                 "added_to_main_started_ms": ms(s.main_started - s.added),
                 "added_to_running_event_ms": ms(s.running_event - s.added),
