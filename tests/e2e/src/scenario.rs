@@ -512,28 +512,16 @@ pub async fn webhook_pods(client: &Client) -> Result<Vec<Pod>> {
 }
 
 /// Sum of `kube_prestop_admissions_total` over all running webhook pods,
-/// scraped through the apiserver's pod proxy.
+/// scraped through the apiserver's pod proxy
+/// ([`crate::metrics::webhook_replica_metrics`]).
 pub async fn admissions_total(client: &Client) -> Result<f64> {
-    let mut total = 0.0;
-    for pod in webhook_pods(client).await? {
-        let name = pod.metadata.name.unwrap_or_default();
-        let req = http::Request::get(format!(
-            "/api/v1/namespaces/{WEBHOOK_NAMESPACE}/pods/{name}:{WEBHOOK_METRICS_PORT}/proxy/metrics"
-        ))
-        .body(Vec::new())?;
-        let text = client
-            .request_text(req)
-            .await
-            .with_context(|| format!("metrics of webhook pod {name}"))?;
-        for line in text.lines() {
-            if line.starts_with("kube_prestop_admissions_total")
-                && let Some(v) = line.rsplit(' ').next()
-            {
-                total += v.parse::<f64>().unwrap_or(0.0);
-            }
-        }
-    }
-    Ok(total)
+    Ok(crate::metrics::webhook_replica_metrics(client)
+        .await?
+        .iter()
+        .flat_map(|(_, samples)| samples)
+        .filter(|s| s.name == "kube_prestop_admissions_total")
+        .map(|s| s.value)
+        .sum())
 }
 
 /// Webhook log lines (all running pods) that mention `needle`.
