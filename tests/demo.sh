@@ -59,10 +59,11 @@ done
 printf '%s\n' "${logs}"
 
 echo
-if grep -qx "${expected}" <<<"${logs}"; then
-  echo "VERDICT: PASS - the Job's container exited on its own and its preStop ran once (\"${expected}\" in the sidecar's logs)"
+runs="$(grep -cx "${expected}" <<<"${logs}" || true)"
+if [[ "${runs}" == 1 ]]; then
+  echo "VERDICT: PASS - the Job's container exited on its own and its preStop ran once (\"${expected}\" once in the sidecar's logs)"
 else
-  echo "VERDICT: FAIL - \"${expected}\" not found in the logs of ${pod} -c ${sidecar}"
+  echo "VERDICT: FAIL - \"${expected}\" appears ${runs} times in the logs of ${pod} -c ${sidecar} (expected once)"
   kubectl -n "${ns}" get events --sort-by=.lastTimestamp | tail -20
   exit 1
 fi

@@ -148,7 +148,7 @@ write_env() {
   mkdir -p "$STATE/hostpath"
   cat >"$STATE/env.sh" <<EOF
 export KUBECONFIG=$KUBECONFIG_HOST
-export PATH=$K8S_BIN:\$PATH
+export PATH=$K8S_BIN:$HELM_DIR/bin:\$PATH
 # A directory on the node for hostPath volumes that tests read from the host.
 export KUBE_PRESTOP_NODE_HOSTPATH=$STATE/hostpath
 export KUBE_PRESTOP_E2E_IMAGE=$BUSYBOX_IMAGE

@@ -61,6 +61,7 @@ const REQUIRED: &[&str] = &[
     "pod-level-resources",
     "sidecar-request-above-default-limit",
     "sidecar-limit-below-request",
+    "watched-not-first",
 ];
 
 #[derive(Deserialize, Default)]

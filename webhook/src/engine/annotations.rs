@@ -30,8 +30,9 @@ pub const STATUS: &str = "kube-prestop.io/status";
 pub const STATUS_INJECTED: &str = "injected";
 /// Written on injection: the webhook crate's version.
 pub const VERSION: &str = "kube-prestop.io/version";
-/// kubectl's default container for `logs`/`exec`; set to the first watched
-/// container when the pod does not set it.
+/// kubectl's default container for `logs`/`exec`; set to `spec.containers[0]`
+/// (kubectl's own default without it, never an init container) when the pod
+/// does not set it.
 pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 
 /// The annotations under [`PREFIX`] a user sets, in the documented order.

@@ -404,8 +404,14 @@ pub fn plan(
         .annotations
         .as_ref()
         .is_some_and(|a| a.contains_key(annotations::DEFAULT_CONTAINER));
-    if let Some((first, _, _)) = sidecars.first()
+    // kubectl (`podcmd.FindOrDefaultContainerByName`) shows the annotated
+    // container, else `spec.containers[0]`, never an init container. Naming
+    // that same first container keeps `kubectl logs POD` on the job's own
+    // output (and drops kubectl's "Defaulted container" notice), whichever
+    // container is watched.
+    if let Some(first) = pod.spec.as_ref().and_then(|s| s.containers.first())
         && !has_default
+        && !sidecars.is_empty()
     {
         annotations.push((
             annotations::DEFAULT_CONTAINER.to_owned(),
