@@ -91,7 +91,11 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- tools and builds ---------------------------------------------------------
 webhook_bin="${CARGO_TARGET_DIR:-${repo}/target}/release/kube-prestop-webhook"
-ceiling_bin="${repo}/bench/target/release/kube-prestop-bench-ceiling"
+# The ceiling is its own Cargo project: built into bench/target, or under
+# CARGO_TARGET_DIR when that is set (a private target dir per worktree).
+ceiling_target="${CARGO_TARGET_DIR:+${CARGO_TARGET_DIR}/bench-ceiling}"
+ceiling_target="${ceiling_target:-${repo}/bench/target}"
+ceiling_bin="${ceiling_target}/release/kube-prestop-bench-ceiling"
 sidecar_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/release-small/kube-prestop-sidecar"
 sidecar_tar="${OCI_OUT_DIR:-${repo}/target/oci}/kube-prestop-sidecar.tar"
 cluster_bench_bin="${CARGO_TARGET_DIR:-${repo}/target}/debug/kube-prestop-cluster-bench"
@@ -107,7 +111,7 @@ if want webhook; then
     fi
     log "building the webhook (release), the transport ceiling, the compute floor"
     cargo build --release -p kube-prestop-webhook >&2
-    (cd bench/ceiling && CARGO_TARGET_DIR="${repo}/bench/target" cargo build --release >&2)
+    (cd bench/ceiling && CARGO_TARGET_DIR="${ceiling_target}" cargo build --release >&2)
     cargo bench -p kube-prestop-webhook --bench admission --no-run >&2
     # Run copies: CARGO_TARGET_DIR may be shared with other worktrees, whose
     # builds rewrite target/release/kube-prestop-webhook (a path without a
