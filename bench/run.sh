@@ -8,6 +8,9 @@
 # run: the transport ceiling (bench/ceiling: the same tokio/rustls/hyper/axum
 # stack answering a fixed response, the webhook's own answer, to the same
 # body) and the compute floor (webhook/benches/admission.rs: review() alone).
+# All three use the same global allocator (mimalloc, webhook/src/main.rs), so
+# the ratio compares the same stack with and without the admission work. The
+# saturation runs also load the image's static musl binary (BENCH_MUSL).
 # Sidecar: the static binary, its OCI image, and bench/sidecar.py (a pod
 # stand-in made of namespaces, as in sidecar/tests/common; needs root).
 # Cluster: tests/e2e's kube-prestop-cluster-bench against the local cluster
@@ -25,7 +28,9 @@
 # (exit->hook runs, 1000), BENCH_LATENCY_BUDGET (s; stop the runs early and
 # say so, 300), BENCH_START_PODS (pods of each kind, 20),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
-# BENCH_NICE (niceness of the whole run, 10).
+# BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
+# static musl binary the images ship, built as images/build-oci.sh does, in
+# the saturation runs; 0: skip it; default 1).
 set -euo pipefail
 
 if [[ -z "${BENCH_NICED:-}" ]]; then
@@ -91,7 +96,13 @@ load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- tools and builds ---------------------------------------------------------
 webhook_bin="${CARGO_TARGET_DIR:-${repo}/target}/release/kube-prestop-webhook"
-ceiling_bin="${repo}/bench/target/release/kube-prestop-bench-ceiling"
+# The ceiling is its own Cargo project: built into bench/target, or under
+# CARGO_TARGET_DIR when that is set (a private target dir per worktree).
+ceiling_target="${CARGO_TARGET_DIR:+${CARGO_TARGET_DIR}/bench-ceiling}"
+ceiling_target="${ceiling_target:-${repo}/bench/target}"
+ceiling_bin="${ceiling_target}/release/kube-prestop-bench-ceiling"
+musl_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/release/kube-prestop-webhook"
+musl="${BENCH_MUSL:-1}"
 sidecar_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/release-small/kube-prestop-sidecar"
 sidecar_tar="${OCI_OUT_DIR:-${repo}/target/oci}/kube-prestop-sidecar.tar"
 cluster_bench_bin="${CARGO_TARGET_DIR:-${repo}/target}/debug/kube-prestop-cluster-bench"
@@ -107,8 +118,14 @@ if want webhook; then
     fi
     log "building the webhook (release), the transport ceiling, the compute floor"
     cargo build --release -p kube-prestop-webhook >&2
-    (cd bench/ceiling && CARGO_TARGET_DIR="${repo}/bench/target" cargo build --release >&2)
+    (cd bench/ceiling && CARGO_TARGET_DIR="${ceiling_target}" cargo build --release >&2)
     cargo bench -p kube-prestop-webhook --bench admission --no-run >&2
+    if [[ "${musl}" == 1 ]]; then
+        log "building the static musl webhook (the images' binary, as images/build-oci.sh builds it)"
+        command -v musl-gcc >/dev/null || die "musl-gcc is required for BENCH_MUSL=1 (Debian: musl-tools)"
+        CC_x86_64_unknown_linux_musl=musl-gcc \
+            cargo build --locked --release --target x86_64-unknown-linux-musl -p kube-prestop-webhook >&2
+    fi
     # Run copies: CARGO_TARGET_DIR may be shared with other worktrees, whose
     # builds rewrite target/release/kube-prestop-webhook (a path without a
     # hash) under a run that execs it again later (start-up).
@@ -116,6 +133,10 @@ if want webhook; then
     cp "${webhook_bin}" "${ceiling_bin}" "${work}/bin/"
     webhook_bin="${work}/bin/kube-prestop-webhook"
     ceiling_bin="${work}/bin/kube-prestop-bench-ceiling"
+    if [[ "${musl}" == 1 ]]; then
+        cp "${musl_bin}" "${work}/bin/kube-prestop-webhook-musl"
+        musl_bin="${work}/bin/kube-prestop-webhook-musl"
+    fi
 fi
 if want sidecar; then
     log "building the static sidecar and the sidecar image"
@@ -186,6 +207,11 @@ PY
         || die "the webhook did not inject: $(head -c 400 "${work}/response.json")"
     start ceiling "${ceiling_bin}" "${work}/certs/tls.crt" "${work}/certs/tls.key" "${work}/response.json"
     ce_addr="${ADDR}"; ce_pid="${PID}"
+    if [[ "${musl}" == 1 ]]; then
+        start webhook-musl "${musl_bin}" serve --no-cluster --listen-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 \
+            --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key"
+        mu_addr="${ADDR}"; mu_pid="${PID}"
+    fi
     req_bytes="$(stat -c %s "${body}")"; resp_bytes="$(stat -c %s "${work}/response.json")"
 
     cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -212,7 +238,7 @@ PY
     }
 
     log "webhook vs ceiling: saturation, ${repeat}x ${dur} s each, ${conns} connections, alternating"
-    wh_peak=0; ce_peak=0; wh_ticks=0; wh_reqs=0
+    wh_peak=0; ce_peak=0; wh_ticks=0; wh_reqs=0; mu_ticks=0; mu_reqs=0
     for i in $(seq 1 "${repeat}"); do
         t0="$(cpu_ticks "${wh_pid}")"
         p="$(peak_rss_during "${wh_pid}" run_oha "wh-sat-${i}" "${wh_addr}")"
@@ -222,7 +248,18 @@ PY
         wh_reqs=$(( wh_reqs + $(jq '[.statusCodeDistribution[]] | add' "${work}/wh-sat-${i}.json") ))
         p="$(peak_rss_during "${ce_pid}" run_oha "ce-sat-${i}" "${ce_addr}")"
         (( p > ce_peak )) && ce_peak="${p}"
+        if [[ "${musl}" == 1 ]]; then
+            t0="$(cpu_ticks "${mu_pid}")"
+            run_oha "mu-sat-${i}" "${mu_addr}"
+            t1="$(cpu_ticks "${mu_pid}")"
+            mu_ticks=$(( mu_ticks + t1 - t0 ))
+            mu_reqs=$(( mu_reqs + $(jq '[.statusCodeDistribution[]] | add' "${work}/mu-sat-${i}.json") ))
+        fi
     done
+    if [[ "${musl}" == 1 ]]; then
+        kill "${mu_pid}" 2>/dev/null || true
+        printf '%s\n' "ticks=${mu_ticks}" "reqs=${mu_reqs}" > "${work}/webhook-musl.txt"
+    fi
     for rate in 1000 5000; do
         log "fixed rate ${rate} req/s, ${dur} s each (latency correction on)"
         run_oha "wh-${rate}" "${wh_addr}" -q "${rate}" --latency-correction
@@ -311,6 +348,14 @@ if have("webhook-proc.txt"):
     R("webhook throughput at saturation (median of %d x %s s, %s conns)" % (repeat, dur, conns),
       f"{whs:,.0f} req/s", "≥ 70% of ceiling",
       f"ceiling {ces:,.0f} req/s → **{100 * whs / ces:.0f}%** (runs: webhook {', '.join(f'{x:,.0f}' for x in wh_sat)}; ceiling {', '.join(f'{x:,.0f}' for x in ce_sat)})")
+    if have("webhook-musl.txt"):
+        m = kv("webhook-musl.txt")
+        mu_sat = [rps(J(f"mu-sat-{i}")) for i in range(1, repeat + 1)]
+        mus = statistics.median(mu_sat)
+        mu_cpu = int(m["ticks"]) / hz / max(1, int(m["reqs"])) * 1e6
+        R("webhook, static musl binary (what the images ship), throughput at saturation (same runs, third in turn)",
+          f"{mus:,.0f} req/s", "≥ 70% of ceiling",
+          f"**{100 * mus / ces:.0f}%** of the ceiling; CPU {mu_cpu:.0f} µs/request (runs: {', '.join(f'{x:,.0f}' for x in mu_sat)})")
     for rate in (1000, 5000):
         w, c = J(f"wh-{rate}"), J(f"ce-{rate}")
         R(f"webhook p50 / p99 / p99.9 at {rate:,} req/s ({dur} s)", lat_pct(w) + f" ({rps(w):,.0f} req/s achieved, {100 * ok(w):.1f}% ok)",

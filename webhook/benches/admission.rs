@@ -29,6 +29,11 @@ use kube_prestop_webhook::server::FailureMode;
 use kube_prestop_webhook::server::admission::review;
 use serde_json::{Value, json};
 
+/// The server binary's allocator (src/main.rs), so the floor is measured
+/// with what the server runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn golden_body() -> Result<Vec<u8>, Box<dyn Error>> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),

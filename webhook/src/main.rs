@@ -11,6 +11,15 @@ use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
 use kube_prestop_webhook::{certmanager, inject_cmd, logging};
 
+/// mimalloc instead of the C library's malloc. The shipped image is a static
+/// musl binary, and musl's malloc (mallocng) takes a global lock on every
+/// call; glibc's arenas contend between tokio's worker threads too. Each
+/// review allocates a few hundred times (the parsed Pod, the patch, the
+/// answer, hyper's and rustls' buffers), so the allocator is a large part of
+/// the per-request CPU (issue #7: see the bench in README.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = logging::init(cli.log.log_format, &cli.log.log_level) {

@@ -2,8 +2,8 @@
 //! `listening https=ADDR`), POST /mutate reads the whole body and answers
 //! RESPONSE_FILE's bytes as application/json. Same accept loop shape as the
 //! webhook (nodelay, TLS 1.3/1.2 with ring, ALPN h2 + http/1.1, hyper-util
-//! auto builder with HTTP/1 keep-alive), minus the admission work, logging
-//! and metrics.
+//! auto builder with HTTP/1 keep-alive, the same global allocator), minus
+//! the admission work, logging and metrics.
 
 use std::sync::Arc;
 
@@ -19,6 +19,11 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+/// The webhook's allocator (webhook/src/main.rs), so that the ceiling stays
+/// the same stack as the webhook minus the admission work.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 async fn mutate(State(fixed): State<Bytes>, request: Request) -> Response {
     let _body = request.into_body().collect().await.map(|c| c.to_bytes());

@@ -170,8 +170,10 @@ pub fn review(
                     return Decided::NoChange;
                 }
                 let mut patch = Vec::with_capacity(PATCH_CAPACITY);
-                match serde_json::to_writer(&mut patch, &operations) {
-                    Ok(()) => Decided::Patch(patch),
+                match serde_json::to_writer(&mut patch, &operations)
+                    .and_then(|()| base64_string(&patch))
+                {
+                    Ok(patch) => Decided::Patch(patch),
                     Err(e) => Decided::PatchError(e.to_string()),
                 }
             }
@@ -187,20 +189,7 @@ pub fn review(
             answer(response, "skip", &labels::skip_reason(&reason), None, facts)
         }
         Ok(Decided::NoChange) => answer(response, "inject", "no_change", None, facts),
-        Ok(Decided::Patch(patch)) => match base64_string(&patch) {
-            Ok(patch) => answer_with_patch(response, &patch, facts),
-            Err(e) => {
-                let refusal = Refusal::internal();
-                failure(
-                    response,
-                    failure_mode,
-                    "patch_error",
-                    e.to_string(),
-                    refusal,
-                    facts,
-                )
-            }
-        },
+        Ok(Decided::Patch(patch)) => answer_with_patch(response, &patch, facts),
         Ok(Decided::PatchError(e)) => {
             let refusal = Refusal::internal();
             failure(response, failure_mode, "patch_error", e, refusal, facts)
@@ -225,8 +214,10 @@ enum Decided {
     Skip(engine::SkipReason),
     /// Injected, but the patch is empty.
     NoChange,
-    /// The JSON Patch, as JSON text.
-    Patch(Vec<u8>),
+    /// The JSON Patch, as a JSON string of its base64 (see
+    /// [`base64_string`]).
+    Patch(Box<RawValue>),
+    /// The patch could not be serialized or encoded: why.
     PatchError(String),
 }
 
