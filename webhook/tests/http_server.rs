@@ -364,6 +364,46 @@ async fn misspelt_annotation_is_a_warning_and_the_pod_is_still_injected() {
 }
 
 #[tokio::test]
+async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
+    // Newcomer finding: `kube-prestop.io/inject: "true"` on a pod that
+    // cannot be injected was skipped without a word.
+    let server = TestServer::start(|_| {}).await;
+    let mut pod = job_pod();
+    pod["metadata"]["annotations"]["kube-prestop.io/inject"] = json!("true");
+    pod["spec"]["restartPolicy"] = json!("Always");
+    let (status, body) = server
+        .mutate(review("uid-optin", "pods", "CREATE", pod.clone()).to_string())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let response = assert_review_echo(&body, "uid-optin");
+    assert_eq!(response["allowed"], true);
+    assert!(patch_of(&response).is_none(), "not injected: {response}");
+    let warnings = response["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().unwrap();
+    for needle in [
+        "kube-prestop.io/inject is \"true\"",
+        "not injected",
+        "restartPolicy is Always",
+    ] {
+        assert!(warning.contains(needle), "{needle} not in {warning}");
+    }
+    // The same pod skipped without an explicit opt-in: no warning.
+    pod["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("kube-prestop.io/inject");
+    let (_, body) = server
+        .mutate(review("uid-plain-skip", "pods", "CREATE", pod).to_string())
+        .await;
+    assert!(
+        assert_review_echo(&body, "uid-plain-skip")
+            .get("warnings")
+            .is_none()
+    );
+}
+
+#[tokio::test]
 async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
     let server = TestServer::start(|_| {}).await;
     for (what, pod) in broken_pods() {
@@ -448,6 +488,21 @@ async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
         "metadata.annotations[kube-prestop.io/sidecar-cpu-limit]",
         "{status}"
     );
+    // A Job's pod has no name yet (generateName): none is made up.
+    assert_eq!(
+        status["details"]["name"].as_str().unwrap_or(""),
+        "",
+        "{status}"
+    );
+    // A named pod: kubectl prints `The Pod "<name>" is invalid: ...`.
+    let (_, mut named) = broken_pods().remove(0);
+    named["metadata"]["name"] = json!("deny1");
+    let (_, value) = server
+        .mutate(review("uid-deny-named", "pods", "CREATE", named).to_string())
+        .await;
+    let status = &assert_review_echo(&value, "uid-deny-named")["status"];
+    assert_eq!(status["details"]["name"], "deny1", "{status}");
+    assert_eq!(status["details"]["kind"], "Pod", "{status}");
     // A good pod is still injected.
     let (_, value) = server
         .mutate(review("uid-ok", "pods", "CREATE", job_pod()).to_string())

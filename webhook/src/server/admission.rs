@@ -186,6 +186,9 @@ pub fn review(
     };
     match decided {
         Ok(Decided::Skip(reason)) => {
+            if let Some(warning) = opt_in_warning(&pod, &reason) {
+                response.warnings.get_or_insert_with(Vec::new).push(warning);
+            }
             answer(response, "skip", &labels::skip_reason(&reason), None, facts)
         }
         Ok(Decided::NoChange) => answer(response, "inject", "no_change", None, facts),
@@ -196,7 +199,10 @@ pub fn review(
         }
         Err(e) => {
             let reason = labels::engine_error(&e);
-            let refusal = Refusal::of(&e);
+            let refusal = Refusal {
+                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                ..Refusal::of(&e)
+            };
             failure(
                 response,
                 failure_mode,
@@ -207,6 +213,26 @@ pub fn review(
             )
         }
     }
+}
+
+/// The admission warning for a pod that asked for injection with
+/// `kube-prestop.io/inject: "true"` and is skipped anyway (e.g.
+/// `restartPolicy: Always`, no exec preStop): `None` for every other pod,
+/// and for a pod skipped because it is injected already (the API server's
+/// second call under `reinvocationPolicy: IfNeeded`).
+fn opt_in_warning(pod: &Pod, reason: &engine::SkipReason) -> Option<String> {
+    let opted_in = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(engine::annotations::INJECT))
+        .is_some_and(|v| v == "true");
+    (opted_in && *reason != engine::SkipReason::AlreadyInjected).then(|| {
+        format!(
+            "kube-prestop: {} is \"true\" but the pod is not injected: {reason}",
+            engine::annotations::INJECT
+        )
+    })
 }
 
 /// The engine's decision with its JSON Patch rendered.
@@ -397,6 +423,10 @@ pub struct Refusal {
     /// The offending field, as Kubernetes names fields in
     /// `status.details.causes` (e.g. `metadata.annotations[kube-prestop.io/containers]`).
     pub field: Option<String>,
+    /// The pod's `metadata.name` for `status.details.name` (empty for a pod
+    /// from `generateName`, as the API server has no name yet either):
+    /// kubectl prints `The Pod "<name>" is invalid: <field>: <message>`.
+    pub pod_name: String,
 }
 
 impl Refusal {
@@ -406,6 +436,7 @@ impl Refusal {
             code: 500,
             reason: "InternalError",
             field: None,
+            pod_name: String::new(),
         }
     }
 
@@ -425,6 +456,7 @@ impl Refusal {
             code,
             reason,
             field,
+            pod_name: String::new(),
         };
         match error {
             EngineError::InvalidAnnotation { annotation, .. } => user(
@@ -444,7 +476,7 @@ impl Refusal {
         match &self.field {
             None => status,
             Some(field) => status.with_details(StatusDetails {
-                name: String::new(),
+                name: self.pod_name.clone(),
                 group: String::new(),
                 kind: "Pod".to_owned(),
                 uid: String::new(),
