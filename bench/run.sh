@@ -463,7 +463,8 @@ if have("cluster-burst.txt"):
         f"on it) with kube-prestop installed ({inst.get('image', '?')}, {inst.get('replicas', '?')} replicas), "
         "driven by tests/e2e's kube-prestop-cluster-bench. Pod start: the same Job (busybox; `adjtimex` prints the "
         "clock in µs as the container's first instruction, then `sleep 1.5`; an exec preStop) in a labelled and "
-        "an unlabelled namespace, A B B A, one pod at a time, each to its end; all times from the host's clock "
+        "an unlabelled namespace, and as the reference the unlabelled Job plus one do-nothing native sidecar "
+        "(busybox, no probe, no lifecycle handler), A B C C B A, one pod at a time, each to its end; all times from the host's clock "
         "(pod added and Running: when a watch delivered them; the API's own timestamps have 1 s resolution). "
         "Pod added is after admission; the webhook's own time is in the burst rows. Burst: the main container "
         "runs `echo` and exits at once; its preStop appends the completion index to a hostPath record. "
@@ -477,7 +478,8 @@ if have("cluster-burst.txt"):
 
 print(f"# kube-prestop bench ({started})\n")
 print(f"Machine: {os.cpu_count()} CPUs (nproc), load average (1/5/15 min) at start {load_start}, at end {load_end}. "
-      "The machine was shared with other work (end-to-end tests); absolute figures are noisy, "
+      "The load average includes the bench's own work (load generator, the burst's pods on the local "
+      "cluster) and anything else running on the machine; absolute figures are noisy, "
       "the ratios come from the same run. Everything on the bench's side ran under nice.\n")
 print("| what | value | goal | reference / ratio |")
 print("|---|---|---|---|")
