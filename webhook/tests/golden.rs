@@ -21,16 +21,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod golden_common;
+
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use k8s_openapi::api::core::v1::{Container, LimitRange, Pod, PodSpec};
+use golden_common::{Context, cases, config, read_yaml};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube_prestop_sidecar::contract;
-use kube_prestop_webhook::engine::{
-    self, ClusterContext, Decision, EngineConfig, SkipReason, names, resources,
-};
-use serde::Deserialize;
+use kube_prestop_webhook::engine::{self, ClusterContext, Decision, SkipReason, names, resources};
 use serde_json::{Value, json};
 
 /// The cases the issue and the design require; more may exist.
@@ -63,40 +63,6 @@ const REQUIRED: &[&str] = &[
     "sidecar-limit-below-request",
     "watched-not-first",
 ];
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Context {
-    namespace: Option<String>,
-    #[serde(default)]
-    limit_ranges: Vec<LimitRange>,
-}
-
-fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
-}
-
-fn read_yaml(path: &Path) -> Value {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn config() -> EngineConfig {
-    EngineConfig {
-        install_image: "registry.example/kube-prestop-sidecar:test".to_owned(),
-        ..Default::default()
-    }
-}
-
-fn cases() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = fs::read_dir(golden_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
-}
 
 fn outcome(decision: &Result<Decision, engine::EngineError>) -> Value {
     match decision {
@@ -196,14 +162,9 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
             serde_json::to_string(&json_patch::diff(&raw_input, &input)).unwrap()
         ));
     }
-    let context_path = dir.join("context.yaml");
-    let context: Context = if context_path.exists() {
-        serde_json::from_value(read_yaml(&context_path)).map_err(|e| format!("{case}: {e}"))?
-    } else {
-        Context::default()
-    };
+    let context = Context::of_case(dir).map_err(|e| format!("{case}: {e}"))?;
     let cluster = ClusterContext {
-        namespace: context.namespace.unwrap_or_else(|| "default".to_owned()),
+        namespace: context.namespace(),
         limit_ranges: context.limit_ranges,
     };
     let config = config();

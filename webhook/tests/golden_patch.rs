@@ -14,50 +14,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::fs;
-use std::path::{Path, PathBuf};
+mod golden_common;
 
 use base64::Engine as _;
+use golden_common::{Context, cases, config, read_yaml};
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
-use kube_prestop_webhook::engine::EngineConfig;
 use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
-use serde::Deserialize;
 use serde_json::{Value, json};
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Context {
-    namespace: Option<String>,
-    #[serde(default)]
-    limit_ranges: Vec<LimitRange>,
-}
-
-fn read_yaml(path: &Path) -> Value {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The configuration of the golden tests (tests/golden.rs).
-fn config() -> EngineConfig {
-    EngineConfig {
-        install_image: "registry.example/kube-prestop-sidecar:test".to_owned(),
-        ..Default::default()
-    }
-}
-
-fn cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut dirs: Vec<PathBuf> = fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
-}
 
 fn body(uid: &str, namespace: &str, pod: &Value) -> Vec<u8> {
     let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
@@ -106,13 +72,8 @@ async fn webhook_patch_gives_the_golden_output() {
         let case = dir.file_name().unwrap().to_string_lossy().into_owned();
         let input = read_yaml(&dir.join("input.yaml"));
         let expected = read_yaml(&dir.join("expected.yaml"));
-        let context_path = dir.join("context.yaml");
-        let context: Context = if context_path.exists() {
-            serde_json::from_value(read_yaml(&context_path)).unwrap()
-        } else {
-            Context::default()
-        };
-        let namespace = context.namespace.unwrap_or_else(|| "default".to_owned());
+        let context = Context::of_case(&dir).unwrap();
+        let namespace = context.namespace();
         let (store, mut writer) = reflector::store::<LimitRange>();
         for mut lr in context.limit_ranges {
             lr.metadata.namespace = Some(namespace.clone());

@@ -1,0 +1,71 @@
+//! What the golden tests (`golden.rs`, `golden_patch.rs`) share: the case
+//! folders under `tests/golden/`, their YAML files and the engine
+//! configuration they were written for.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::LimitRange;
+use kube_prestop_webhook::engine::EngineConfig;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A case's optional `context.yaml`: the pod's namespace (default
+/// `default`) and the namespace's LimitRanges.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Context {
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub limit_ranges: Vec<LimitRange>,
+}
+
+impl Context {
+    /// `dir/context.yaml`, or the default context when the case has none.
+    pub fn of_case(dir: &Path) -> Result<Self, String> {
+        let path = dir.join("context.yaml");
+        if !path.exists() {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(read_yaml(&path)).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The namespace, `default` when not given.
+    pub fn namespace(&self) -> String {
+        self.namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned())
+    }
+}
+
+/// `tests/golden/`.
+pub fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// A YAML file as JSON; panics naming the file when it cannot be read.
+pub fn read_yaml(path: &Path) -> Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The engine configuration the expected files were written with.
+pub fn config() -> EngineConfig {
+    EngineConfig {
+        install_image: "registry.example/kube-prestop-sidecar:test".to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Every case folder, sorted.
+pub fn cases() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
