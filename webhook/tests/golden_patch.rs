@@ -15,6 +15,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod golden_common;
+mod http_common;
 
 use base64::Engine as _;
 use golden_common::{Context, cases, config, read_yaml};
@@ -25,25 +26,11 @@ use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
 use serde_json::{Value, json};
 
+/// The AdmissionReview the API server sends for `pod` in `namespace`.
 fn body(uid: &str, namespace: &str, pod: &Value) -> Vec<u8> {
-    let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
-    let gvr = json!({"group": "", "version": "v1", "resource": "pods"});
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-            "namespace": namespace,
-            "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
-            "object": pod,
-            "oldObject": null,
-            "dryRun": false,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-        }
-    }))
-    .unwrap()
+    let mut review = http_common::review(uid, "pods", "CREATE", pod.clone());
+    review["request"]["namespace"] = json!(namespace);
+    serde_json::to_vec(&review).unwrap()
 }
 
 /// The response of a 200 answer and its decoded patch, if any.

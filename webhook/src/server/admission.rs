@@ -657,16 +657,21 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
-    #[test]
-    fn patch_is_sent_as_base64() {
-        let request: AdmissionRequest<DynamicObject> = serde_json::from_value(json!({
-            "uid": "u1",
+    /// A minimal pod CREATE request with `uid`.
+    fn pod_create_request(uid: &str) -> AdmissionRequest<DynamicObject> {
+        serde_json::from_value(json!({
+            "uid": uid,
             "kind": {"group": "", "version": "v1", "kind": "Pod"},
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "operation": "CREATE",
             "userInfo": {}
         }))
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn patch_is_sent_as_base64() {
+        let request = pod_create_request("u1");
         let patch = base64_string(br#"[{"op":"add","path":"/a","value":1}]"#).unwrap();
         let outcome = answer_with_patch(base_response(&request), &patch, RequestFacts::default());
         let body: Value = serde_json::from_slice(&outcome.body).unwrap();
@@ -700,14 +705,7 @@ mod tests {
 
     #[test]
     fn body_is_kubes_review_with_a_base64_patch() {
-        let request: AdmissionRequest<DynamicObject> = serde_json::from_value(json!({
-            "uid": "u1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": "CREATE",
-            "userInfo": {}
-        }))
-        .unwrap();
+        let request = pod_create_request("u1");
         let patch: json_patch::Patch = serde_json::from_value(
             json!([{"op": "add", "path": "/metadata/annotations/a~1b", "value": "x\"y"}]),
         )
