@@ -131,6 +131,12 @@ pub fn state_dir(root: &Path, container: &str) -> PathBuf {
     root.join("state").join(container)
 }
 
+/// The watcher's `armed` mark for `container` under the shared volume
+/// mounted at `root`: `<root>/state/<container>/armed` ([`ARMED_FILE`]).
+pub fn armed_mark(root: &Path, container: &str) -> PathBuf {
+    state_dir(root, container).join(ARMED_FILE)
+}
+
 /// Sub-path, inside the shared volume, of `container`'s identifying mount: `id/<container>`.
 pub fn id_sub_path(container: &str) -> String {
     format!("id/{container}")
@@ -368,6 +374,10 @@ mod tests {
         assert_eq!(
             state_dir(Path::new(MOUNT_PATH), "main"),
             PathBuf::from("/.kube-prestop/state/main")
+        );
+        assert_eq!(
+            armed_mark(Path::new(MOUNT_PATH), "main"),
+            PathBuf::from("/.kube-prestop/state/main/armed")
         );
         assert_eq!(instance_id(7, 12345), "7-12345");
         assert_eq!(prestop_mark_file("7-1"), "prestop-7-1");

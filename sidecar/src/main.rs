@@ -54,7 +54,7 @@ fn main() {
             }
         },
         Cli::Probe(t) => {
-            let armed = contract::state_dir(&t.root, &t.container).join(contract::ARMED_FILE);
+            let armed = contract::armed_mark(&t.root, &t.container);
             if armed.exists() {
                 0
             } else {
@@ -67,8 +67,7 @@ fn main() {
             }
         }
         Cli::PostStart { target, timeout } => {
-            let armed =
-                contract::state_dir(&target.root, &target.container).join(contract::ARMED_FILE);
+            let armed = contract::armed_mark(&target.root, &target.container);
             match poststart::wait_armed(&armed, timeout) {
                 poststart::Outcome::Armed { .. } => 0,
                 poststart::Outcome::TimedOut => {

@@ -36,9 +36,10 @@ pub enum Outcome {
 }
 
 /// Waits until `mark` exists, looking every [`POLL_INTERVAL`], for at most
-/// `timeout`. A mark left by an earlier run of the sidecar (the kubelet
-/// restarts a native sidecar that exits) counts: X is already running then,
-/// and there is nothing to order.
+/// `timeout`. The watcher removes its mark when it starts and when it exits;
+/// a mark that a killed watcher left behind may still be seen before the
+/// restarted one removes it, which is harmless: the kubelet restarts a
+/// native sidecar only after X was started, so there is nothing to order.
 pub fn wait_armed(mark: &Path, timeout: Duration) -> Outcome {
     let start = Instant::now();
     loop {

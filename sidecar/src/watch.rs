@@ -186,8 +186,8 @@ pub fn run(cfg: WatchConfig) -> i32 {
         w.cfg.sole_container,
         std::process::id()
     );
-    // A mark left by a previous run of the sidecar must not pass the probe
-    // before this run is ready.
+    // A mark left by a previous run of the sidecar must not end the
+    // postStart handler (or pass the probe) before this run is ready.
     let _ = w.store.remove(contract::ARMED_FILE);
     w.recover();
     w.arm();
@@ -289,7 +289,7 @@ impl Watcher {
         }
     }
 
-    /// Writes the `armed` mark for the startupProbe; on failure (missing or
+    /// Writes the `armed` mark the postStart handler waits for; on failure (missing or
     /// read-only volume) logs and schedules a retry with backoff.
     fn arm(&mut self) {
         let res = self.store.ensure_dir().and_then(|_| {
