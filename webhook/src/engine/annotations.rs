@@ -143,6 +143,20 @@ fn positive_quantity(
     }
 }
 
+/// The pod's [`INJECT`] annotation: `Some(true)` (opted in), `Some(false)`
+/// (opted out) or `None` (absent).
+///
+/// Errors: [`EngineError::InvalidAnnotation`] when the value is not exactly
+/// `true` or `false`.
+pub fn inject_value(annotations: &BTreeMap<String, String>) -> Result<Option<bool>, EngineError> {
+    match annotations.get(INJECT).map(String::as_str) {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(invalid(INJECT, other, "must be \"true\" or \"false\"")),
+    }
+}
+
 impl PodOverrides {
     /// Reads and validates the annotations (`None` = no annotations).
     ///
@@ -153,12 +167,7 @@ impl PodOverrides {
     pub fn parse(annotations: Option<&BTreeMap<String, String>>) -> Result<Self, EngineError> {
         let empty = BTreeMap::new();
         let annotations = annotations.unwrap_or(&empty);
-        let inject = match annotations.get(INJECT).map(String::as_str) {
-            None => None,
-            Some("true") => Some(true),
-            Some("false") => Some(false),
-            Some(other) => return Err(invalid(INJECT, other, "must be \"true\" or \"false\"")),
-        };
+        let inject = inject_value(annotations)?;
         let containers = match annotations.get(CONTAINERS) {
             None => None,
             Some(value) => {

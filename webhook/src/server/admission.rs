@@ -225,8 +225,7 @@ fn opt_in_warning(pod: &Pod, reason: &engine::SkipReason) -> Option<String> {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(engine::annotations::INJECT))
-        .is_some_and(|v| v == "true");
+        .is_some_and(|a| matches!(engine::annotations::inject_value(a), Ok(Some(true))));
     (opted_in && *reason != engine::SkipReason::AlreadyInjected).then(|| {
         format!(
             "kube-prestop: {} is \"true\" but the pod is not injected: {reason}",
