@@ -385,6 +385,16 @@ pub fn injected(pod: &Pod, container: &str) -> bool {
     annotated && crate::container_names(pod).contains(&crate::sidecar_name(container))
 }
 
+/// The Job a pod belongs to (its `batch.kubernetes.io/job-name` label), or
+/// empty.
+pub fn job_name(pod: &Pod) -> String {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::JOB_NAME_LABEL).cloned())
+        .unwrap_or_default()
+}
+
 /// Fails if the pod carries anything of kube-prestop.
 pub fn ensure_untouched(pod: &Pod, containers: &[&str]) -> Result<()> {
     let name = pod.metadata.name.clone().unwrap_or_default();

@@ -46,12 +46,10 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use kube_prestop_e2e::metrics::ApiserverWebhookStats;
 use kube_prestop_e2e::scenario::{
-    WEBHOOK_NAMESPACE, injected, poll_until, set_webhook_restarted_at, tiny_resources,
+    WEBHOOK_NAMESPACE, injected, job_name, poll_until, set_webhook_restarted_at, tiny_resources,
     wait_webhook_rolled_out, wait_webhook_serving, webhook_pods, webhook_rollout_pending,
 };
-use kube_prestop_e2e::{
-    JOB_NAME_LABEL, TestNamespace, client, container_names, init_tracing, test_image,
-};
+use kube_prestop_e2e::{TestNamespace, client, container_names, init_tracing, test_image};
 use serde_json::json;
 
 const C: &str = "main";
@@ -103,12 +101,7 @@ fn watch_pods(client: &Client, ns: &str, seen: SeenMap) -> tokio::task::JoinHand
             if let Ok(mut map) = seen.lock() {
                 map.entry(name).or_insert_with(|| Seen {
                     at: Instant::now(),
-                    job: pod
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(JOB_NAME_LABEL).cloned())
-                        .unwrap_or_default(),
+                    job: job_name(&pod),
                     injected: injected(&pod, C),
                     containers: container_names(&pod),
                 });

@@ -47,8 +47,8 @@ use kube_prestop_e2e::metrics::{
     ApiserverWebhookStats, Histogram, WEBHOOK_DURATION, percentile, webhook_replica_metrics,
 };
 use kube_prestop_e2e::scenario::{
-    HOOK_FINISHED, Records, WEBHOOK_NAMESPACE, container_status, count_lines, injected,
-    pod_finished, poll_until, sidecar_logs, tiny_resources, webhook_pods,
+    HOOK_FINISHED, Records, WEBHOOK_NAMESPACE, container, container_status, count_lines, injected,
+    job_name, pod_finished, poll_until, sidecar_logs, tiny_resources, webhook_pods,
 };
 use kube_prestop_e2e::{
     JOB_NAME_LABEL, TestNamespace, container_logs, run_job, sidecar_name, test_image, unique_suffix,
@@ -234,12 +234,7 @@ fn watch_run(client: &Client, run: &str, map: WatchMap) -> tokio::task::JoinHand
             );
             let Ok(mut m) = map.lock() else { return };
             let w = m.entry(key).or_insert_with(|| Watched {
-                job: pod
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(JOB_NAME_LABEL).cloned())
-                    .unwrap_or_default(),
+                job: job_name(&pod),
                 added: at,
                 injected: injected(&pod, C),
                 ..Watched::default()
@@ -547,15 +542,7 @@ fn burst_job(
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
-                    "containers": [{
-                        "name": C,
-                        "image": test_image(),
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", command],
-                        "lifecycle": { "preStop": { "exec": { "command": ["sh", "-c", hook] } } },
-                        "resources": tiny_resources(),
-                        "volumeMounts": [Records::mount()]
-                    }],
+                    "containers": [container(C, command, hook)],
                     "volumes": [records.volume()]
                 }
             }
