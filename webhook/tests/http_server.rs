@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http_common::{
-    TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for, write_pair,
+    TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for,
+    warnings_of, write_pair,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_webhook::server::FailureMode;
@@ -332,9 +333,9 @@ async fn misspelt_annotation_is_a_warning_and_the_pod_is_still_injected() {
     let response = assert_review_echo(&body, "uid-typo");
     assert_eq!(response["allowed"], true);
     assert!(patch_of(&response).is_some(), "still injected: {response}");
-    let warnings = response["warnings"].as_array().expect("warnings");
+    let warnings = warnings_of(&response).expect("warnings");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    let warning = warnings[0].as_str().unwrap();
+    let warning = &warnings[0];
     for needle in [
         "kube-prestop.io/contianers",
         "did you mean kube-prestop.io/containers?",
@@ -348,19 +349,15 @@ async fn misspelt_annotation_is_a_warning_and_the_pod_is_still_injected() {
         .mutate(review("uid-typo2", "pods", "CREATE", pod).to_string())
         .await;
     let response = assert_review_echo(&body, "uid-typo2");
-    let warnings = response["warnings"].as_array().expect("warnings");
+    let warnings = warnings_of(&response).expect("warnings");
     assert_eq!(warnings.len(), 2, "{warnings:?}");
-    assert!(warnings[0].as_str().unwrap().contains("admitted without"));
-    assert!(warnings[1].as_str().unwrap().contains("contianers"));
+    assert!(warnings[0].contains("admitted without"));
+    assert!(warnings[1].contains("contianers"));
     // A pod without unknown annotations gets no warning.
     let (_, body) = server
         .mutate(review("uid-clean", "pods", "CREATE", job_pod()).to_string())
         .await;
-    assert!(
-        assert_review_echo(&body, "uid-clean")
-            .get("warnings")
-            .is_none()
-    );
+    assert_eq!(warnings_of(&assert_review_echo(&body, "uid-clean")), None);
 }
 
 #[tokio::test]
@@ -378,9 +375,9 @@ async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
     let response = assert_review_echo(&body, "uid-optin");
     assert_eq!(response["allowed"], true);
     assert!(patch_of(&response).is_none(), "not injected: {response}");
-    let warnings = response["warnings"].as_array().expect("warnings");
+    let warnings = warnings_of(&response).expect("warnings");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    let warning = warnings[0].as_str().unwrap();
+    let warning = &warnings[0];
     for needle in [
         "kube-prestop.io/inject is \"true\"",
         "not injected",
@@ -396,10 +393,9 @@ async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
     let (_, body) = server
         .mutate(review("uid-plain-skip", "pods", "CREATE", pod).to_string())
         .await;
-    assert!(
-        assert_review_echo(&body, "uid-plain-skip")
-            .get("warnings")
-            .is_none()
+    assert_eq!(
+        warnings_of(&assert_review_echo(&body, "uid-plain-skip")),
+        None
     );
 }
 
@@ -414,11 +410,8 @@ async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
         let response = assert_review_echo(&value, "uid-err");
         assert_eq!(response["allowed"], true, "{what}");
         assert!(response.get("patch").is_none(), "{what}");
-        let warnings = response["warnings"].as_array().expect("warnings");
-        assert!(
-            warnings[0].as_str().unwrap().contains("kube-prestop"),
-            "{what}: {warnings:?}"
-        );
+        let warnings = warnings_of(&response).expect("warnings");
+        assert!(warnings[0].contains("kube-prestop"), "{what}: {warnings:?}");
     }
     let metrics = reqwest::get(server.metrics_url("/metrics"))
         .await

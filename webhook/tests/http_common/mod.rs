@@ -312,6 +312,20 @@ pub fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     Some(serde_json::from_slice(&bytes).unwrap())
 }
 
+/// The admission warnings of a response: `None` when it has no `warnings`
+/// field; panics when the field is not a list of strings.
+pub fn warnings_of(response: &Value) -> Option<Vec<String>> {
+    let list = response
+        .get("warnings")?
+        .as_array()
+        .expect("warnings is a list");
+    Some(
+        list.iter()
+            .map(|w| w.as_str().expect("a warning is a string").to_owned())
+            .collect(),
+    )
+}
+
 /// Poll `check` every 20 ms until it returns true (`timeout` at most).
 pub async fn wait_for<F, Fut>(timeout: Duration, what: &str, mut check: F)
 where
