@@ -68,12 +68,16 @@ async fn webhook_patch_gives_the_golden_output() {
         }
         let cache = ClusterCache::from_store(store);
 
-        let outcome = review(
-            &body("u1", &namespace, &input),
-            &cache,
-            &config(),
-            FailureMode::Allow,
-        );
+        let config = config();
+        let admit = |uid: &str, pod: &Value| {
+            review(
+                &body(uid, &namespace, pod),
+                &cache,
+                &config,
+                FailureMode::Allow,
+            )
+        };
+        let outcome = admit("u1", &input);
         let (response, patch) = answer_of(&case, &outcome, "u1");
         if expected.get("skip").is_some() {
             assert_eq!(outcome.decision, "skip", "{case}");
@@ -94,12 +98,7 @@ async fn webhook_patch_gives_the_golden_output() {
                 serde_json::to_string_pretty(&json_patch::diff(&expected, &patched)).unwrap()
             );
             // Reinvocation: the output gets no patch.
-            let again = review(
-                &body("u2", &namespace, &patched),
-                &cache,
-                &config(),
-                FailureMode::Allow,
-            );
+            let again = admit("u2", &patched);
             let (response, patch) = answer_of(&case, &again, "u2");
             assert!(patch.is_none(), "{case}: second pass patched: {response}");
             injected += 1;
