@@ -148,36 +148,54 @@ fn create_jobs(
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<Vec<Created>> {
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
+    every(EVERY, stop, move |i| {
+        let name = format!("rr-{i:04}");
+        let jobs = jobs.clone();
+        async move {
+            let at = Instant::now();
+            let error = match pending_job(&name) {
+                Ok(job) => jobs
+                    .create(&PostParams::default(), &job)
+                    .await
+                    .err()
+                    .map(|e| e.to_string()),
+                Err(e) => Some(format!("{e:#}")),
+            };
+            Created { name, at, error }
+        }
+    })
+}
+
+/// Starts `call(i)` (i = 0, 1, ...) on its own task every `period` until
+/// `stop` is set, so that a slow call never delays the next one; the handle
+/// gives every call's result, in order.
+fn every<T, F, Fut>(
+    period: Duration,
+    stop: Arc<AtomicBool>,
+    mut call: F,
+) -> tokio::task::JoinHandle<Vec<T>>
+where
+    T: Send + 'static,
+    F: FnMut(u32) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(EVERY);
+        let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut calls = Vec::new();
         let mut i = 0u32;
         while !stop.load(Ordering::SeqCst) {
             tick.tick().await;
-            let name = format!("rr-{i:04}");
+            calls.push(tokio::spawn(call(i)));
             i += 1;
-            let jobs = jobs.clone();
-            calls.push(tokio::spawn(async move {
-                let at = Instant::now();
-                let error = match pending_job(&name) {
-                    Ok(job) => jobs
-                        .create(&PostParams::default(), &job)
-                        .await
-                        .err()
-                        .map(|e| e.to_string()),
-                    Err(e) => Some(format!("{e:#}")),
-                };
-                Created { name, at, error }
-            }));
         }
-        let mut created = Vec::new();
-        for call in calls {
-            if let Ok(c) = call.await {
-                created.push(c);
+        let mut results = Vec::new();
+        for c in calls {
+            if let Ok(r) = c.await {
+                results.push(r);
             }
         }
-        created
+        results
     })
 }
 
@@ -195,53 +213,40 @@ fn dry_runs(
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<Vec<DryRun>> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    tokio::spawn(async move {
-        let probe: Result<Pod, _> = serde_json::from_value(json!({
-            "metadata": {
-                "generateName": "rr-dry-",
-                "annotations": { "kube-prestop.io/inject": "true" }
-            },
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": C,
-                    "image": test_image(),
-                    "imagePullPolicy": "Never",
-                    "command": ["true"],
-                    "lifecycle": { "preStop": { "exec": { "command": ["true"] } } }
-                }]
-            }
-        }));
-        let Ok(probe) = probe else {
-            return Vec::new();
-        };
-        let mut tick = tokio::time::interval(DRY_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut calls = Vec::new();
-        while !stop.load(Ordering::SeqCst) {
-            tick.tick().await;
-            let (pods, probe) = (pods.clone(), probe.clone());
-            calls.push(tokio::spawn(async move {
-                let at = Instant::now();
-                let params = PostParams {
-                    dry_run: true,
-                    ..PostParams::default()
-                };
-                let result = pods
-                    .create(&params, &probe)
-                    .await
-                    .map(|p| injected(&p, C))
-                    .map_err(|e| e.to_string());
-                DryRun { at, result }
-            }));
+    let probe: Result<Pod, _> = serde_json::from_value(json!({
+        "metadata": {
+            "generateName": "rr-dry-",
+            "annotations": { "kube-prestop.io/inject": "true" }
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": C,
+                "image": test_image(),
+                "imagePullPolicy": "Never",
+                "command": ["true"],
+                "lifecycle": { "preStop": { "exec": { "command": ["true"] } } }
+            }]
         }
-        let mut done = Vec::new();
-        for call in calls {
-            if let Ok(d) = call.await {
-                done.push(d);
-            }
+    }));
+    let Ok(probe) = probe else {
+        return tokio::spawn(async { Vec::new() });
+    };
+    every(DRY_EVERY, stop, move |_| {
+        let (pods, probe) = (pods.clone(), probe.clone());
+        async move {
+            let at = Instant::now();
+            let params = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            let result = pods
+                .create(&params, &probe)
+                .await
+                .map(|p| injected(&p, C))
+                .map_err(|e| e.to_string());
+            DryRun { at, result }
         }
-        done
     })
 }
 
