@@ -409,7 +409,7 @@ pub fn plan(
     // that same first container keeps `kubectl logs POD` on the job's own
     // output (and drops kubectl's "Defaulted container" notice), whichever
     // container is watched.
-    if let Some(first) = pod.spec.as_ref().and_then(|s| s.containers.first())
+    if let Some(first) = spec.containers.first()
         && !has_default
         && !sidecars.is_empty()
     {
