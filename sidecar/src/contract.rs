@@ -53,6 +53,20 @@ pub const INSTALL_IMAGE_BINARY: &str = "/kube-prestop-sidecar";
 /// container that mounts it at [`MOUNT_PATH`].
 pub const BINARY_PATH: &str = "/.kube-prestop/bin/kube-prestop";
 
+/// Directory of [`BINARY_PATH`]. When the binary comes from a ConfigMap
+/// instead of the install init container, the ConfigMap's volume is mounted
+/// here (read-only, over the shared volume's `bin` directory), so the
+/// binary's path is the same either way.
+pub const BINARY_DIR: &str = "/.kube-prestop/bin";
+
+/// Name of the volume holding the sidecar binary's ConfigMap (see
+/// [`BINARY_DIR`]); a suffix is added on collision like [`VOLUME_NAME`].
+pub const BINARY_VOLUME_NAME: &str = "kube-prestop-bin";
+
+/// Key of the sidecar binary in the ConfigMap's `binaryData`; the file the
+/// ConfigMap volume shows at [`BINARY_PATH`].
+pub const BINARY_CONFIG_MAP_KEY: &str = "kube-prestop";
+
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
@@ -388,6 +402,13 @@ mod tests {
         assert!(prestop_mark_file("7-1").starts_with(PRESTOP_PREFIX));
         assert!(running_file("7-1").starts_with(RUNNING_PREFIX));
         assert!(done_file("7-1").starts_with(DONE_PREFIX));
+    }
+
+    #[test]
+    fn binary_path_is_the_same_from_a_config_map() {
+        let from_config_map = Path::new(BINARY_DIR).join(BINARY_CONFIG_MAP_KEY);
+        assert_eq!(from_config_map, Path::new(BINARY_PATH));
+        assert!(BINARY_DIR.starts_with(&format!("{MOUNT_PATH}/")));
     }
 
     #[test]

@@ -58,6 +58,10 @@ const REQUIRED: &[&str] = &[
     "name-collisions",
     "invalid-annotation",
     "containers-annotation",
+    "config-map-simple-job",
+    "config-map-two-containers",
+    "config-map-name-collisions",
+    "config-map-guaranteed-qos",
     "pod-level-resources",
     "sidecar-request-above-default-limit",
     "sidecar-limit-below-request",
@@ -166,6 +170,7 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
     let cluster = ClusterContext {
         namespace: context.namespace(),
         limit_ranges: context.limit_ranges,
+        sidecar_config_map: context.sidecar_config_map,
     };
     let config = config();
     let decision = engine::inject(&pod, &cluster, &config);

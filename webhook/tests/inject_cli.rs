@@ -157,6 +157,7 @@ fn golden_cronjob_stream() {
     let context = ClusterContext {
         namespace: "reports".into(),
         limit_ranges: vec![],
+        sidecar_config_map: None,
     };
     let Decision::Inject(webhook_pod) = engine::inject(&pod, &context, &config).unwrap() else {
         panic!("the webhook would not inject this pod");

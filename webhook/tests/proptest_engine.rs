@@ -229,6 +229,9 @@ struct Gen {
     annotations: BTreeMap<String, String>,
     pod_level: Option<Shape>,
     namespace: Option<String>,
+    /// The namespace has the sidecar binary's ConfigMap (no install init
+    /// container; a second, ConfigMap volume).
+    config_map: bool,
 }
 
 fn volume_name() -> impl Strategy<Value = String> {
@@ -236,6 +239,7 @@ fn volume_name() -> impl Strategy<Value = String> {
         3 => "[a-z][a-z0-9-]{0,20}[a-z0-9]",
         1 => Just("kube-prestop".to_owned()),
         1 => Just("kube-prestop-1".to_owned()),
+        1 => Just("kube-prestop-bin".to_owned()),
     ]
 }
 
@@ -274,6 +278,7 @@ fn generated() -> impl Strategy<Value = Gen> {
             1 => Just(Some("kube-system".to_owned())),
             1 => Just(Some("team-a".to_owned())),
         ],
+        any::<bool>(),
     )
         .prop_map(
             |(
@@ -288,6 +293,7 @@ fn generated() -> impl Strategy<Value = Gen> {
                 annotations,
                 pod_level,
                 namespace,
+                config_map,
             )| Gen {
                 containers,
                 inits,
@@ -300,6 +306,7 @@ fn generated() -> impl Strategy<Value = Gen> {
                 annotations,
                 pod_level,
                 namespace,
+                config_map,
             },
         )
 }
@@ -467,10 +474,15 @@ fn config() -> Config {
     }
 }
 
-fn context() -> ClusterContext {
+/// Name of the sidecar binary's ConfigMap in generated namespaces that have
+/// one.
+const CONFIG_MAP: &str = "kube-prestop-sidecar-0123456789ab";
+
+fn context(g: &Gen) -> ClusterContext {
     ClusterContext {
         namespace: String::new(),
         limit_ranges: Vec::new(),
+        sidecar_config_map: g.config_map.then(|| CONFIG_MAP.to_owned()),
     }
 }
 
@@ -520,7 +532,7 @@ fn list(v: Value) -> Vec<Value> {
 ///
 /// Returns the number of watched containers. What remains must equal
 /// `before` exactly.
-fn strip_allowed(before: &Value, after: &mut Value) -> usize {
+fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
     // spec
     let spec_b = &before["spec"];
     let spec_a = after.get_mut("spec").unwrap();
@@ -541,13 +553,27 @@ fn strip_allowed(before: &Value, after: &mut Value) -> usize {
 
     let vols_b = list(spec_b.get("volumes").cloned().unwrap_or(Value::Null));
     let vols_a = list(take(spec_a, "volumes"));
-    assert_eq!(vols_a.len(), vols_b.len() + 1, "exactly one volume added");
-    assert_eq!(&vols_a[..vols_b.len()], &vols_b[..], "user volumes changed");
-    let ours = &vols_a[vols_b.len()];
-    assert!(
-        ours.get("emptyDir").is_some(),
-        "added volume is an emptyDir: {ours}"
+    let added_volumes = if config_map { 2 } else { 1 };
+    assert_eq!(
+        vols_a.len(),
+        vols_b.len() + added_volumes,
+        "the emptyDir (and the binary's ConfigMap volume) added"
     );
+    assert_eq!(&vols_a[..vols_b.len()], &vols_b[..], "user volumes changed");
+    let ours = &vols_a[vols_b.len()..];
+    assert!(
+        ours[0].get("emptyDir").is_some(),
+        "first added volume is an emptyDir: {}",
+        ours[0]
+    );
+    if config_map {
+        assert_eq!(
+            ours[1]["configMap"]["name"], CONFIG_MAP,
+            "second added volume is the binary's ConfigMap: {}",
+            ours[1]
+        );
+    }
+    let install = usize::from(!config_map);
     put(
         spec_a,
         "volumes",
@@ -607,8 +633,8 @@ fn strip_allowed(before: &Value, after: &mut Value) -> usize {
             "user mounts changed"
         );
         for m in &mounts_a[mounts_b.len()..] {
-            assert_eq!(
-                m["name"], ours["name"],
+            assert!(
+                ours.iter().any(|v| v["name"] == m["name"]),
                 "added mount of another volume: {m}"
             );
         }
@@ -620,8 +646,8 @@ fn strip_allowed(before: &Value, after: &mut Value) -> usize {
     }
     assert_eq!(
         added.len(),
-        watched + 1,
-        "install + one sidecar per watched container"
+        watched + install,
+        "install (unless the binary comes from a ConfigMap) + one sidecar per watched container"
     );
 
     // metadata
@@ -682,7 +708,7 @@ fn check_names(pod: &Pod) {
 fn check(g: &Gen) -> Result<(), TestCaseError> {
     let pod = build(g);
     let config = EngineConfig::default();
-    let decision = engine::inject(&pod, &context(), &config);
+    let decision = engine::inject(&pod, &context(g), &config);
     let out = match decision {
         Ok(Decision::Skip(_)) => return Ok(()),
         Ok(Decision::Inject(out)) => *out,
@@ -706,14 +732,14 @@ fn check(g: &Gen) -> Result<(), TestCaseError> {
     prop_assert_eq!(&serde_json::to_value(&reparsed).unwrap(), &after);
 
     // 2. Idempotent.
-    match engine::inject(&out, &context(), &config) {
+    match engine::inject(&out, &context(g), &config) {
         Ok(Decision::Skip(SkipReason::AlreadyInjected)) => {}
         other => panic!("second pass: {other:?}"),
     }
 
     // 3. Only documented fields change.
     let mut stripped = after.clone();
-    let watched = strip_allowed(&before, &mut stripped);
+    let watched = strip_allowed(&before, &mut stripped, g.config_map);
     prop_assert!(watched >= 1);
     prop_assert_eq!(&stripped, &before);
 
@@ -742,8 +768,8 @@ proptest! {
 fn check_webhook_patch(g: &Gen) -> Result<(), TestCaseError> {
     let pod = build(g);
     let config = EngineConfig::default();
-    let decision = engine::inject(&pod, &context(), &config);
-    let plan = engine::plan(&pod, &context(), &config);
+    let decision = engine::inject(&pod, &context(g), &config);
+    let plan = engine::plan(&pod, &context(g), &config);
     match (decision, plan) {
         (Ok(Decision::Inject(out)), Ok(engine::Plan::Inject(mutation))) => {
             let patch = engine::patch::json_patch(&pod, &mutation).unwrap();
@@ -781,8 +807,10 @@ fn generator_reaches_injection() {
     let mut injected = 0;
     let mut guaranteed = 0;
     for _ in 0..200 {
-        let pod = build(&strategy.new_tree(&mut runner).unwrap().current());
-        if let Ok(Decision::Inject(_)) = engine::inject(&pod, &context(), &EngineConfig::default())
+        let g = strategy.new_tree(&mut runner).unwrap().current();
+        let pod = build(&g);
+        if let Ok(Decision::Inject(_)) =
+            engine::inject(&pod, &context(&g), &EngineConfig::default())
         {
             injected += 1;
             if resources::pod_qos(pod.spec.as_ref().unwrap()).unwrap()

@@ -42,6 +42,14 @@ pub struct ClusterContext {
     pub namespace: String,
     /// LimitRanges of that namespace (only `type: Container` items are used).
     pub limit_ranges: Vec<LimitRange>,
+    /// Name of a ConfigMap in that namespace whose `binaryData` holds the
+    /// sidecar binary under `contract::BINARY_CONFIG_MAP_KEY`, when the
+    /// caller knows one exists (the server's `sidecar_configmap` module
+    /// creates them). With one, the pod mounts the binary from it at
+    /// `contract::BINARY_DIR` and gets no install init container (one
+    /// kubelet pod sync, about a second, less pod start); without one
+    /// (`None`), the install init container copies it.
+    pub sidecar_config_map: Option<String>,
 }
 
 /// The engine's answer for a Pod.
@@ -292,6 +300,7 @@ mod tests {
         ClusterContext {
             namespace: "default".into(),
             limit_ranges: vec![],
+            sidecar_config_map: None,
         }
     }
 

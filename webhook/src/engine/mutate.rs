@@ -1,8 +1,10 @@
 //! The mutation (DESIGN §3, "Mutation, for each watched container X").
 //!
 //! Resulting `initContainers` order: the user's init containers and native
-//! sidecars unchanged, then the install init container, then one native
-//! sidecar per watched container in `containers` order. The kubelet starts
+//! sidecars unchanged, then the install init container (only when the
+//! binary does not come from a ConfigMap, see
+//! [`ClusterContext::sidecar_config_map`]), then one native sidecar per
+//! watched container in `containers` order. The kubelet starts
 //! init containers in order (the next one only in a later pod sync, once it
 //! sees a native sidecar running, which is after the sidecar's postStart
 //! handler returned: ours returns once the watcher is armed) and stops native
@@ -13,8 +15,9 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, ExecAction, Lifecycle, LifecycleHandler,
-    Pod, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, ExecAction,
+    KeyToPath, Lifecycle, LifecycleHandler, Pod, PodSpec, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume, VolumeMount,
 };
 use kube_prestop_sidecar::contract;
 
@@ -29,6 +32,10 @@ use super::{ClusterContext, EngineError};
 pub const INSTALL_UID: i64 = 65532;
 /// Default `terminationGracePeriodSeconds` of a pod (seconds).
 pub const DEFAULT_GRACE_PERIOD_SECONDS: i64 = 30;
+/// File mode of the sidecar binary in its ConfigMap volume (`0555`: read
+/// and execute for every UID the containers may run as; the volume is
+/// mounted read-only).
+pub const BINARY_FILE_MODE: i32 = 0o555;
 
 fn taken_container_names(spec: &PodSpec) -> BTreeSet<String> {
     spec.containers
@@ -102,6 +109,54 @@ fn shared_mount(volume: &str) -> VolumeMount {
     }
 }
 
+/// Where the sidecar binary comes from in this pod.
+#[derive(Debug, Clone, Copy)]
+enum Binary<'a> {
+    /// Copied into the shared volume by the install init container.
+    Installed,
+    /// Mounted from the ConfigMap volume named by the first field, at
+    /// [`contract::BINARY_DIR`].
+    ConfigMapVolume(&'a str),
+}
+
+impl Binary<'_> {
+    /// The mounts that give a container the binary at
+    /// [`contract::BINARY_PATH`]: the shared volume, then (from a ConfigMap)
+    /// the binary's volume over its `bin` directory, read-only.
+    fn mounts(self, shared: &str) -> Vec<VolumeMount> {
+        let mut mounts = vec![shared_mount(shared)];
+        if let Binary::ConfigMapVolume(volume) = self {
+            mounts.push(VolumeMount {
+                name: volume.to_owned(),
+                mount_path: contract::BINARY_DIR.to_owned(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+        mounts
+    }
+}
+
+/// The volume that shows the ConfigMap `config_map`'s binary as
+/// `kube-prestop` with mode [`BINARY_FILE_MODE`]. Not optional: the kubelet
+/// waits for the ConfigMap rather than start a sidecar without its binary.
+fn binary_volume(name: String, config_map: &str) -> Volume {
+    Volume {
+        name,
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.to_owned(),
+            items: Some(vec![KeyToPath {
+                key: contract::BINARY_CONFIG_MAP_KEY.to_owned(),
+                path: contract::BINARY_CONFIG_MAP_KEY.to_owned(),
+                mode: None,
+            }]),
+            default_mode: Some(BINARY_FILE_MODE),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
 /// The install init container.
 fn install_container(
     name: String,
@@ -161,11 +216,12 @@ fn sidecar_container(
     hook: &[String],
     started_after: &[String],
     volume: &str,
+    binary: Binary<'_>,
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
-    mounts.push(shared_mount(volume));
+    mounts.extend(binary.mounts(volume));
     Container {
         name,
         image: x.image.clone(),
@@ -199,21 +255,21 @@ fn sidecar_container(
     }
 }
 
-/// X's two mounts of the shared volume: the whole volume at
-/// `contract::MOUNT_PATH` (read-write: the wrapper writes its mark) and the
-/// identifying mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`;
-/// the kubelet creates a missing subPath directory).
-fn watched_mounts(x: &Container, volume: &str) -> Vec<VolumeMount> {
-    vec![
-        shared_mount(volume),
-        VolumeMount {
-            name: volume.to_owned(),
-            mount_path: contract::id_mount_path(&x.name),
-            sub_path: Some(contract::id_sub_path(&x.name)),
-            read_only: Some(true),
-            ..Default::default()
-        },
-    ]
+/// X's mounts: the whole shared volume at `contract::MOUNT_PATH`
+/// (read-write: the wrapper writes its mark), the binary's ConfigMap volume
+/// when there is one (the wrapper runs the binary), and the identifying
+/// mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet
+/// creates a missing subPath directory).
+fn watched_mounts(x: &Container, volume: &str, binary: Binary<'_>) -> Vec<VolumeMount> {
+    let mut mounts = binary.mounts(volume);
+    mounts.push(VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::id_mount_path(&x.name),
+        sub_path: Some(contract::id_sub_path(&x.name)),
+        read_only: Some(true),
+        ..Default::default()
+    });
+    mounts
 }
 
 /// What injection changes in one watched container X.
@@ -224,8 +280,8 @@ pub struct WatchedChange {
     /// X's new `lifecycle.preStop.exec.command`: the wrapper around the
     /// original command.
     pub prestop_command: Vec<String>,
-    /// Appended to X's `volumeMounts`: the shared volume and X's
-    /// identifying mount.
+    /// Appended to X's `volumeMounts`: the shared volume, the binary's
+    /// ConfigMap volume (when it has one) and X's identifying mount.
     pub volume_mounts: Vec<VolumeMount>,
 }
 
@@ -236,10 +292,12 @@ pub struct WatchedChange {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mutation {
     /// Appended to `spec.initContainers`, in this order: the install init
-    /// container, then one native sidecar per watched container.
+    /// container (unless the binary comes from a ConfigMap), then one native
+    /// sidecar per watched container.
     pub init_containers: Vec<Container>,
-    /// Appended to `spec.volumes`: the shared `emptyDir`.
-    pub volume: Volume,
+    /// Appended to `spec.volumes`: the shared `emptyDir`, then the binary's
+    /// ConfigMap volume when there is one.
+    pub volumes: Vec<Volume>,
     /// The changes to the watched containers, in `spec.containers` order.
     pub watched: Vec<WatchedChange>,
     /// Whether `spec.shareProcessNamespace` is set to `true` (not with
@@ -273,7 +331,9 @@ impl Mutation {
             spec.init_containers
                 .get_or_insert_with(Vec::new)
                 .extend(self.init_containers);
-            spec.volumes.get_or_insert_with(Vec::new).push(self.volume);
+            spec.volumes
+                .get_or_insert_with(Vec::new)
+                .extend(self.volumes);
             if self.share_process_namespace {
                 spec.share_process_namespace = Some(true);
             }
@@ -314,36 +374,57 @@ pub fn plan(
     let sidecar_defaults = overrides.sidecar_resources(&config.sidecar_resources)?;
     let sidecar_resources =
         resources::container_resources(&sidecar_defaults, ctx, &cluster.limit_ranges)?;
-    let install_resources = resources::container_resources(
-        &config.install_resources,
-        ResourceContext {
-            explicit: false,
-            ..ctx
-        },
-        &cluster.limit_ranges,
-    )?;
 
     // Names.
     let mut taken = taken_container_names(spec);
-    let volumes: BTreeSet<String> = spec
+    let mut volume_names: BTreeSet<String> = spec
         .volumes
         .iter()
         .flatten()
         .map(|v| v.name.clone())
         .collect();
-    let volume = names::first_free(contract::VOLUME_NAME, &volumes);
-    let install_name = names::first_free(names::INSTALL_CONTAINER, &taken);
-    taken.insert(install_name.clone());
+    let volume = names::first_free(contract::VOLUME_NAME, &volume_names);
+    volume_names.insert(volume.clone());
+    let mut volumes = vec![Volume {
+        name: volume.clone(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }];
+
+    // The binary: from the namespace's ConfigMap when there is one, else
+    // copied by the install init container (one more kubelet pod sync).
+    let mut init_containers = Vec::with_capacity(watched.len() + 1);
+    let binary_volume_name;
+    let binary = match cluster.sidecar_config_map.as_deref() {
+        Some(config_map) => {
+            binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
+            volumes.push(binary_volume(binary_volume_name.clone(), config_map));
+            Binary::ConfigMapVolume(&binary_volume_name)
+        }
+        None => {
+            let install_resources = resources::container_resources(
+                &config.install_resources,
+                ResourceContext {
+                    explicit: false,
+                    ..ctx
+                },
+                &cluster.limit_ranges,
+            )?;
+            let install_name = names::first_free(names::INSTALL_CONTAINER, &taken);
+            taken.insert(install_name.clone());
+            init_containers.push(install_container(
+                install_name,
+                &volume,
+                config,
+                install_resources,
+            ));
+            Binary::Installed
+        }
+    };
 
     let grace = spec
         .termination_grace_period_seconds
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
-    let mut init_containers = vec![install_container(
-        install_name,
-        &volume,
-        config,
-        install_resources,
-    )];
     // Watched containers, their hooks and their sidecars' names, in order: a
     // sidecar is started before the next one (DESIGN §4), so each watcher is
     // told which containers start after it (`--started-after`).
@@ -363,7 +444,7 @@ pub fn plan(
         changes.push(WatchedChange {
             index: i,
             prestop_command: contract::prestop_command(&x.name, hook),
-            volume_mounts: watched_mounts(x, &volume),
+            volume_mounts: watched_mounts(x, &volume, binary),
         });
     }
     let host_pid = spec.host_pid == Some(true);
@@ -384,6 +465,7 @@ pub fn plan(
             hook,
             &started_after,
             &volume,
+            binary,
             grace,
             sidecar_resources.clone(),
         ));
@@ -421,11 +503,7 @@ pub fn plan(
 
     Ok(Mutation {
         init_containers,
-        volume: Volume {
-            name: volume,
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        },
+        volumes,
         watched: changes,
         share_process_namespace: !host_pid,
         annotations,

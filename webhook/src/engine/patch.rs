@@ -158,7 +158,7 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
         &mut ops,
         &["spec", "volumes"],
         spec.is_some_and(|s| s.volumes.is_some()),
-        std::slice::from_ref(&mutation.volume),
+        &mutation.volumes,
         OpValue::Volume,
         OpValue::Volumes,
     );
@@ -229,6 +229,7 @@ mod tests {
         let cluster = ClusterContext {
             namespace: "default".into(),
             limit_ranges: vec![],
+            sidecar_config_map: None,
         };
         let Ok(Plan::Inject(mutation)) = engine::plan(pod, &cluster, &EngineConfig::default())
         else {

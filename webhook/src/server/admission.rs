@@ -156,6 +156,7 @@ pub fn review(
         .unwrap_or_else(|| "default".to_owned());
     let context = ClusterContext {
         limit_ranges: cache.limit_ranges(&namespace),
+        sidecar_config_map: None,
         namespace,
     };
 

@@ -13,13 +13,15 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// A case's optional `context.yaml`: the pod's namespace (default
-/// `default`) and the namespace's LimitRanges.
+/// `default`), the namespace's LimitRanges and the ConfigMap holding the
+/// sidecar binary there (default none: the install init container).
 #[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Context {
     pub namespace: Option<String>,
     #[serde(default)]
     pub limit_ranges: Vec<LimitRange>,
+    pub sidecar_config_map: Option<String>,
 }
 
 impl Context {
