@@ -126,6 +126,7 @@ expect_refused "provided mode without a Secret" --set certificates.mode=provided
 expect_refused "a bad failurePolicy" --set webhook.failurePolicy=Maybe
 expect_refused "a timeout over 30 s" --set webhook.timeoutSeconds=31
 expect_refused "a malformed duration" --set certificates.selfManaged.validity=1year
+expect_refused "an unknown sidecar binary source" --set sidecarBinary.source=image
 
 # Facts the renders must show.
 check_render() {
@@ -144,6 +145,11 @@ check_render "cert-manager: CA injection annotation" certmanager-k8s1.34 "cert-m
 check_render "provided: caBundle rendered" provided-k8s1.34 "caBundle: " 1
 check_render "no Secret write permission outside self-managed" certmanager-k8s1.34 "kind: Role$" 0
 check_render "one replica: no PodDisruptionBudget" custom-k8s1.34 "kind: PodDisruptionBudget" 0
+check_render "sidecar binary from a ConfigMap: ConfigMap create permission" selfmanaged-k8s1.34 'resources: \["configmaps"\]' 1
+check_render "sidecar binary from a ConfigMap: side effects skipped on dry run" selfmanaged-k8s1.34 "sideEffects: NoneOnDryRun" 1
+check_render "sidecar binary from a ConfigMap: the webhook gets the binary" selfmanaged-k8s1.34 "sidecar-binary=/var/run/kube-prestop/sidecar-binary/kube-prestop" 1
+check_render "install container only: no ConfigMap permission" custom-k8s1.34 "configmaps" 0
+check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
 check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
 
 printf '\nchart: %d passed, %d failed\n' "${passed}" "${failed}"
