@@ -421,6 +421,8 @@ if have("cluster-start.txt"):
     R(f"pod start: pod added (watch) → main container's first instruction, p50 / p90 ({n} pods injected, {n} not, interleaved)",
       pair("start"), "≤ +300 ms (median)",
       f"**{d50:+,.0f} ms** median ({diff('start', 'p90'):+,.0f} ms p90): goal {'met' if d50 <= 300 else '**missed**'}; "
+      f"sidecar binary from the namespace's ConfigMap in {s.get('start_inj_from_config_map', '0')} of {n} injected pods "
+      f"(the rest: install init container); "
       f"injected, as the API reported it (p50 from pod added): install container done {f1(s['start_inj_install_done_p50_ms'])} ms, "
       f"sidecar started (running, postStart done) {f1(s['start_inj_sidecar_started_p50_ms'])} ms")
     R(f"reference, same run: the not-injected Job plus one do-nothing native sidecar (no probe, no install step; {n} pods)",

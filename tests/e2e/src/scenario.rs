@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail, ensure};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -37,6 +37,13 @@ pub const WEBHOOK_NAMESPACE: &str = "kube-prestop";
 pub const WEBHOOK_DEPLOYMENT: &str = "kube-prestop";
 /// Port of the webhook's plain-HTTP metrics endpoint.
 pub const WEBHOOK_METRICS_PORT: u16 = 9090;
+/// Label selector of the ConfigMaps the webhook creates to hold the sidecar
+/// binary (`sidecarBinary.source=configMap`, the chart's default).
+pub const BINARY_CONFIG_MAP_SELECTOR: &str =
+    "app.kubernetes.io/managed-by=kube-prestop,app.kubernetes.io/component=sidecar-binary";
+/// Name of the install init container the webhook adds when the binary does
+/// not come from a ConfigMap.
+pub const INSTALL_CONTAINER: &str = "kube-prestop-install";
 
 /// A hook line that records who ran it: the sidecar sets
 /// `KUBE_PRESTOP_CONTAINER`/`INSTANCE`/`ATTEMPT`; a preStop run by the kubelet
@@ -649,11 +656,10 @@ pub async fn wait_webhook_rolled_out(client: &Client, timeout: Duration) -> Resu
     done.with_context(|| format!("the webhook Deployment did not roll out: {last}"))
 }
 
-/// Waits until a server-side dry-run create of a Job-like pod in the labelled
-/// namespace `ns` comes back injected: the webhook serves again.
-pub async fn wait_webhook_serving(client: &Client, ns: &str, timeout: Duration) -> Result<()> {
-    let pods = Api::<Pod>::namespaced(client.clone(), ns);
-    let probe: Pod = serde_json::from_value(json!({
+/// A Job-like pod (opted in, with an exec preStop) for server-side dry-run
+/// creates that ask the webhook what it would do.
+fn probe_pod() -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
         "metadata": {
             "generateName": "webhook-probe-",
             "annotations": { "kube-prestop.io/inject": "true" }
@@ -668,7 +674,14 @@ pub async fn wait_webhook_serving(client: &Client, ns: &str, timeout: Duration) 
                 "lifecycle": { "preStop": { "exec": { "command": ["true"] } } }
             }]
         }
-    }))?;
+    }))?)
+}
+
+/// Waits until a server-side dry-run create of a Job-like pod in the labelled
+/// namespace `ns` comes back injected: the webhook serves again.
+pub async fn wait_webhook_serving(client: &Client, ns: &str, timeout: Duration) -> Result<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let probe = probe_pod()?;
     poll_until(timeout, Duration::from_secs(1), || {
         let pods = pods.clone();
         let probe = probe.clone();
@@ -685,6 +698,76 @@ pub async fn wait_webhook_serving(client: &Client, ns: &str, timeout: Duration) 
     .context("the webhook does not inject (dry run)")
 }
 
+/// The ConfigMap a pod mounts the sidecar binary from, if it does (else the
+/// install init container copied it).
+pub fn binary_config_map(pod: &Pod) -> Option<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.config_map.as_ref())
+        .map(|c| c.name.clone())
+        .find(|n| n.starts_with("kube-prestop-sidecar-"))
+}
+
+/// Whether the pod has the install init container.
+pub fn has_install_container(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .any(|c| c.name == INSTALL_CONTAINER)
+}
+
+/// The sidecar-binary ConfigMaps the webhook made in `ns`.
+pub async fn binary_config_maps(client: &Client, ns: &str) -> Result<Vec<ConfigMap>> {
+    Ok(Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(BINARY_CONFIG_MAP_SELECTOR))
+        .await?
+        .items)
+}
+
+/// Waits until server-side dry-run creates of a Job-like pod in the labelled
+/// namespace `ns` come back with the binary from a ConfigMap three times in
+/// a row (each webhook replica learns of the ConfigMap from its own watch),
+/// and returns the ConfigMap's name.
+pub async fn wait_injects_from_config_map(
+    client: &Client,
+    ns: &str,
+    timeout: Duration,
+) -> Result<String> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let probe = probe_pod()?;
+    let streak = std::sync::Arc::new(std::sync::Mutex::new((0u32, String::new())));
+    let seen = streak.clone();
+    poll_until(timeout, Duration::from_millis(200), move || {
+        let pods = pods.clone();
+        let probe = probe.clone();
+        let streak = streak.clone();
+        async move {
+            let pp = kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let created = pods.create(&pp, &probe).await?;
+            let from = binary_config_map(&created);
+            let Ok(mut s) = streak.lock() else {
+                bail!("poisoned lock");
+            };
+            match from {
+                Some(name) if !has_install_container(&created) => {
+                    s.0 += 1;
+                    s.1 = name;
+                }
+                _ => s.0 = 0,
+            }
+            Ok(s.0 >= 3)
+        }
+    })
+    .await
+    .context("the webhook does not mount the sidecar binary from a ConfigMap (dry run)")?;
+    let name = seen.lock().map(|s| s.1.clone()).unwrap_or_default();
+    Ok(name)
+}
+
 /// A labelled namespace plus a records directory for one scenario; on failure
 /// prints diagnostics and the records; always deletes both.
 pub async fn with_scenario<F, Fut>(client: &Client, prefix: &str, body: F) -> Result<()>
@@ -692,7 +775,22 @@ where
     F: FnOnce(String, Records) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
-    let ns = TestNamespace::create(client, prefix, true).await?;
+    with_scenario_in(client, prefix, true, body).await
+}
+
+/// [`with_scenario`] with the namespace labelled for injection only when
+/// `inject` is set (the body labels it itself otherwise).
+pub async fn with_scenario_in<F, Fut>(
+    client: &Client,
+    prefix: &str,
+    inject: bool,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(String, Records) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let ns = TestNamespace::create(client, prefix, inject).await?;
     let records = Records::create(prefix)?;
     let name = ns.name.clone();
     let result = body(name.clone(), records.clone()).await;

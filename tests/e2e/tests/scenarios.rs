@@ -19,16 +19,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{LimitRange, Pod, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Pod, ResourceQuota, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_prestop_e2e::scenario::{
     HOOK_SKIPPED_KUBELET, HOOK_STARTED, RECORD_HOOK, Records, Scenario, admissions_total,
-    container, container_running, container_status, count_lines, ensure_injected, ensure_records,
-    ensure_sidecar_hooks, ensure_untouched, job, job_pods, kubectl, label_namespace, phase,
-    pod_spec, poll_until, run_scenarios, scale_webhook, set, sidecar_logs, tag_image, wait_job_pod,
-    wait_pod, wait_pod_finished, wait_pod_gone, wait_webhook_serving, webhook_log_lines,
-    webhook_replicas, with_scenario,
+    binary_config_map, binary_config_maps, container, container_running, container_status,
+    count_lines, ensure_injected, ensure_records, ensure_sidecar_hooks, ensure_untouched,
+    has_install_container, job, job_pods, kubectl, label_namespace, phase, pod_spec, poll_until,
+    run_scenarios, scale_webhook, set, sidecar_logs, tag_image, wait_injects_from_config_map,
+    wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone, wait_webhook_serving,
+    webhook_log_lines, webhook_replicas, with_scenario, with_scenario_in,
 };
 use kube_prestop_e2e::{
     JobOutcome, TestNamespace, client, container_logs, init_tracing, run_job, sidecar_name,
@@ -913,6 +914,153 @@ async fn s21_job_deleted_during_hook(client: Client) -> Result<()> {
     .await
 }
 
+// 22. The sidecar binary from the namespace's ConfigMap (the chart's default
+// `sidecarBinary.source=configMap`): once the webhook has made it, pods get
+// no install init container; a container that exits runs its hook once from
+// the sidecar, and a deleted pod's preStop (the wrapper, from the same
+// ConfigMap, in the watched container) once from the kubelet.
+async fn s22_binary_from_config_map(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-s22", |ns, rec| async move {
+        // The namespace is labelled at creation: the webhook makes the
+        // ConfigMap without waiting for a pod.
+        let name = wait_injects_from_config_map(&client, &ns, POD_TIMEOUT).await?;
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .get(&name)
+            .await?;
+        ensure!(cm.immutable == Some(true), "{name} is not immutable");
+        let binary = cm
+            .binary_data
+            .as_ref()
+            .and_then(|d| d.get("kube-prestop"))
+            .map(|b| b.0.clone())
+            .unwrap_or_default();
+        ensure!(
+            binary.starts_with(b"\x7fELF") && binary.len() > 100 * 1024,
+            "{name} does not hold the static sidecar binary ({} bytes)",
+            binary.len()
+        );
+        ensure!(
+            binary_config_maps(&client, &ns).await?.len() == 1,
+            "more than one sidecar-binary ConfigMap in {ns}"
+        );
+
+        // Exits on its own: the sidecar runs the hook.
+        let j = job(
+            "from-config-map",
+            pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
+            json!({}),
+        )?;
+        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
+        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        ensure_injected(&pod, C)?;
+        ensure!(
+            !has_install_container(&pod),
+            "pod has the install container"
+        );
+        ensure!(
+            binary_config_map(&pod).as_deref() == Some(name.as_str()),
+            "pod mounts {:?}, not {name}",
+            binary_config_map(&pod)
+        );
+        let lines = ensure_records(&rec, "hooks", 1).await?;
+        ensure!(lines[0].starts_with("main "), "record {lines:?}");
+        ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
+
+        // Deleted while running: the kubelet runs the wrapped preStop.
+        let hook = RECORD_HOOK.replace("/records/hooks", "/records/deleted");
+        let j = job(
+            "deleted",
+            pod_spec(&rec, vec![container(C, "exec sleep 3600", &hook)]),
+            json!({}),
+        )?;
+        create_job(&client, &ns)
+            .create(&PostParams::default(), &j)
+            .await?;
+        let pod = wait_watching(&client, &ns, "deleted").await?;
+        ensure!(
+            binary_config_map(&pod).is_some() && !has_install_container(&pod),
+            "second pod did not get the binary from the ConfigMap"
+        );
+        Api::<Pod>::namespaced(client.clone(), &ns)
+            .delete(&pod_name(&pod), &DeleteParams::default())
+            .await?;
+        wait_pod_gone(&client, &ns, &pod_name(&pod), Duration::from_secs(90)).await?;
+        let recs = ensure_records(&rec, "deleted", 1).await?;
+        ensure!(
+            recs[0].starts_with("by-kubelet "),
+            "the hook was not the kubelet's: {recs:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+// 23. A namespace whose ResourceQuota leaves no room for the sidecar-binary
+// ConfigMap: the webhook cannot make it, and pods get the install init
+// container instead, with the same hook exactly once.
+async fn s23_config_map_refused(client: Client) -> Result<()> {
+    with_scenario_in(&client.clone(), "kpt-s23", false, |ns, rec| async move {
+        let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+        // The quota counts the kube-root-ca.crt ConfigMap the controller
+        // manager publishes in every namespace: wait for it, then allow no
+        // more.
+        poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
+            let config_maps = config_maps.clone();
+            async move { Ok(config_maps.get_opt("kube-root-ca.crt").await?.is_some()) }
+        })
+        .await
+        .context("kube-root-ca.crt never published")?;
+        let quota: ResourceQuota = serde_json::from_value(json!({
+            "metadata": { "name": "no-more-config-maps" },
+            "spec": { "hard": { "count/configmaps": "1" } }
+        }))?;
+        let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+        quotas.create(&PostParams::default(), &quota).await?;
+        poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
+            let quotas = quotas.clone();
+            async move {
+                let used = quotas
+                    .get("no-more-config-maps")
+                    .await?
+                    .status
+                    .and_then(|s| s.used)
+                    .and_then(|u| u.get("count/configmaps").cloned());
+                Ok(used.is_some_and(|q| q.0 == "1"))
+            }
+        })
+        .await
+        .context("the quota's usage was never computed")?;
+        label_namespace(
+            &client,
+            &ns,
+            json!({ kube_prestop_e2e::INJECT_LABEL: "enabled" }),
+        )
+        .await?;
+        wait_webhook_serving(&client, &ns, POD_TIMEOUT).await?;
+
+        let j = job(
+            "quota-full",
+            pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
+            json!({}),
+        )?;
+        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
+        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        ensure_injected(&pod, C)?;
+        ensure!(
+            has_install_container(&pod) && binary_config_map(&pod).is_none(),
+            "pod did not fall back to the install container"
+        );
+        ensure!(
+            binary_config_maps(&client, &ns).await?.is_empty(),
+            "a sidecar-binary ConfigMap exists despite the quota"
+        );
+        ensure_records(&rec, "hooks", 1).await?;
+        ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
+        Ok(())
+    })
+    .await
+}
+
 #[tokio::test]
 async fn s00_concurrent_scenarios() -> Result<()> {
     init_tracing();
@@ -942,6 +1090,8 @@ async fn s00_concurrent_scenarios() -> Result<()> {
             "21-job-deleted-in-hook",
             Box::pin(s21_job_deleted_during_hook(c())),
         ),
+        ("22-binary-from-configmap", Box::pin(s22_binary_from_config_map(c()))),
+        ("23-configmap-refused", Box::pin(s23_config_map_refused(c()))),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
 }

@@ -47,8 +47,9 @@ use kube_prestop_e2e::metrics::{
     ApiserverWebhookStats, Histogram, WEBHOOK_DURATION, percentile, webhook_replica_metrics,
 };
 use kube_prestop_e2e::scenario::{
-    HOOK_FINISHED, Records, WEBHOOK_NAMESPACE, container, container_status, count_lines, injected,
-    job_name, pod_finished, poll_until, sidecar_logs, tiny_resources, webhook_pods,
+    HOOK_FINISHED, INSTALL_CONTAINER, Records, WEBHOOK_NAMESPACE, binary_config_map, container,
+    container_status, count_lines, injected, job_name, pod_finished, poll_until, sidecar_logs,
+    tiny_resources, wait_injects_from_config_map, webhook_pods,
 };
 use kube_prestop_e2e::{
     JOB_NAME_LABEL, TestNamespace, container_logs, run_job, sidecar_name, test_image, unique_suffix,
@@ -188,6 +189,9 @@ struct Watched {
     sidecar_started: Option<i128>,
     finished: bool,
     injected: bool,
+    /// Injected pods: the sidecar binary is mounted from the namespace's
+    /// ConfigMap (no install container).
+    from_config_map: bool,
 }
 
 type WatchMap = Arc<Mutex<BTreeMap<String, Watched>>>;
@@ -198,11 +202,8 @@ fn main_running(pod: &Pod) -> bool {
         .is_some_and(|s| s.running.is_some())
 }
 
-/// Name of the install init container the webhook adds.
-const INSTALL: &str = "kube-prestop-install";
-
 fn install_done(pod: &Pod) -> bool {
-    container_status(pod, INSTALL)
+    container_status(pod, INSTALL_CONTAINER)
         .and_then(|c| c.state)
         .is_some_and(|s| s.terminated.is_some())
 }
@@ -237,6 +238,7 @@ fn watch_run(client: &Client, run: &str, map: WatchMap) -> tokio::task::JoinHand
                 job: job_name(&pod),
                 added: at,
                 injected: injected(&pod, C),
+                from_config_map: binary_config_map(&pod).is_some(),
                 ..Watched::default()
             });
             if w.running.is_none() && main_running(&pod) {
@@ -346,6 +348,7 @@ struct StartSample {
     main_started: i128,
     install_done: Option<i128>,
     sidecar_started: Option<i128>,
+    from_config_map: bool,
 }
 
 async fn start(client: &Client, prefix: &str, pods: u32) -> Result<(String, Value)> {
@@ -353,6 +356,15 @@ async fn start(client: &Client, prefix: &str, pods: u32) -> Result<(String, Valu
     let plain = TestNamespace::create(client, &format!("{prefix}-start-plain"), false).await?;
     let client = client.clone();
     with_namespaces(vec![inj, plain], |names| async move {
+        // With the chart's default (sidecarBinary.source=configMap) the
+        // webhook makes the namespace's ConfigMap when the namespace gets
+        // its label; measure the steady state, not the first pod's race.
+        match wait_injects_from_config_map(&client, &names[0], Duration::from_secs(30)).await {
+            Ok(name) => log(&format!(
+                "injected pods mount the sidecar binary from ConfigMap {name}"
+            )),
+            Err(e) => log(&format!("{e:#}: injected pods get the install init container")),
+        }
         let run = unique_suffix();
         let map: WatchMap = Arc::default();
         let watch = watch_run(&client, &run, map.clone());
@@ -433,6 +445,7 @@ async fn start_one(
         main_started,
         install_done: w.install_done,
         sidecar_started: w.sidecar_started,
+        from_config_map: w.from_config_map,
     })
 }
 
@@ -492,6 +505,11 @@ fn start_report(pods: u32, samples: &[StartSample]) -> (String, Value) {
         v.sort_by(f64::total_cmp);
         percentile(&v, 0.5)
     };
+    out(
+        &mut lines,
+        "start_inj_from_config_map",
+        inj.iter().filter(|s| s.from_config_map).count(),
+    );
     out_ms(
         &mut lines,
         "start_inj_install_done_p50_ms",
@@ -511,6 +529,7 @@ fn start_report(pods: u32, samples: &[StartSample]) -> (String, Value) {
                 "job_created_to_added_ms": ms(s.added - s.job_created),
                 "added_to_main_started_ms": ms(s.main_started - s.added),
                 "added_to_running_event_ms": ms(s.running_event - s.added),
+                "binary_from_config_map": s.from_config_map,
                 "added_to_install_done_event_ms": rel(s.install_done),
                 "added_to_sidecar_started_event_ms": rel(s.sidecar_started),
             })
