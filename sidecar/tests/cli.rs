@@ -58,6 +58,14 @@ fn usage_errors_exit_2_with_a_clear_message() {
             "not a whole number of seconds",
         ),
         (vec!["install"], "needs --dest"),
+        (
+            vec!["post-start", "--container", "--timeout", "5"],
+            "--container needs a value",
+        ),
+        (
+            vec!["post-start", "--container", "main", "--timeout", "+1"],
+            "not a whole number of seconds",
+        ),
     ] {
         let (c, err) = run(&args);
         assert_eq!(c, 2, "{args:?}: {err}");
