@@ -8,7 +8,9 @@
 //! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
 //! ```
 //!
-//! Flags take their value as the next argument or after `=`. Everything after
+//! Flags take their value as the next argument or after `=`; a next
+//! argument that starts with `-` is not taken as a value (the flag lacks
+//! one), so such a value must be given as `--flag=VALUE`. Everything after
 //! the first `--` is the hook command, passed verbatim. Errors are
 //! [`UsageError`]s; the binary prints them and exits with
 //! [`contract::EXIT_USAGE`].
@@ -149,7 +151,11 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             None => {
                 i += 1;
                 match rest.get(i) {
-                    Some(v) if v != COMMAND_SEPARATOR => v.clone(),
+                    // No value of ours starts with '-' (container names,
+                    // paths, seconds), so a next argument that does is the
+                    // next flag, `--` or `-h`: the value is missing.
+                    // (`--flag=-value` still passes one.)
+                    Some(v) if !v.starts_with('-') => v.clone(),
                     _ => return err(format!("{flag} needs a value")),
                 }
             }
@@ -191,9 +197,16 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     if sub == contract::SUBCOMMAND_POST_START {
         let timeout = match get(FLAG_TIMEOUT) {
             None => Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
-            Some(v) => match v.parse::<u64>() {
-                Ok(secs) => Duration::from_secs(secs),
-                Err(_) => {
+            // Plain decimal digits only: `u64::from_str` also takes a
+            // leading `+`.
+            Some(v) => match v
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| v.parse::<u64>().ok())
+                .flatten()
+            {
+                Some(secs) => Duration::from_secs(secs),
+                None => {
                     return err(format!(
                         "{FLAG_TIMEOUT} {v:?} is not a whole number of seconds"
                     ));
@@ -378,6 +391,70 @@ mod tests {
         assert_eq!(parse(&s(&["--help"])).unwrap(), Cli::Help);
         assert_eq!(parse(&s(&["probe", "-h"])).unwrap(), Cli::Help);
         assert_eq!(parse(&s(&["--version"])).unwrap(), Cli::Version);
+    }
+
+    #[test]
+    fn a_flag_without_a_value_does_not_take_the_next_flag() {
+        for (args, flag) in [
+            (
+                s(&["post-start", "--container", "--timeout", "5"]),
+                "--container",
+            ),
+            (
+                s(&["post-start", "--container", "a", "--root", "--timeout", "5"]),
+                "--root",
+            ),
+            (s(&["probe", "--container", "a", "--root", "-h"]), "--root"),
+            (
+                s(&["watch", "--root", "--container", "a", "--", "x"]),
+                "--root",
+            ),
+            (
+                s(&["post-start", "--container", "a", "--timeout"]),
+                "--timeout",
+            ),
+            (s(&["install", "--dest", "--container"]), "--dest"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert_eq!(e.0, format!("{flag} needs a value"), "{args:?}");
+        }
+        // A value that starts with '-' can still be given after '='.
+        let Cli::Probe(t) = parse(&s(&["probe", "--container", "a", "--root=-r"])).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(t.root, PathBuf::from("-r"));
+    }
+
+    #[test]
+    fn timeout_is_plain_decimal_digits() {
+        // `--timeout=V`, so that values starting with '-' reach the check too.
+        let timeout = |v: &str| match parse(&s(&[
+            "post-start",
+            "--container",
+            "a",
+            &format!("--timeout={v}"),
+        ])) {
+            Ok(Cli::PostStart { timeout, .. }) => Ok(timeout),
+            Ok(other) => unreachable!("{other:?}"),
+            Err(e) => Err(e.0),
+        };
+        assert_eq!(timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(timeout("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(timeout("007"), Ok(Duration::from_secs(7)));
+        for bad in [
+            "+1",
+            "-1",
+            " 1",
+            "1 ",
+            "1.5",
+            "1e3",
+            "0x10",
+            "١",
+            "99999999999999999999",
+        ] {
+            let e = timeout(bad).unwrap_err();
+            assert!(e.contains("not a whole number of seconds"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! ```text
 //! /.kube-prestop/
 //!   bin/kube-prestop                 the static sidecar binary (install copies it here)
-//!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it)
+//!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it; names the watcher, see armed_record)
 //!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
@@ -73,6 +73,7 @@ pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 /// File name, inside a container's state directory, of the mark the watcher
 /// writes once it is armed; the sidecar's postStart handler
 /// ([`post_start_command`]) waits for it, and [`probe_command`] checks it.
+/// Its content names the watcher process ([`armed_record`]).
 pub const ARMED_FILE: &str = "armed";
 
 /// Subcommand that copies the binary into the shared volume.
@@ -149,6 +150,41 @@ pub fn state_dir(root: &Path, container: &str) -> PathBuf {
 /// mounted at `root`: `<root>/state/<container>/armed` ([`ARMED_FILE`]).
 pub fn armed_mark(root: &Path, container: &str) -> PathBuf {
     state_dir(root, container).join(ARMED_FILE)
+}
+
+/// Key of the [`armed_record`] line holding the watcher's PID.
+pub const ARMED_KEY_PID: &str = "pid";
+/// Key of the [`armed_record`] line holding the watcher's start time.
+pub const ARMED_KEY_START_TIME: &str = "start_time_ticks";
+
+/// Content of the watcher's `armed` mark ([`ARMED_FILE`]): the watcher
+/// process that wrote it, as `pid=<pid>\nstart_time_ticks=<ticks>\n` (its
+/// PID as seen through the sidecar container's `/proc`, and field 22 of
+/// `/proc/PID/stat`, as in [`instance_id`]).
+///
+/// The postStart handler runs in the same container as its watcher, so it
+/// accepts the mark only while that very process runs (same PID and start
+/// time): a mark that a SIGKILLed watcher could not remove never ends the
+/// postStart handler of the restarted sidecar.
+pub fn armed_record(pid: i32, start_time_ticks: u64) -> String {
+    format!("{ARMED_KEY_PID}={pid}\n{ARMED_KEY_START_TIME}={start_time_ticks}\n")
+}
+
+/// Parses the content of an `armed` mark written with [`armed_record`] into
+/// the watcher's PID and start time. `None` when a field is missing or
+/// malformed (an empty mark, or one holding only the PID, as earlier
+/// versions wrote it).
+pub fn parse_armed_record(content: &str) -> Option<(i32, u64)> {
+    let field = |key: &str| {
+        content
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == key)
+            .map(|(_, v)| v.trim())
+    };
+    let pid: i32 = field(ARMED_KEY_PID)?.parse().ok()?;
+    let start: u64 = field(ARMED_KEY_START_TIME)?.parse().ok()?;
+    (pid > 0).then_some((pid, start))
 }
 
 /// Sub-path, inside the shared volume, of `container`'s identifying mount: `id/<container>`.
@@ -393,6 +429,7 @@ mod tests {
             armed_mark(Path::new(MOUNT_PATH), "main"),
             PathBuf::from("/.kube-prestop/state/main/armed")
         );
+        assert_eq!(armed_record(7, 12345), "pid=7\nstart_time_ticks=12345\n");
         assert_eq!(instance_id(7, 12345), "7-12345");
         assert_eq!(prestop_mark_file("7-1"), "prestop-7-1");
         assert_eq!(running_file("7-1"), "running-7-1");
@@ -418,6 +455,20 @@ mod tests {
         assert_eq!(parse_instance_id("x-1"), None);
         assert_eq!(parse_instance_id("0-1"), None);
         assert_eq!(parse_instance_id("1-2-3"), None);
+    }
+
+    #[test]
+    fn armed_records_parse_back() {
+        assert_eq!(
+            parse_armed_record(&armed_record(42, 9001)),
+            Some((42, 9001))
+        );
+        assert_eq!(parse_armed_record(""), None);
+        assert_eq!(parse_armed_record("pid=42\n"), None);
+        assert_eq!(parse_armed_record("start_time_ticks=1\n"), None);
+        assert_eq!(parse_armed_record("pid=0\nstart_time_ticks=1\n"), None);
+        assert_eq!(parse_armed_record("pid=x\nstart_time_ticks=1\n"), None);
+        assert_eq!(parse_armed_record("pid=4\nstart_time_ticks=-1\n"), None);
     }
 
     #[test]

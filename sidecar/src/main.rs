@@ -55,26 +55,27 @@ fn main() {
         },
         Cli::Probe(t) => {
             let armed = contract::armed_mark(&t.root, &t.container);
-            if armed.exists() {
-                0
-            } else {
-                log!(
-                    "probe: watcher for container {} not armed yet ({} missing)",
-                    t.container,
-                    armed.display()
-                );
-                1
+            match poststart::check_mark(&armed, Path::new(procfs::PROC_ROOT)) {
+                poststart::Mark::Live { .. } => 0,
+                mark => {
+                    log!(
+                        "probe: watcher for container {} not armed yet ({}: {mark})",
+                        t.container,
+                        armed.display()
+                    );
+                    1
+                }
             }
         }
         Cli::PostStart { target, timeout } => {
             let armed = contract::armed_mark(&target.root, &target.container);
-            match poststart::wait_armed(&armed, timeout) {
+            match poststart::wait_armed(&armed, Path::new(procfs::PROC_ROOT), timeout) {
                 poststart::Outcome::Armed { .. } => 0,
-                poststart::Outcome::TimedOut => {
+                poststart::Outcome::TimedOut { last } => {
                     // Fail-open: a failing postStart would make the kubelet
                     // restart the sidecar and never start the container.
                     log!(
-                        "post-start: warning: watcher for container {} not armed after {} s ({} missing); letting the kubelet start the pod's next containers (its preStop may be missed; see this sidecar's log)",
+                        "post-start: warning: watcher for container {} not armed after {} s ({}: {last}); letting the kubelet start the pod's next containers (its preStop may be missed; see this sidecar's log)",
                         target.container,
                         timeout.as_secs(),
                         armed.display()

@@ -18,39 +18,105 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::contract;
+use crate::finder::Instance;
+
 /// How often the handler looks for the `armed` mark: the watcher normally
-/// arms within a few milliseconds of its start, and one `stat` every 2 ms
+/// arms within a few milliseconds of its start, and one look every 2 ms
 /// costs nothing measurable.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
+
+/// What the `armed` mark says, as the postStart handler (or `probe`) sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// No mark (or it could not be read).
+    Missing,
+    /// A mark whose content is not a [`contract::armed_record`].
+    Malformed,
+    /// A mark naming a watcher process that no longer runs: left by a
+    /// watcher that was killed (SIGKILL, OOM) before it could remove it.
+    Stale {
+        /// The PID the mark names.
+        pid: i32,
+    },
+    /// A mark written by a watcher that still runs: armed.
+    Live {
+        /// The watcher's PID.
+        pid: i32,
+    },
+}
+
+impl Mark {
+    /// Whether the mark shows a running, armed watcher.
+    pub fn is_live(&self) -> bool {
+        matches!(self, Mark::Live { .. })
+    }
+}
+
+impl std::fmt::Display for Mark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mark::Missing => f.write_str("missing"),
+            Mark::Malformed => f.write_str("malformed"),
+            Mark::Stale { pid } => write!(f, "left by watcher pid {pid}, which is not running"),
+            Mark::Live { pid } => write!(f, "written by running watcher pid {pid}"),
+        }
+    }
+}
+
+/// Reads the `armed` mark at `mark` and checks that the watcher it names
+/// runs: same PID *and* start time in the procfs at `proc_root` (a reused
+/// PID does not count, nor does a zombie). The handler runs in the
+/// watcher's own container, so it sees the watcher in the same PID
+/// namespace and `/proc`.
+pub fn check_mark(mark: &Path, proc_root: &Path) -> Mark {
+    let Ok(content) = crate::procfs::read_small(mark) else {
+        return Mark::Missing;
+    };
+    let Some((pid, start_time)) = contract::parse_armed_record(&content) else {
+        return Mark::Malformed;
+    };
+    if (Instance { pid, start_time }).is_alive(proc_root) {
+        Mark::Live { pid }
+    } else {
+        Mark::Stale { pid }
+    }
+}
 
 /// How a wait for the `armed` mark ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The mark exists; `waited` is how long it took to appear.
+    /// A running watcher's mark exists; `waited` is how long it took to appear.
     Armed {
         /// Time from the start of the wait until the mark was seen.
         waited: Duration,
     },
-    /// The mark did not appear within the timeout.
-    TimedOut,
+    /// No running watcher's mark appeared within the timeout; `last` is
+    /// what the last look found.
+    TimedOut {
+        /// The mark as last seen.
+        last: Mark,
+    },
 }
 
-/// Waits until `mark` exists, looking every [`POLL_INTERVAL`], for at most
-/// `timeout`. The watcher removes its mark when it starts and when it exits;
-/// a mark that a killed watcher left behind may still be seen before the
-/// restarted one removes it, which is harmless: the kubelet restarts a
-/// native sidecar only after X was started, so there is nothing to order.
-pub fn wait_armed(mark: &Path, timeout: Duration) -> Outcome {
+/// Waits until `mark` names a running watcher ([`check_mark`]), looking
+/// every [`POLL_INTERVAL`], for at most `timeout`. The watcher removes its
+/// mark when it starts and when it exits, but a watcher killed with SIGKILL
+/// leaves it behind, and the restarted sidecar's handler may look before the
+/// new watcher removed it: such a stale mark names a process that is gone,
+/// so it never ends the wait.
+pub fn wait_armed(mark: &Path, proc_root: &Path, timeout: Duration) -> Outcome {
     let start = Instant::now();
     loop {
-        if mark.exists() {
+        let seen = check_mark(mark, proc_root);
+        if seen.is_live() {
             return Outcome::Armed {
                 waited: start.elapsed(),
             };
         }
         let elapsed = start.elapsed();
         if elapsed >= timeout {
-            return Outcome::TimedOut;
+            return Outcome::TimedOut { last: seen };
         }
         std::thread::sleep(POLL_INTERVAL.min(timeout - elapsed));
     }
@@ -60,6 +126,7 @@ pub fn wait_armed(mark: &Path, timeout: Duration) -> Outcome {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::procfs::{self, PROC_ROOT};
 
     fn tmp(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("kps-poststart-{tag}-{}", std::process::id()));
@@ -68,13 +135,24 @@ mod tests {
         d
     }
 
+    fn proc_root() -> &'static Path {
+        Path::new(PROC_ROOT)
+    }
+
+    /// A mark naming this (running) test process, as a watcher writes it.
+    fn live_record() -> String {
+        let pid = std::process::id() as i32;
+        let st = procfs::read_stat(proc_root(), pid).unwrap();
+        contract::armed_record(pid, st.start_time)
+    }
+
     #[test]
-    fn an_existing_mark_returns_at_once() {
+    fn a_live_watchers_mark_returns_at_once() {
         let d = tmp("exists");
         let mark = d.join("armed");
-        std::fs::write(&mark, "").unwrap();
+        std::fs::write(&mark, live_record()).unwrap();
         assert!(matches!(
-            wait_armed(&mark, Duration::ZERO),
+            wait_armed(&mark, proc_root(), Duration::ZERO),
             Outcome::Armed { .. }
         ));
         std::fs::remove_dir_all(&d).unwrap();
@@ -84,9 +162,38 @@ mod tests {
     fn a_missing_mark_times_out() {
         let d = tmp("missing");
         assert_eq!(
-            wait_armed(&d.join("state/x/armed"), Duration::from_millis(20)),
-            Outcome::TimedOut
+            wait_armed(
+                &d.join("state/x/armed"),
+                proc_root(),
+                Duration::from_millis(20)
+            ),
+            Outcome::TimedOut {
+                last: Mark::Missing
+            }
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_stale_or_malformed_mark_does_not_count() {
+        let d = tmp("stale");
+        let mark = d.join("armed");
+        let pid = std::process::id() as i32;
+        let start = procfs::read_stat(proc_root(), pid).unwrap().start_time;
+        // Same PID, another start time: a reused PID, not our watcher.
+        std::fs::write(&mark, contract::armed_record(pid, start + 1)).unwrap();
+        assert_eq!(check_mark(&mark, proc_root()), Mark::Stale { pid });
+        // A PID no process has.
+        std::fs::write(&mark, contract::armed_record(i32::MAX, start)).unwrap();
+        assert_eq!(
+            wait_armed(&mark, proc_root(), Duration::from_millis(20)),
+            Outcome::TimedOut {
+                last: Mark::Stale { pid: i32::MAX }
+            }
+        );
+        // An empty mark, as earlier versions of the watcher could leave.
+        std::fs::write(&mark, "").unwrap();
+        assert_eq!(check_mark(&mark, proc_root()), Mark::Malformed);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -94,17 +201,23 @@ mod tests {
     fn a_mark_written_during_the_wait_ends_it() {
         let d = tmp("later");
         let mark = d.join("state/x/armed");
+        // A stale mark first, then the new watcher's own.
+        std::fs::create_dir_all(mark.parent().unwrap()).unwrap();
+        std::fs::write(&mark, contract::armed_record(i32::MAX, 1)).unwrap();
         let writer = {
             let mark = mark.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(30));
-                std::fs::create_dir_all(mark.parent().unwrap()).unwrap();
-                std::fs::write(&mark, "").unwrap();
+                let _ = std::fs::remove_file(&mark);
+                std::fs::write(&mark, live_record()).unwrap();
             })
         };
-        let outcome = wait_armed(&mark, Duration::from_secs(60));
+        let outcome = wait_armed(&mark, proc_root(), Duration::from_secs(60));
         writer.join().unwrap();
-        assert!(matches!(outcome, Outcome::Armed { .. }), "{outcome:?}");
+        assert!(
+            matches!(outcome, Outcome::Armed { waited } if waited >= Duration::from_millis(30)),
+            "{outcome:?}"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -95,6 +95,19 @@ pub fn read_stat(proc_root: &Path, pid: i32) -> Result<Stat, ProcError> {
     parse_stat(&content)
 }
 
+/// The calling process's PID as seen through the procfs mounted at
+/// `proc_root` (the target of its `self` link), which is the PID namespace
+/// that other processes reading the same mount see it in.
+pub fn self_pid(proc_root: &Path) -> io::Result<i32> {
+    let link = std::fs::read_link(proc_root.join("self"))?;
+    link.to_str().and_then(|s| s.parse().ok()).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}/self -> {}", proc_root.display(), link.display()),
+        )
+    })
+}
+
 /// PIDs of all processes (thread-group leaders) listed in `proc_root`.
 /// Entries vanishing during the listing are skipped.
 pub fn list_pids(proc_root: &Path) -> io::Result<Vec<i32>> {
@@ -350,6 +363,15 @@ mod tests {
             Err(ProcError::Malformed(_))
         ));
         assert!(parse_stat("").is_err());
+    }
+
+    #[test]
+    fn self_pid_is_our_pid() {
+        assert_eq!(
+            self_pid(Path::new(PROC_ROOT)).unwrap(),
+            std::process::id() as i32
+        );
+        assert!(self_pid(Path::new("/nonexistent-proc")).is_err());
     }
 
     #[test]

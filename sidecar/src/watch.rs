@@ -289,15 +289,25 @@ impl Watcher {
         }
     }
 
-    /// Writes the `armed` mark the postStart handler waits for; on failure (missing or
-    /// read-only volume) logs and schedules a retry with backoff.
+    /// Writes the `armed` mark the postStart handler waits for, naming this
+    /// process ([`contract::armed_record`]) so that the handler can tell it
+    /// from a mark a killed watcher left; on failure (missing or read-only
+    /// volume, unreadable `/proc`) logs and schedules a retry with backoff.
     fn arm(&mut self) {
-        let res = self.store.ensure_dir().and_then(|_| {
-            self.store.write(
-                contract::ARMED_FILE,
-                &format_record(&[("pid", std::process::id().to_string())]),
-            )
-        });
+        let proc_root = &self.cfg.proc_root;
+        let res = procfs::self_pid(proc_root)
+            .map_err(|e| format!("cannot read {}/self: {e}", proc_root.display()))
+            .and_then(|pid| {
+                procfs::read_stat(proc_root, pid)
+                    .map(|st| contract::armed_record(pid, st.start_time))
+                    .map_err(|e| format!("cannot read {}/{pid}/stat: {e}", proc_root.display()))
+            })
+            .and_then(|record| {
+                self.store
+                    .ensure_dir()
+                    .and_then(|_| self.store.write(contract::ARMED_FILE, &record))
+                    .map_err(|e| e.to_string())
+            });
         match res {
             Ok(()) => {
                 self.armed = true;

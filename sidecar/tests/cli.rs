@@ -10,12 +10,20 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
 use common::{T, bin, code, kill, wait_exit, wait_for};
+use kube_prestop_sidecar::{contract, procfs};
 
 fn tmp(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("kps-cli-{tag}-{}", std::process::id()));
     let _ = fs::remove_dir_all(&d);
     fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// An `armed` mark as a running watcher writes it, naming this test process.
+fn live_armed_record() -> String {
+    let pid = std::process::id() as i32;
+    let st = procfs::read_stat(std::path::Path::new(procfs::PROC_ROOT), pid).unwrap();
+    contract::armed_record(pid, st.start_time)
 }
 
 fn run(args: &[&str]) -> (i32, String) {
@@ -50,6 +58,14 @@ fn usage_errors_exit_2_with_a_clear_message() {
             "not a whole number of seconds",
         ),
         (vec!["install"], "needs --dest"),
+        (
+            vec!["post-start", "--container", "--timeout", "5"],
+            "--container needs a value",
+        ),
+        (
+            vec!["post-start", "--container", "main", "--timeout", "+1"],
+            "not a whole number of seconds",
+        ),
     ] {
         let (c, err) = run(&args);
         assert_eq!(c, 2, "{args:?}: {err}");
@@ -69,7 +85,16 @@ fn probe_passes_only_once_armed() {
     assert_eq!(c, 1);
     assert!(err.contains("not armed"));
     fs::create_dir_all(d.join("state/main")).unwrap();
-    fs::write(d.join("state/main/armed"), "").unwrap();
+    // A mark left by a watcher that is gone does not count.
+    fs::write(
+        d.join("state/main/armed"),
+        contract::armed_record(i32::MAX, 1),
+    )
+    .unwrap();
+    let (c, err) = run(&["probe", "--container", "main", "--root", root]);
+    assert_eq!(c, 1);
+    assert!(err.contains("not running"), "{err}");
+    fs::write(d.join("state/main/armed"), live_armed_record()).unwrap();
     assert_eq!(run(&["probe", "--container", "main", "--root", root]).0, 0);
     fs::remove_dir_all(&d).unwrap();
 }
@@ -92,14 +117,36 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
     ]);
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("not armed after 0 s"), "{err}");
+    assert!(err.contains("missing"), "{err}");
+    // A mark naming a watcher that is gone (SIGKILLed before it could remove
+    // it) does not end the wait either.
+    fs::create_dir_all(d.join("state/main")).unwrap();
+    fs::write(
+        d.join("state/main/armed"),
+        contract::armed_record(i32::MAX, 1),
+    )
+    .unwrap();
+    let (c, err) = run(&[
+        "post-start",
+        "--container",
+        "main",
+        "--timeout",
+        "0",
+        "--root",
+        root,
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        err.contains("not armed after 0 s") && err.contains("not running"),
+        "{err}"
+    );
     // Armed while it waits: it returns, silently, long before its timeout.
     let mut child = Command::new(bin())
         .args(["post-start", "--container", "main", "--root", root])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    fs::create_dir_all(d.join("state/main")).unwrap();
-    fs::write(d.join("state/main/armed"), "").unwrap();
+    fs::write(d.join("state/main/armed"), live_armed_record()).unwrap();
     let status = wait_exit(&mut child, T);
     assert_eq!(code(status), 0);
     let mut err = String::new();

@@ -185,6 +185,32 @@ fn sidecar_killed_mid_watch_still_exactly_once() {
 }
 
 #[test]
+fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
+    if !can_run() {
+        return;
+    }
+    let pod = Pod::new("stalemark");
+    let mut sc1 = pod.sidecar(&pod.hook(), &[]);
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.is_empty(), "armed by a live watcher: {err}");
+    // SIGKILL: the watcher cannot remove its mark, and the restarted
+    // sidecar's postStart may run before the new watcher removes it.
+    kill(sc1.pid, libc::SIGKILL);
+    sc1.wait(T);
+    assert!(pod.state().join("armed").exists(), "the stale mark is left");
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "fail-open: {err}");
+    assert!(err.contains("not armed after 0 s"), "{err}");
+    assert!(err.contains("not running"), "{err}");
+    // A new watcher's own mark satisfies it again.
+    let _sc2 = pod.sidecar(&pod.hook(), &[]);
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.is_empty(), "armed by the new watcher: {err}");
+}
+
+#[test]
 fn exit_while_sidecar_down_is_still_handled_once() {
     if !can_run() {
         return;

@@ -90,6 +90,33 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // Skipped pods (no exec preStop): one that asked for injection with
+    // `kube-prestop.io/inject: "true"`, one that did not. Only the first
+    // gets an admission warning, which a Job's pod never shows (the Job
+    // controller drops it), so its decision line is at warn level too.
+    for (uid, opt_in) in [("uid-opted-in", true), ("uid-plain-skip", false)] {
+        let mut pod = job_pod();
+        pod["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("lifecycle");
+        if opt_in {
+            pod["metadata"]["annotations"]["kube-prestop.io/inject"] = "true".into();
+        }
+        let r = client
+            .post(format!("{base}/mutate"))
+            .body(review(uid, "pods", "CREATE", pod).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(
+            body["response"]["warnings"].is_array(),
+            opt_in,
+            "{uid}: {body}"
+        );
+    }
     let metrics_text = reqwest::get(format!("http://{metrics}/metrics"))
         .await
         .unwrap()
@@ -144,5 +171,26 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
         misspelt["unknown_annotations"], "kube-prestop.io/contianers",
         "{misspelt}"
     );
+    let line_of = |uid: &str| {
+        logs.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["uid"] == uid)
+            .unwrap_or_else(|| panic!("no decision line for {uid} in:\n{logs}"))
+    };
+    let (opted_in, plain) = (line_of("uid-opted-in"), line_of("uid-plain-skip"));
+    assert_eq!(opted_in["level"], "WARN", "{opted_in}");
+    assert_eq!(plain["level"], "INFO", "{plain}");
+    for line in [&opted_in, &plain] {
+        assert_eq!(line["decision"], "skip", "{line}");
+        assert_eq!(line["reason"], "no_exec_prestop", "{line}");
+    }
+    // The same fields at either level.
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.retain(|k| k != "timestamp" && k != "level");
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&opted_in), keys(&plain));
     assert!(logs.contains("SIGTERM received"), "{logs}");
 }

@@ -441,6 +441,27 @@ impl Pod {
             .status()
             .unwrap()
     }
+
+    /// Runs the sidecar's `post-start` handler in the pod's PID and mount
+    /// namespaces (as the kubelet's exec in the sidecar container does),
+    /// waiting at most `timeout_secs`; returns its exit status and stderr.
+    pub fn post_start(&self, timeout_secs: u64) -> (i32, String) {
+        let out = Command::new("nsenter")
+            .arg(format!("--target={}", self.init))
+            .args(["--pid", "--mount", "--"])
+            .arg(bin())
+            .args(["post-start", "--container", C, "--timeout"])
+            .arg(timeout_secs.to_string())
+            .arg("--root")
+            .arg(self.vol())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            code(out.status),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
 }
 
 impl Drop for Pod {

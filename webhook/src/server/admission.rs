@@ -77,6 +77,11 @@ pub struct RequestFacts {
     /// misspelt; ignored, and sent back as admission warnings),
     /// comma-separated; empty when there are none.
     pub unknown_annotations: String,
+    /// The pod asked for injection (`kube-prestop.io/inject: "true"`) and
+    /// is skipped anyway: it got an admission warning, which a controller
+    /// creating the pod (the Job controller) drops, so the log line is the
+    /// place it shows.
+    pub opted_in_but_skipped: bool,
 }
 
 /// Decide on one request body.
@@ -189,6 +194,7 @@ pub fn review(
         Ok(Decided::Skip(reason)) => {
             if let Some(warning) = opt_in_warning(&pod, &reason) {
                 response.warnings.get_or_insert_with(Vec::new).push(warning);
+                facts.opted_in_but_skipped = true;
             }
             answer(response, "skip", &labels::skip_reason(&reason), None, facts)
         }

@@ -242,8 +242,11 @@ fn too_large(app: &AppState, cap: usize) -> Response {
 }
 
 /// One line per admission decision: at warn level for errors, invalid
-/// requests and pods with unknown `kube-prestop.io/` annotations
-/// (field `unknown_annotations`), else at info level.
+/// requests, pods with unknown `kube-prestop.io/` annotations
+/// (field `unknown_annotations`) and pods that opted in with
+/// `kube-prestop.io/inject: "true"` but are skipped (their admission
+/// warning never reaches anyone when a controller such as the Job
+/// controller creates them), else at info level.
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
@@ -273,6 +276,18 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
             decision = outcome.decision,
             reason = %outcome.reason,
             unknown_annotations = %r.unknown_annotations,
+            duration_ms,
+            "admission"
+        ),
+        _ if r.opted_in_but_skipped => tracing::warn!(
+            uid = %r.uid,
+            namespace = %r.namespace,
+            owner = %r.owner,
+            pod = %r.pod,
+            operation = %r.operation,
+            resource = %r.resource,
+            decision = outcome.decision,
+            reason = %outcome.reason,
             duration_ms,
             "admission"
         ),
