@@ -9,4 +9,5 @@ pub mod inject_cmd;
 pub mod logging;
 pub mod metrics;
 pub mod server;
+pub mod sidecar_configmap;
 pub mod tls;

@@ -7,10 +7,11 @@
 //! | `kube_prestop_admission_duration_seconds` | histogram | | time to answer a `/mutate` request (reading the body included), in seconds |
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
+//! | `kube_prestop_sidecar_configmap_creations_total` | counter | `result` (`created`, `exists`, `error`) | attempts to create the sidecar-binary ConfigMap in a namespace |
 //!
-//! Every known label combination of the two counters (each decision with
-//! each of its reasons, see `server::labels::admission_outcomes`, and both
-//! reload results) is created at zero when the registry is made, so the
+//! Every known label combination of the counters (each decision with each
+//! of its reasons, see `server::labels::admission_outcomes`, both reload
+//! results, and the three creation results) is created at zero when the registry is made, so the
 //! series exist before their first event.
 
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use crate::sidecar_configmap::CreationOutcome;
 
 /// Labels of `kube_prestop_admissions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,6 +48,7 @@ pub struct Metrics {
     duration: Histogram,
     cert_expiry: Gauge,
     cert_reloads: Family<ReloadLabels, Counter>,
+    sidecar_configmap_creations: Family<CreationLabels, Counter>,
 }
 
 /// Values of `result` in `kube_prestop_certificate_reloads_total`.
@@ -54,6 +58,14 @@ const RELOAD_RESULTS: [&str; 2] = ["success", "error"];
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     /// `success` or `error`.
+    pub result: String,
+}
+
+/// Labels of `kube_prestop_sidecar_configmap_creations_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CreationLabels {
+    /// `created` (201), `exists` (409 AlreadyExists) or `error` (any other
+    /// answer, or none within the timeout): [`CreationOutcome::label`].
     pub result: String,
 }
 
@@ -105,6 +117,12 @@ impl Metrics {
             "Reloads of changed serving certificate files, by result",
             cert_reloads.clone(),
         );
+        let sidecar_configmap_creations = Family::<CreationLabels, Counter>::default();
+        registry.register(
+            "kube_prestop_sidecar_configmap_creations",
+            "Attempts to create the sidecar-binary ConfigMap in a namespace, by result",
+            sidecar_configmap_creations.clone(),
+        );
         // Every known series exists from the start, at zero: a counter that
         // appears only with its first event hides it from `rate()` and
         // `absent()`-style alerts until then.
@@ -120,12 +138,18 @@ impl Metrics {
                 result: result.to_owned(),
             }));
         }
+        for outcome in CreationOutcome::ALL {
+            drop(sidecar_configmap_creations.get_or_create(&CreationLabels {
+                result: outcome.label().to_owned(),
+            }));
+        }
         Self {
             registry: Arc::new(registry),
             admissions,
             duration,
             cert_expiry,
             cert_reloads,
+            sidecar_configmap_creations,
         }
     }
 
@@ -152,6 +176,15 @@ impl Metrics {
         self.cert_reloads
             .get_or_create(&ReloadLabels {
                 result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one attempt to create the sidecar-binary ConfigMap.
+    pub fn record_sidecar_configmap_creation(&self, outcome: CreationOutcome) {
+        self.sidecar_configmap_creations
+            .get_or_create(&CreationLabels {
+                result: outcome.label().to_owned(),
             })
             .inc();
     }

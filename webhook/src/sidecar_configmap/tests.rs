@@ -1,0 +1,329 @@
+use super::*;
+
+use std::io::Write;
+use std::sync::Mutex as StdMutex;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use kube::api::ObjectMeta;
+use kube::core::PartialObjectMetaExt;
+
+fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(bytes).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+fn binary(bytes: &[u8]) -> SidecarBinary {
+    SidecarBinary::load(file_with(bytes).path()).unwrap()
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[test]
+fn load_names_by_content() {
+    let b = binary(b"abc");
+    // sha256("abc")
+    assert_eq!(
+        b.sha256(),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(b.name(), "kube-prestop-sidecar-ba7816bf8f01");
+    assert_eq!(b.name().len(), NAME_PREFIX.len() + NAME_HASH_CHARS);
+    assert!(is_dns_label(b.name()), "{}", b.name());
+    assert_eq!(b.size(), 3);
+    assert_eq!(b.bytes(), b"abc");
+    // Same bytes from another file: same name; other bytes: another name.
+    assert_eq!(binary(b"abc").name(), b.name());
+    assert_ne!(binary(b"abd").name(), b.name());
+    let shown = format!("{b:?}");
+    assert!(
+        shown.contains(b.name()) && !shown.contains("97, 98"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn load_accepts_exactly_the_limit() {
+    let limit = usize::try_from(MAX_BINARY_BYTES).unwrap();
+    let b = binary(&vec![7u8; limit]);
+    assert_eq!(b.size(), limit);
+}
+
+#[test]
+fn load_refuses_empty_oversize_and_missing_files_naming_them() {
+    let empty = file_with(b"");
+    let e = SidecarBinary::load(empty.path()).unwrap_err();
+    assert!(matches!(e, SidecarConfigMapError::Empty { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&empty.path().display().to_string()), "{msg}");
+    assert!(msg.contains("empty"), "{msg}");
+
+    let limit = usize::try_from(MAX_BINARY_BYTES).unwrap();
+    let big = file_with(&vec![0u8; limit + 4096]);
+    let e = SidecarBinary::load(big.path()).unwrap_err();
+    let SidecarConfigMapError::TooLarge { size, .. } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(*size, MAX_BINARY_BYTES + 4096);
+    let msg = e.to_string();
+    assert!(msg.contains(&big.path().display().to_string()), "{msg}");
+    assert!(
+        msg.contains(&format!("{} bytes", limit + 4096)) && msg.contains("1048576"),
+        "{msg}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-binary");
+    let e = SidecarBinary::load(&missing).unwrap_err();
+    assert!(matches!(e, SidecarConfigMapError::Read { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains(&missing.display().to_string()),
+        "{e}"
+    );
+}
+
+/// `key=value` pairs of a plain equality selector.
+fn selector_pairs(selector: &str) -> Vec<(&str, &str)> {
+    selector
+        .split(',')
+        .map(|term| term.split_once('=').unwrap())
+        .collect()
+}
+
+#[test]
+fn built_config_map() {
+    let b = binary(b"\x7fELF and more");
+    let cm = build_config_map(&b, "team-a");
+    let meta = &cm.metadata;
+    assert_eq!(meta.name.as_deref(), Some(b.name()));
+    assert_eq!(meta.namespace.as_deref(), Some("team-a"));
+    assert_eq!(cm.immutable, Some(true));
+    assert_eq!(cm.data, None);
+    let data = cm.binary_data.as_ref().unwrap();
+    assert_eq!(data.len(), 1);
+    assert_eq!(data[BINARY_KEY].0, b.bytes());
+    let labels = meta.labels.as_ref().unwrap();
+    assert_eq!(labels.len(), 3);
+    assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY);
+    assert_eq!(labels[COMPONENT_LABEL], COMPONENT);
+    assert_eq!(labels[VERSION_LABEL], env!("CARGO_PKG_VERSION"));
+    // The watch selects what is created.
+    for (k, v) in selector_pairs(LABEL_SELECTOR) {
+        assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
+    }
+    let annotations = meta.annotations.as_ref().unwrap();
+    assert_eq!(annotations.len(), 1);
+    assert_eq!(annotations[SHA256_ANNOTATION], b.sha256());
+    assert_eq!(b.sha256().len(), 64);
+    // The wire form: base64 under binaryData.
+    let json = serde_json::to_value(&cm).unwrap();
+    assert_eq!(json["immutable"], true);
+    assert!(json["binaryData"][BINARY_KEY].is_string(), "{json}");
+}
+
+#[test]
+fn disabled_names_nothing() {
+    let d = SidecarConfigMaps::disabled();
+    assert_eq!(d.config_map_for("default", false), None);
+    assert_eq!(d.config_map_for("default", true), None);
+    assert_eq!(d.name(), None);
+    assert!(d.is_synced());
+    assert!(format!("{d:?}").contains("enabled: false"));
+}
+
+// The thin I/O layer against a local HTTP stub that answers creates by
+// namespace name: `ok*` 201, `dup*` 409 AlreadyExists, anything else 403.
+// It says nothing about the API server's behaviour, only about which
+// requests this module sends and how it reads the answers.
+
+type Posts = Arc<StdMutex<Vec<(String, serde_json::Value)>>>;
+
+async fn create_stub(
+    State(posts): State<Posts>,
+    UrlPath(namespace): UrlPath<String>,
+    body: axum::body::Bytes,
+) -> (StatusCode, [(&'static str, &'static str); 1], String) {
+    let object: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    posts
+        .lock()
+        .unwrap()
+        .push((namespace.clone(), object.clone()));
+    let status = |code: u16, reason: &str| {
+        serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "reason": reason, "code": code,
+            "message": format!("{reason} in {namespace}"),
+        })
+        .to_string()
+    };
+    let (code, body) = if namespace.starts_with("ok") {
+        (StatusCode::CREATED, object.to_string())
+    } else if namespace.starts_with("dup") {
+        (StatusCode::CONFLICT, status(409, "AlreadyExists"))
+    } else {
+        (StatusCode::FORBIDDEN, status(403, "Forbidden"))
+    };
+    (code, [("content-type", "application/json")], body)
+}
+
+async fn stub_client() -> (kube::Client, Posts) {
+    let posts = Posts::default();
+    let app = axum::Router::new()
+        .route(
+            "/api/v1/namespaces/{namespace}/configmaps",
+            axum::routing::post(create_stub),
+        )
+        .with_state(posts.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    (kube::Client::try_from(config).unwrap(), posts)
+}
+
+fn posts_to(posts: &Posts, namespace: &str) -> Vec<serde_json::Value> {
+    posts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(ns, _)| ns == namespace)
+        .map(|(_, o)| o.clone())
+        .collect()
+}
+
+fn sync(cms: &SidecarConfigMaps, present_in: &[&str]) {
+    let inner = cms.inner.as_ref().unwrap();
+    inner.observe(&watcher::Event::Init);
+    for ns in present_in {
+        let meta = ObjectMeta {
+            name: Some(inner.binary.name.clone()),
+            namespace: Some((*ns).to_owned()),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial::<ConfigMap>();
+        inner.observe(&watcher::Event::InitApply(meta));
+    }
+    inner.observe(&watcher::Event::InitDone);
+}
+
+fn in_flight(cms: &SidecarConfigMaps, namespace: &str) -> bool {
+    let inner = cms.inner.as_ref().unwrap();
+    inner.attempts.lock().unwrap().in_flight(namespace)
+}
+
+async fn until_settled(cms: &SidecarConfigMaps, namespace: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while in_flight(cms, namespace) {
+        assert!(
+            Instant::now() < deadline,
+            "creation in {namespace} never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn sample(metrics: &Metrics, result: &str) -> String {
+    let series = format!(r#"kube_prestop_sidecar_configmap_creations_total{{result="{result}"}}"#);
+    let text = metrics.encode().unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| panic!("{series} not in\n{text}"))
+}
+
+#[tokio::test]
+async fn creates_missing_config_maps_off_the_request_path() {
+    let (client, posts) = stub_client().await;
+    let metrics = Metrics::new();
+    let b = binary(b"the sidecar");
+    let cms = SidecarConfigMaps::unwatched(client, b.clone(), metrics.clone());
+    for result in ["created", "exists", "error"] {
+        assert_eq!(sample(&metrics, result), "0");
+    }
+
+    // Before the first list: nothing is ready and nothing is created.
+    assert!(!cms.is_synced());
+    assert_eq!(cms.config_map_for("ok-a", false), None);
+    assert!(!in_flight(&cms, "ok-a"));
+
+    sync(&cms, &["listed"]);
+    assert!(cms.is_synced());
+    assert_eq!(cms.name(), Some(b.name()));
+    // Listed by the watch: named, no request.
+    assert_eq!(
+        cms.config_map_for("listed", false).as_deref(),
+        Some(b.name())
+    );
+    assert_eq!(
+        cms.config_map_for("listed", true).as_deref(),
+        Some(b.name())
+    );
+
+    // Dry run: never creates.
+    assert_eq!(cms.config_map_for("ok-a", true), None);
+    assert!(!in_flight(&cms, "ok-a"));
+
+    // A miss schedules one creation; repeated misses meanwhile add none.
+    assert_eq!(cms.config_map_for("ok-a", false), None);
+    assert!(in_flight(&cms, "ok-a"));
+    for _ in 0..10 {
+        let _ = cms.config_map_for("ok-a", false);
+    }
+    until_settled(&cms, "ok-a").await;
+    // 201: ready at once, before the watch reports it.
+    assert_eq!(cms.config_map_for("ok-a", false).as_deref(), Some(b.name()));
+    let sent = posts_to(&posts, "ok-a");
+    assert_eq!(sent.len(), 1);
+    let expected = serde_json::to_value(build_config_map(&b, "ok-a")).unwrap();
+    assert_eq!(sent[0], expected);
+    assert_eq!(sample(&metrics, "created"), "1");
+
+    // 409: not an error, but not ready until the watch says so; no retry
+    // within the window.
+    assert_eq!(cms.config_map_for("dup-b", false), None);
+    until_settled(&cms, "dup-b").await;
+    assert_eq!(cms.config_map_for("dup-b", false), None);
+    assert!(!in_flight(&cms, "dup-b"));
+    assert_eq!(posts_to(&posts, "dup-b").len(), 1);
+    assert_eq!(sample(&metrics, "exists"), "1");
+    cms.inner.as_ref().unwrap().observe(&watcher::Event::Apply(
+        ObjectMeta {
+            name: Some(b.name().to_owned()),
+            namespace: Some("dup-b".to_owned()),
+            ..ObjectMeta::default()
+        }
+        .into_response_partial(),
+    ));
+    assert_eq!(
+        cms.config_map_for("dup-b", false).as_deref(),
+        Some(b.name())
+    );
+
+    // Refused: no retry within the window.
+    assert_eq!(cms.config_map_for("quota-c", false), None);
+    until_settled(&cms, "quota-c").await;
+    for _ in 0..10 {
+        assert_eq!(cms.config_map_for("quota-c", false), None);
+    }
+    assert!(!in_flight(&cms, "quota-c"));
+    assert_eq!(posts_to(&posts, "quota-c").len(), 1);
+    assert_eq!(sample(&metrics, "error"), "1");
+    assert_eq!(sample(&metrics, "created"), "1");
+
+    // A relist without "ok-a" drops it (deleted while the watch was down);
+    // the next miss creates it again.
+    sync(&cms, &["listed"]);
+    assert_eq!(cms.config_map_for("ok-a", false), None);
+    until_settled(&cms, "ok-a").await;
+    assert_eq!(posts_to(&posts, "ok-a").len(), 2);
+    assert!(format!("{cms:?}").contains(b.name()));
+}
