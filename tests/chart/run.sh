@@ -148,7 +148,9 @@ check_render "one replica: no PodDisruptionBudget" custom-k8s1.34 "kind: PodDisr
 check_render "sidecar binary from a ConfigMap: ConfigMap create permission" selfmanaged-k8s1.34 'resources: \["configmaps"\]' 1
 check_render "sidecar binary from a ConfigMap: side effects skipped on dry run" selfmanaged-k8s1.34 "sideEffects: NoneOnDryRun" 1
 check_render "sidecar binary from a ConfigMap: the webhook gets the binary" selfmanaged-k8s1.34 "sidecar-binary=/var/run/kube-prestop/sidecar-binary/kube-prestop" 1
+check_render "sidecar binary from a ConfigMap: namespaces selected as the webhook configuration does" selfmanaged-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system)$" 1
 check_render "install container only: no ConfigMap permission" custom-k8s1.34 "configmaps" 0
+check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
 check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
 

@@ -1,7 +1,8 @@
 //! What the engine needs from the cluster, cached: every namespace's
 //! LimitRanges, kept current by a kube-runtime reflector (one watch on
-//! LimitRange across namespaces). Admission reads the cache and never calls
-//! the API server itself.
+//! LimitRange across namespaces), and which namespaces hold the sidecar
+//! binary's ConfigMap ([`SidecarConfigMaps`], when enabled). Admission reads
+//! the cache and never calls the API server itself.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::sidecar_configmap::SidecarConfigMaps;
 
 /// Failure to build a client from an explicitly given kubeconfig.
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +32,14 @@ pub enum ClusterCacheError {
     Client(#[from] kube::Error),
 }
 
-/// Cached LimitRanges, or none at all when running without a cluster.
+/// Cached LimitRanges, or none at all when running without a cluster; and
+/// the sidecar binary's ConfigMaps (disabled unless
+/// [`Self::with_sidecar_config_maps`]).
 #[derive(Clone)]
 pub struct ClusterCache {
     store: Option<Store<LimitRange>>,
     synced: Arc<AtomicBool>,
+    sidecar_config_maps: SidecarConfigMaps,
 }
 
 impl std::fmt::Debug for ClusterCache {
@@ -41,6 +47,7 @@ impl std::fmt::Debug for ClusterCache {
         f.debug_struct("ClusterCache")
             .field("connected", &self.store.is_some())
             .field("synced", &self.is_synced())
+            .field("sidecar_config_maps", &self.sidecar_config_maps)
             .finish()
     }
 }
@@ -51,6 +58,7 @@ impl ClusterCache {
         Self {
             store: None,
             synced: Arc::new(AtomicBool::new(true)),
+            sidecar_config_maps: SidecarConfigMaps::disabled(),
         }
     }
 
@@ -91,7 +99,22 @@ impl ClusterCache {
         Self {
             store: Some(store),
             synced,
+            sidecar_config_maps: SidecarConfigMaps::disabled(),
         }
+    }
+
+    /// The same cache, answering [`Self::sidecar_config_map`] from
+    /// `sidecar_config_maps`.
+    pub fn with_sidecar_config_maps(mut self, sidecar_config_maps: SidecarConfigMaps) -> Self {
+        self.sidecar_config_maps = sidecar_config_maps;
+        self
+    }
+
+    /// The sidecar binary's ConfigMap in `namespace` when it exists there
+    /// (see [`SidecarConfigMaps::config_map_for`]: unless `dry_run`, a miss
+    /// schedules its creation in the background). `None` when disabled.
+    pub fn sidecar_config_map(&self, namespace: &str, dry_run: bool) -> Option<String> {
+        self.sidecar_config_maps.config_map_for(namespace, dry_run)
     }
 
     /// Connect to the cluster when a configuration exists: the explicit

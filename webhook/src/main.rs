@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::Parser;
 use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::metrics::Metrics;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
+use kube_prestop_webhook::sidecar_configmap::{SidecarBinary, SidecarConfigMaps};
 use kube_prestop_webhook::{certmanager, inject_cmd, logging};
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
@@ -118,11 +120,39 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             .context("--self-managed-certs needs a cluster (kubeconfig or in-cluster)")?;
         start_cert_manager(client, cert_config).await?;
     }
-    let cache = match client {
-        Some(client) => ClusterCache::start(client),
-        None => ClusterCache::disconnected(),
+    let metrics = Metrics::new();
+    let binary = args
+        .sidecar_binary
+        .as_deref()
+        .map(SidecarBinary::load)
+        .transpose()
+        .context("--sidecar-binary")?;
+    let cache = match (client, binary) {
+        (Some(client), binary) => {
+            let cache = ClusterCache::start(client.clone());
+            match binary {
+                Some(binary) => {
+                    tracing::info!(
+                        name = binary.name(),
+                        bytes = binary.size(),
+                        sha256 = binary.sha256(),
+                        "sidecar binary from ConfigMaps"
+                    );
+                    let config_maps = SidecarConfigMaps::start(client, binary, metrics.clone());
+                    if let Some(selector) = args.namespace_selector.as_deref() {
+                        config_maps.provision(selector);
+                    }
+                    cache.with_sidecar_config_maps(config_maps)
+                }
+                None => cache,
+            }
+        }
+        (None, Some(_)) => {
+            anyhow::bail!("--sidecar-binary needs a cluster (kubeconfig or in-cluster)")
+        }
+        (None, None) => ClusterCache::disconnected(),
     };
-    let server = Server::bind(config, cache).await?;
+    let server = Server::bind_with_metrics(config, cache, metrics).await?;
     // Machine-readable for scripts that start with port 0.
     println!(
         "listening https={} metrics={}",

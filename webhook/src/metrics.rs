@@ -8,11 +8,13 @@
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 //! | `kube_prestop_sidecar_configmap_creations_total` | counter | `result` (`created`, `exists`, `error`) | attempts to create the sidecar-binary ConfigMap in a namespace |
+//! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`configMap`, `installContainer`) | pods injected (patch sent), by where their sidecar binary comes from |
 //!
 //! Every known label combination of the counters (each decision with each
 //! of its reasons, see `server::labels::admission_outcomes`, both reload
-//! results, and the three creation results) is created at zero when the registry is made, so the
-//! series exist before their first event.
+//! results, the three creation results and both binary sources) is created
+//! at zero when the registry is made, so the series exist before their
+//! first event.
 
 use std::sync::Arc;
 
@@ -49,6 +51,19 @@ pub struct Metrics {
     cert_expiry: Gauge,
     cert_reloads: Family<ReloadLabels, Counter>,
     sidecar_configmap_creations: Family<CreationLabels, Counter>,
+    injections: Family<InjectionLabels, Counter>,
+}
+
+/// Values of `sidecar_binary` in `kube_prestop_injections_total`: the
+/// binary mounted from the namespace's ConfigMap, or copied by the install
+/// init container (the chart's `sidecarBinary.source` values).
+pub const SIDECAR_BINARY_SOURCES: [&str; 2] = ["configMap", "installContainer"];
+
+/// Labels of `kube_prestop_injections_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InjectionLabels {
+    /// One of [`SIDECAR_BINARY_SOURCES`].
+    pub sidecar_binary: String,
 }
 
 /// Values of `result` in `kube_prestop_certificate_reloads_total`.
@@ -123,6 +138,12 @@ impl Metrics {
             "Attempts to create the sidecar-binary ConfigMap in a namespace, by result",
             sidecar_configmap_creations.clone(),
         );
+        let injections = Family::<InjectionLabels, Counter>::default();
+        registry.register(
+            "kube_prestop_injections",
+            "Pods injected, by where their sidecar binary comes from (configMap: mounted from the namespace's ConfigMap; installContainer: copied by the install init container)",
+            injections.clone(),
+        );
         // Every known series exists from the start, at zero: a counter that
         // appears only with its first event hides it from `rate()` and
         // `absent()`-style alerts until then.
@@ -143,6 +164,11 @@ impl Metrics {
                 result: outcome.label().to_owned(),
             }));
         }
+        for source in SIDECAR_BINARY_SOURCES {
+            drop(injections.get_or_create(&InjectionLabels {
+                sidecar_binary: source.to_owned(),
+            }));
+        }
         Self {
             registry: Arc::new(registry),
             admissions,
@@ -150,7 +176,18 @@ impl Metrics {
             cert_expiry,
             cert_reloads,
             sidecar_configmap_creations,
+            injections,
         }
+    }
+
+    /// Count one injected pod whose sidecar binary comes from
+    /// `sidecar_binary` (one of [`SIDECAR_BINARY_SOURCES`]).
+    pub fn record_injection(&self, sidecar_binary: &str) {
+        self.injections
+            .get_or_create(&InjectionLabels {
+                sidecar_binary: sidecar_binary.to_owned(),
+            })
+            .inc();
     }
 
     /// Count one answered review.

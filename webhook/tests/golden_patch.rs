@@ -24,6 +24,7 @@ use kube::runtime::reflector;
 use kube::runtime::watcher;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
+use kube_prestop_webhook::sidecar_configmap::SidecarConfigMaps;
 use serde_json::{Value, json};
 
 /// The AdmissionReview the API server sends for `pod` in `namespace`.
@@ -66,7 +67,10 @@ async fn webhook_patch_gives_the_golden_output() {
             lr.metadata.namespace = Some(namespace.clone());
             writer.apply_watcher_event(&watcher::Event::Apply(lr));
         }
-        let cache = ClusterCache::from_store(store);
+        let mut cache = ClusterCache::from_store(store);
+        if let Some(name) = context.sidecar_config_map.as_deref() {
+            cache = cache.with_sidecar_config_maps(SidecarConfigMaps::fixed(name));
+        }
 
         let config = config();
         let admit = |uid: &str, pod: &Value| {

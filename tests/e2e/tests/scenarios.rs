@@ -1090,8 +1090,14 @@ async fn s00_concurrent_scenarios() -> Result<()> {
             "21-job-deleted-in-hook",
             Box::pin(s21_job_deleted_during_hook(c())),
         ),
-        ("22-binary-from-configmap", Box::pin(s22_binary_from_config_map(c()))),
-        ("23-configmap-refused", Box::pin(s23_config_map_refused(c()))),
+        (
+            "22-binary-from-configmap",
+            Box::pin(s22_binary_from_config_map(c())),
+        ),
+        (
+            "23-configmap-refused",
+            Box::pin(s23_config_map_refused(c())),
+        ),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
 }

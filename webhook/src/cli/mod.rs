@@ -113,6 +113,28 @@ pub struct ServeArgs {
     /// Run without a cluster: LimitRanges are taken as empty.
     #[arg(long, env = "KUBE_PRESTOP_NO_CLUSTER")]
     pub no_cluster: bool,
+    /// The static sidecar binary (at most 1 MiB). With it, the webhook keeps
+    /// the binary in an immutable ConfigMap
+    /// (`kube-prestop-sidecar-<sha256 prefix>`) in each namespace where it
+    /// injects pods, and pods there mount it instead of getting the install
+    /// init container (one kubelet pod sync less at pod start). Needs a
+    /// cluster, and RBAC create/list/watch on ConfigMaps. Without it, every
+    /// pod gets the install init container.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_BINARY")]
+    pub sidecar_binary: Option<PathBuf>,
+    /// With `--sidecar-binary`: label selector of the namespaces whose pods
+    /// the webhook configuration sends (its `namespaceSelector`), e.g.
+    /// `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
+    /// (kube-system,kube-prestop)`. Each gets its ConfigMap as soon as it
+    /// matches, so its first pod starts without the install init container
+    /// too (needs RBAC list/watch on Namespaces). Without it, a namespace
+    /// gets its ConfigMap when its first pod is injected.
+    #[arg(
+        long,
+        env = "KUBE_PRESTOP_NAMESPACE_SELECTOR",
+        requires = "sidecar_binary"
+    )]
+    pub namespace_selector: Option<String>,
 }
 
 /// Flags of `inject`.

@@ -209,19 +209,20 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 
 /// The native sidecar watching `x`, whose preStop command is `hook`;
 /// `started_after` names the containers the kubelet starts after it
-/// ([`contract::FLAG_STARTED_AFTER`]; empty for `hostPID` pods).
+/// ([`contract::FLAG_STARTED_AFTER`]; empty for `hostPID` pods); `ours`
+/// are the mounts of the shared volume and the binary
+/// ([`Binary::mounts`]), added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
     started_after: &[String],
-    volume: &str,
-    binary: Binary<'_>,
+    ours: Vec<VolumeMount>,
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
-    mounts.extend(binary.mounts(volume));
+    mounts.extend(ours);
     Container {
         name,
         image: x.image.clone(),
@@ -464,8 +465,7 @@ pub fn plan(
             x,
             hook,
             &started_after,
-            &volume,
-            binary,
+            binary.mounts(&volume),
             grace,
             sidecar_resources.clone(),
         ));

@@ -82,6 +82,9 @@ pub struct RequestFacts {
     /// creating the pod (the Job controller) drops, so the log line is the
     /// place it shows.
     pub opted_in_but_skipped: bool,
+    /// For an injected pod (patch sent): where its sidecar binary comes
+    /// from, one of `metrics::SIDECAR_BINARY_SOURCES`; else empty.
+    pub sidecar_binary: &'static str,
 }
 
 /// Decide on one request body.
@@ -159,9 +162,11 @@ pub fn review(
         .clone()
         .or_else(|| pod.metadata.namespace.clone())
         .unwrap_or_else(|| "default".to_owned());
+    // Looked up without side effects: a creation is scheduled below, only
+    // for a pod that is injected without it.
     let context = ClusterContext {
         limit_ranges: cache.limit_ranges(&namespace),
-        sidecar_config_map: None,
+        sidecar_config_map: cache.sidecar_config_map(&namespace, true),
         namespace,
     };
 
@@ -199,7 +204,18 @@ pub fn review(
             answer(response, "skip", &labels::skip_reason(&reason), None, facts)
         }
         Ok(Decided::NoChange) => answer(response, "inject", "no_change", None, facts),
-        Ok(Decided::Patch(patch)) => answer_with_patch(response, &patch, facts),
+        Ok(Decided::Patch(patch)) => {
+            let [from_config_map, from_install] = crate::metrics::SIDECAR_BINARY_SOURCES;
+            if context.sidecar_config_map.is_some() {
+                facts.sidecar_binary = from_config_map;
+            } else {
+                facts.sidecar_binary = from_install;
+                // The namespace's ConfigMap, for its next pods (not for a
+                // dry run, which must have no side effects).
+                cache.sidecar_config_map(&context.namespace, request.dry_run);
+            }
+            answer_with_patch(response, &patch, facts)
+        }
         Ok(Decided::PatchError(e)) => {
             let refusal = Refusal::internal();
             failure(response, failure_mode, "patch_error", e, refusal, facts)

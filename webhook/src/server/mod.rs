@@ -155,13 +155,22 @@ impl Server {
     /// Load the certificate and bind both ports. Must run inside a tokio
     /// runtime.
     pub async fn bind(config: ServerConfig, cache: ClusterCache) -> Result<Self, ServerError> {
+        Self::bind_with_metrics(config, cache, Metrics::new()).await
+    }
+
+    /// [`Self::bind`], recording into `metrics` (shared with what else the
+    /// process runs, e.g. the sidecar-binary ConfigMaps).
+    pub async fn bind_with_metrics(
+        config: ServerConfig,
+        cache: ClusterCache,
+        metrics: Metrics,
+    ) -> Result<Self, ServerError> {
         let resolver = Arc::new(ReloadingCertResolver::new(
             config.tls_cert_file.clone(),
             config.tls_key_file.clone(),
         )?);
         let tls = crate::tls::server_config(resolver.clone())?;
         let acceptor = TlsAcceptor::from(Arc::new(tls));
-        let metrics = Metrics::new();
         metrics.set_certificate_expiry(resolver.not_after_unix());
         let (https, https_addr) = bind(config.https_addr).await?;
         let (metrics_listener, metrics_addr) = bind(config.metrics_addr).await?;

@@ -185,6 +185,9 @@ async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response 
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
         .record_admission(outcome.decision, &outcome.reason, seconds);
+    if !outcome.request.sidecar_binary.is_empty() {
+        app.metrics.record_injection(outcome.request.sidecar_binary);
+    }
     log_outcome(&outcome, seconds);
     let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
     json_response(status, outcome.body)
@@ -250,58 +253,38 @@ fn too_large(app: &AppState, cap: usize) -> Response {
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
-    let detail = outcome.detail.as_deref().unwrap_or("");
-    match outcome.decision {
-        "error" | "invalid" => tracing::warn!(
-            uid = %r.uid,
-            namespace = %r.namespace,
-            owner = %r.owner,
-            pod = %r.pod,
-            operation = %r.operation,
-            resource = %r.resource,
-            decision = outcome.decision,
-            reason = %outcome.reason,
-            detail,
-            unknown_annotations = %r.unknown_annotations,
-            duration_ms,
-            "admission"
-        ),
-        _ if !r.unknown_annotations.is_empty() => tracing::warn!(
-            uid = %r.uid,
-            namespace = %r.namespace,
-            owner = %r.owner,
-            pod = %r.pod,
-            operation = %r.operation,
-            resource = %r.resource,
-            decision = outcome.decision,
-            reason = %outcome.reason,
-            unknown_annotations = %r.unknown_annotations,
-            duration_ms,
-            "admission"
-        ),
-        _ if r.opted_in_but_skipped => tracing::warn!(
-            uid = %r.uid,
-            namespace = %r.namespace,
-            owner = %r.owner,
-            pod = %r.pod,
-            operation = %r.operation,
-            resource = %r.resource,
-            decision = outcome.decision,
-            reason = %outcome.reason,
-            duration_ms,
-            "admission"
-        ),
-        _ => tracing::info!(
-            uid = %r.uid,
-            namespace = %r.namespace,
-            owner = %r.owner,
-            pod = %r.pod,
-            operation = %r.operation,
-            resource = %r.resource,
-            decision = outcome.decision,
-            reason = %outcome.reason,
-            duration_ms,
-            "admission"
-        ),
+    let error = matches!(outcome.decision, "error" | "invalid");
+    // Fields that are `None` are left out of the line.
+    let detail = error.then(|| outcome.detail.as_deref().unwrap_or(""));
+    let unknown_annotations =
+        (error || !r.unknown_annotations.is_empty()).then_some(r.unknown_annotations.as_str());
+    let sidecar_binary = (!r.sidecar_binary.is_empty()).then_some(r.sidecar_binary);
+    // One line, at a level fixed per call site (tracing's levels are static).
+    macro_rules! admission_line {
+        ($level:ident) => {
+            tracing::$level!(
+                uid = %r.uid,
+                namespace = %r.namespace,
+                owner = %r.owner,
+                pod = %r.pod,
+                operation = %r.operation,
+                resource = %r.resource,
+                decision = outcome.decision,
+                reason = %outcome.reason,
+                detail,
+                unknown_annotations,
+                sidecar_binary,
+                duration_ms,
+                "admission"
+            )
+        };
+    }
+    // Warn where someone has to act: an error, a misspelt annotation, or a
+    // pod that asked for injection and did not get it (a Job's pod gets
+    // its admission warnings dropped by the Job controller).
+    if error || unknown_annotations.is_some() || r.opted_in_but_skipped {
+        admission_line!(warn);
+    } else {
+        admission_line!(info);
     }
 }

@@ -18,10 +18,17 @@
 //! created in the background, at most one creation per namespace at a time
 //! and none for [`RETRY_AFTER`] after one that failed ([`Attempts`]).
 //!
-//! Needs RBAC on `configmaps` across namespaces: `list`, `watch`, `create`.
+//! With [`SidecarConfigMaps::provision`], the namespaces the webhook
+//! configuration selects get their object ahead of their first pod
+//! ([`Selected`], from a metadata-only watch on Namespaces), and one that
+//! was deleted comes back within [`PROVISION_INTERVAL`].
+//!
+//! Needs RBAC on `configmaps` across namespaces: `list`, `watch`, `create`;
+//! and for [`SidecarConfigMaps::provision`], `namespaces`: `list`, `watch`.
 
 mod attempts;
 mod readiness;
+mod selected;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -31,13 +38,14 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
 pub use attempts::{Attempts, CreationOutcome};
 pub use readiness::Readiness;
+pub use selected::Selected;
 
 use crate::metrics::Metrics;
 
@@ -49,8 +57,9 @@ pub const NAME_PREFIX: &str = "kube-prestop-sidecar-";
 /// How many leading hex digits of the sha256 the name carries (48 bits).
 pub const NAME_HASH_CHARS: usize = 12;
 
-/// The `binaryData` key holding the binary (the file name in the volume).
-pub const BINARY_KEY: &str = "kube-prestop";
+/// The `binaryData` key holding the binary (the file name in the volume):
+/// the contract's, which the engine mounts.
+pub const BINARY_KEY: &str = kube_prestop_sidecar::contract::BINARY_CONFIG_MAP_KEY;
 
 /// Largest accepted binary, in bytes: 1 MiB, the API server's limit on a
 /// ConfigMap's data.
@@ -85,6 +94,11 @@ pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Field manager of the creates.
 pub const FIELD_MANAGER: &str = "kube-prestop-webhook";
+
+/// How often [`SidecarConfigMaps::provision`] looks for selected namespaces
+/// without the object (besides at once when a namespace appears or
+/// changes).
+pub const PROVISION_INTERVAL: Duration = Duration::from_secs(5);
 
 /// A sidecar binary that cannot be served from a ConfigMap.
 #[derive(Debug, thiserror::Error)]
@@ -236,6 +250,8 @@ pub fn build_config_map(binary: &SidecarBinary, namespace: &str) -> ConfigMap {
 #[derive(Clone)]
 pub struct SidecarConfigMaps {
     inner: Option<Arc<Inner>>,
+    /// [`Self::fixed`]: this name in every namespace, no cluster.
+    fixed: Option<Arc<str>>,
 }
 
 struct Inner {
@@ -250,9 +266,10 @@ struct Inner {
 impl std::fmt::Debug for SidecarConfigMaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("SidecarConfigMaps");
-        match &self.inner {
-            None => d.field("enabled", &false),
-            Some(inner) => {
+        match (&self.fixed, &self.inner) {
+            (Some(name), _) => d.field("fixed", name),
+            (None, None) => d.field("enabled", &false),
+            (None, Some(inner)) => {
                 let r = inner.readiness();
                 d.field("name", &inner.binary.name)
                     .field("synced", &r.is_synced())
@@ -266,7 +283,20 @@ impl std::fmt::Debug for SidecarConfigMaps {
 impl SidecarConfigMaps {
     /// Never names a ConfigMap, never creates one.
     pub fn disabled() -> Self {
-        Self { inner: None }
+        Self {
+            inner: None,
+            fixed: None,
+        }
+    }
+
+    /// Names the ConfigMap `name` for every namespace, without a cluster:
+    /// nothing is watched or created (tests, and rendering pods for a
+    /// cluster where the ConfigMaps are known to exist).
+    pub fn fixed(name: &str) -> Self {
+        Self {
+            inner: None,
+            fixed: Some(Arc::from(name)),
+        }
     }
 
     /// Watch the sidecar-binary ConfigMaps on `client` (metadata only,
@@ -288,6 +318,7 @@ impl SidecarConfigMaps {
     fn unwatched(client: kube::Client, binary: SidecarBinary, metrics: Metrics) -> Self {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => Self {
+                fixed: None,
                 inner: Some(Arc::new(Inner {
                     readiness: RwLock::new(Readiness::new(binary.name.clone())),
                     attempts: Mutex::new(Attempts::new(RETRY_AFTER)),
@@ -312,6 +343,9 @@ impl SidecarConfigMaps {
     /// failed one). Never blocks on I/O: one read lock, and on a miss one
     /// mutex and at most one task spawn.
     pub fn config_map_for(&self, namespace: &str, dry_run: bool) -> Option<String> {
+        if let Some(name) = &self.fixed {
+            return Some(name.to_string());
+        }
         let inner = self.inner.as_ref()?;
         let (ready, synced) = {
             let r = inner.readiness();
@@ -328,9 +362,69 @@ impl SidecarConfigMaps {
         None
     }
 
+    /// Create the object ahead of pods in every namespace matching
+    /// `namespace_selector` (a label selector, e.g. the webhook
+    /// configuration's `namespaceSelector` written as
+    /// `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
+    /// (kube-system,kube-prestop)`): a metadata-only watch on Namespaces
+    /// schedules a creation as soon as a namespace matches, and every
+    /// [`PROVISION_INTERVAL`] each matching namespace without the object is
+    /// scheduled again (subject to the same deduplication and
+    /// [`RETRY_AFTER`] as admission's). Nothing happens when disabled.
+    pub fn provision(&self, namespace_selector: &str) {
+        let Some(inner) = &self.inner else { return };
+        let selected = Arc::new(Mutex::new(Selected::new()));
+        let api = kube::Api::<PartialObjectMeta<Namespace>>::all(inner.client.clone());
+        let stream =
+            watcher(api, watcher::Config::default().labels(namespace_selector)).default_backoff();
+        let (this, watched) = (self.clone(), Arc::clone(&selected));
+        inner.runtime.spawn(async move {
+            stream
+                .for_each(|event| {
+                    match event {
+                        Ok(event) => {
+                            let appeared = watched
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .apply(&event);
+                            if let Some(namespace) = appeared {
+                                this.config_map_for(&namespace, false);
+                            }
+                        }
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "namespace watch error (sidecar-binary ConfigMaps); retrying with backoff"
+                        ),
+                    }
+                    std::future::ready(())
+                })
+                .await;
+        });
+        let this = self.clone();
+        inner.runtime.spawn(async move {
+            let mut every = tokio::time::interval(PROVISION_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let names: Vec<String> = selected
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .names()
+                    .map(str::to_owned)
+                    .collect();
+                for namespace in names {
+                    this.config_map_for(&namespace, false);
+                }
+            }
+        });
+    }
+
     /// The name of the ConfigMaps (`None` when disabled).
     pub fn name(&self) -> Option<&str> {
-        self.inner.as_ref().map(|i| i.binary.name.as_str())
+        match (&self.fixed, &self.inner) {
+            (Some(name), _) => Some(name),
+            (None, inner) => inner.as_ref().map(|i| i.binary.name.as_str()),
+        }
     }
 
     /// Whether the watch has completed its initial list (always true when

@@ -363,7 +363,9 @@ async fn start(client: &Client, prefix: &str, pods: u32) -> Result<(String, Valu
             Ok(name) => log(&format!(
                 "injected pods mount the sidecar binary from ConfigMap {name}"
             )),
-            Err(e) => log(&format!("{e:#}: injected pods get the install init container")),
+            Err(e) => log(&format!(
+                "{e:#}: injected pods get the install init container"
+            )),
         }
         let run = unique_suffix();
         let map: WatchMap = Arc::default();
