@@ -176,14 +176,20 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
     if is_injected(spec) {
         return Ok(Selection::Skip(SkipReason::AlreadyInjected));
     }
-    let overrides = PodOverrides::parse(pod.metadata.annotations.as_ref())?;
-    if overrides.inject == Some(false) {
+    // Only the opt-in/opt-out annotation decides whether the pod is ours;
+    // the others are read once it is, so that a pod skipped anyway is never
+    // refused (failure mode deny) over an annotation that would do nothing.
+    let inject = match pod.metadata.annotations.as_ref() {
+        Some(annotations) => annotations::inject_value(annotations)?,
+        None => None,
+    };
+    if inject == Some(false) {
         return Ok(Selection::Skip(SkipReason::OptedOut));
     }
     if is_windows(spec) {
         return Ok(Selection::Skip(SkipReason::WindowsPod));
     }
-    if !input.owned_by_job && overrides.inject != Some(true) {
+    if !input.owned_by_job && inject != Some(true) {
         return Ok(Selection::Skip(SkipReason::NotJobOwned));
     }
     if !matches!(spec.restart_policy.as_deref(), Some("Never" | "OnFailure")) {
@@ -196,6 +202,10 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
         .filter(|(_, c)| exec_prestop(c).is_some())
         .map(|(i, _)| i)
         .collect();
+    if candidates.is_empty() {
+        return Ok(Selection::Skip(SkipReason::NoExecPreStop));
+    }
+    let overrides = PodOverrides::parse(pod.metadata.annotations.as_ref())?;
     let watched = match &overrides.containers {
         None => candidates,
         Some(names) => {
@@ -354,6 +364,31 @@ mod tests {
             run(&pod),
             Err(EngineError::InvalidAnnotation { .. })
         ));
+    }
+
+    /// A malformed sidecar annotation matters only on a pod that would be
+    /// injected: one skipped anyway is skipped, never an error (which
+    /// failure mode deny would turn into a refused pod).
+    #[test]
+    fn other_annotations_are_read_only_for_pods_to_inject() {
+        let mut pod = job_pod(vec![exec_container("a", &["x"])]);
+        annotate(&mut pod, annotations::SIDECAR_CPU_REQUEST, "lots");
+        annotate(&mut pod, annotations::CONTAINERS, "a,,Not_A_Name");
+        assert!(matches!(
+            run(&pod),
+            Err(EngineError::InvalidAnnotation { .. })
+        ));
+        let mut always = pod.clone();
+        always.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+        assert_eq!(skip(&always), SkipReason::RestartPolicyAlways);
+        let mut replica = pod.clone();
+        replica.metadata.owner_references.as_mut().unwrap()[0].kind = "ReplicaSet".into();
+        assert_eq!(skip(&replica), SkipReason::NotJobOwned);
+        let mut no_prestop = pod.clone();
+        no_prestop.spec.as_mut().unwrap().containers[0].lifecycle = None;
+        assert_eq!(skip(&no_prestop), SkipReason::NoExecPreStop);
+        annotate(&mut pod, annotations::INJECT, "false");
+        assert_eq!(skip(&pod), SkipReason::OptedOut);
     }
 
     #[test]
