@@ -137,6 +137,9 @@ pub enum EngineError {
         container: String,
         /// Its conflicting mount path.
         path: String,
+        /// Where, as an API field path:
+        /// `spec.containers[I].volumeMounts[J].mountPath`.
+        field: String,
     },
 }
 
@@ -387,6 +390,7 @@ mod tests {
             EngineError::MountPathConflict {
                 container: String::new(),
                 path: String::new(),
+                field: String::new(),
             },
         ];
         for e in &all {

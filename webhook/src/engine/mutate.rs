@@ -62,9 +62,10 @@ fn clean(path: &str) -> &str {
     if trimmed.is_empty() { "/" } else { trimmed }
 }
 
-/// Refuses a container that already mounts something at our mount points.
-fn check_mounts(c: &Container) -> Result<(), EngineError> {
-    for m in c.volume_mounts.iter().flatten() {
+/// Refuses a container (at `index` in `spec.containers`) that already
+/// mounts something at our mount points.
+fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
+    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let p = clean(&m.mount_path);
         let ours = p == contract::MOUNT_PATH
             || p.starts_with(&format!("{}/", contract::MOUNT_PATH))
@@ -74,6 +75,7 @@ fn check_mounts(c: &Container) -> Result<(), EngineError> {
             return Err(EngineError::MountPathConflict {
                 container: c.name.clone(),
                 path: m.mount_path.clone(),
+                field: format!("spec.containers[{index}].volumeMounts[{j}].mountPath"),
             });
         }
     }
@@ -438,7 +440,7 @@ pub fn plan(
         let Some(hook) = exec_prestop(x) else {
             continue;
         };
-        check_mounts(x)?;
+        check_mounts(i, x)?;
         let name = names::sidecar_name(&x.name, &taken);
         taken.insert(name.clone());
         sidecars.push((x, hook, name));
@@ -598,8 +600,8 @@ mod tests {
             }]),
             ..Default::default()
         };
-        assert!(check_mounts(&with("/data")).is_ok());
-        assert!(check_mounts(&with("/.kube-prestop-other")).is_ok());
+        assert!(check_mounts(0, &with("/data")).is_ok());
+        assert!(check_mounts(0, &with("/.kube-prestop-other")).is_ok());
         for bad in [
             "/.kube-prestop",
             "/.kube-prestop/",
@@ -608,7 +610,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_mounts(&with(bad)),
+                    check_mounts(0, &with(bad)),
                     Err(EngineError::MountPathConflict { .. })
                 ),
                 "{bad}"

@@ -466,7 +466,8 @@ impl Refusal {
     /// * an invalid `kube-prestop.io/*` annotation: 422 `Invalid`, with the
     ///   annotation as the field (as the API server reports invalid field
     ///   values);
-    /// * a watched container already mounting our paths: 422 `Invalid`;
+    /// * a watched container already mounting our paths: 422 `Invalid`, with
+    ///   the mount's `mountPath` as the field;
     /// * a malformed pod (no spec): 400 `BadRequest`;
     /// * no sidecar resources fit the namespace's LimitRanges: 403
     ///   `Forbidden` (what the LimitRanger admission plugin answers for a
@@ -486,7 +487,9 @@ impl Refusal {
                 "Invalid",
                 Some(format!("metadata.annotations[{annotation}]")),
             ),
-            EngineError::MountPathConflict { .. } => user(422, "Invalid", None),
+            EngineError::MountPathConflict { field, .. } => {
+                user(422, "Invalid", Some(field.clone()))
+            }
             EngineError::Invalid(_) => user(400, "BadRequest", None),
             EngineError::LimitRangeUnsatisfiable { .. } => user(403, "Forbidden", None),
             EngineError::InvalidConfig(_) | EngineError::InvalidQuantity { .. } => Self::internal(),
@@ -884,8 +887,13 @@ mod tests {
         let mount = EngineError::MountPathConflict {
             container: "c".into(),
             path: "/.kube-prestop".into(),
+            field: "spec.containers[0].volumeMounts[1].mountPath".into(),
         };
         assert_eq!(Refusal::of(&mount).code, 422);
+        assert_eq!(
+            Refusal::of(&mount).field.as_deref(),
+            Some("spec.containers[0].volumeMounts[1].mountPath")
+        );
         assert_eq!(Refusal::of(&EngineError::Invalid("x".into())).code, 400);
         let limit_range = EngineError::LimitRangeUnsatisfiable {
             limit_range: "lr".into(),
