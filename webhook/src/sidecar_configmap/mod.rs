@@ -16,7 +16,8 @@
 //! [`SidecarConfigMaps::config_map_for`]: a ready namespace gets the name;
 //! any other gets `None` (the install init container), and the object is
 //! created in the background, at most one creation per namespace at a time
-//! and none for [`RETRY_AFTER`] after one that failed ([`Attempts`]).
+//! and none for [`RETRY_AFTER`] after one that failed, doubled after each
+//! further failure up to [`MAX_RETRY_AFTER`] ([`Attempts`]).
 //!
 //! With [`SidecarConfigMaps::provision`], the namespaces the webhook
 //! configuration selects get their object ahead of their first pod
@@ -85,8 +86,12 @@ pub const LABEL_SELECTOR: &str =
     "app.kubernetes.io/managed-by=kube-prestop,app.kubernetes.io/component=sidecar-binary";
 
 /// How long no creation is attempted in a namespace after an attempt that
-/// failed (or found an object that the watch had not reported).
+/// failed (or found an object that the watch had not reported); doubled
+/// after each further one in a row, up to [`MAX_RETRY_AFTER`].
 pub const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Longest wait between two creation attempts in one namespace (16 min).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(16 * 60);
 
 /// Longest wait for the API server's answer to one create; past it the
 /// attempt counts as failed.
@@ -321,7 +326,7 @@ impl SidecarConfigMaps {
                 fixed: None,
                 inner: Some(Arc::new(Inner {
                     readiness: RwLock::new(Readiness::new(binary.name.clone())),
-                    attempts: Mutex::new(Attempts::new(RETRY_AFTER)),
+                    attempts: Mutex::new(Attempts::new(RETRY_AFTER, MAX_RETRY_AFTER)),
                     binary,
                     client,
                     runtime,
@@ -497,9 +502,9 @@ impl Inner {
         }
     }
 
-    /// One creation attempt; records its outcome.
+    /// One creation attempt; records and logs its outcome.
     async fn create(&self, namespace: String) {
-        let outcome = self.post(&namespace).await;
+        let (outcome, error) = self.post(&namespace).await;
         if outcome == CreationOutcome::Created {
             // Ready before the attempt ends: no moment with neither.
             self.readiness
@@ -507,49 +512,52 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .mark_ready(&namespace);
         }
-        self.attempts
+        let wait = self
+            .attempts
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .finish(&namespace, outcome, Instant::now());
         self.metrics.record_sidecar_configmap_creation(outcome);
+        let name = &self.binary.name;
+        let retry_in_seconds = wait.map(|w| w.as_secs());
+        match (outcome, error) {
+            (CreationOutcome::Created, _) => {
+                tracing::info!(%namespace, name, "created the sidecar-binary ConfigMap");
+            }
+            (CreationOutcome::Exists, _) => tracing::debug!(
+                %namespace,
+                name,
+                retry_in_seconds,
+                "the sidecar-binary ConfigMap already exists"
+            ),
+            (CreationOutcome::Error, error) => tracing::warn!(
+                %namespace,
+                name,
+                error = error.as_deref().unwrap_or(""),
+                retry_in_seconds,
+                "cannot create the sidecar-binary ConfigMap; pods there use the install init container"
+            ),
+        }
     }
 
-    async fn post(&self, namespace: &str) -> CreationOutcome {
-        let name = &self.binary.name;
+    /// One create call: its outcome, and for an error, what went wrong.
+    async fn post(&self, namespace: &str) -> (CreationOutcome, Option<String>) {
         let api = Api::<ConfigMap>::namespaced(self.client.clone(), namespace);
         let object = build_config_map(&self.binary, namespace);
         let params = PostParams {
             dry_run: false,
             field_manager: Some(FIELD_MANAGER.to_owned()),
         };
-        let retry_in_seconds = RETRY_AFTER.as_secs();
         match tokio::time::timeout(CREATE_TIMEOUT, api.create(&params, &object)).await {
-            Ok(Ok(_)) => {
-                tracing::info!(namespace, name, "created the sidecar-binary ConfigMap");
-                CreationOutcome::Created
-            }
+            Ok(Ok(_)) => (CreationOutcome::Created, None),
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
-                tracing::debug!(
-                    namespace,
-                    name,
-                    "the sidecar-binary ConfigMap already exists"
-                );
-                CreationOutcome::Exists
+                (CreationOutcome::Exists, None)
             }
-            Ok(Err(e)) => {
-                tracing::warn!(namespace, name, error = %e, retry_in_seconds, "cannot create the sidecar-binary ConfigMap; pods there use the install init container");
-                CreationOutcome::Error
-            }
-            Err(_) => {
-                tracing::warn!(
-                    namespace,
-                    name,
-                    timeout_seconds = CREATE_TIMEOUT.as_secs(),
-                    retry_in_seconds,
-                    "no answer to the sidecar-binary ConfigMap create; pods there use the install init container"
-                );
-                CreationOutcome::Error
-            }
+            Ok(Err(e)) => (CreationOutcome::Error, Some(e.to_string())),
+            Err(_) => (
+                CreationOutcome::Error,
+                Some(format!("no answer within {} s", CREATE_TIMEOUT.as_secs())),
+            ),
         }
     }
 }
