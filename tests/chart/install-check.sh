@@ -5,8 +5,10 @@
 #   pass, so the webhook made its certificate with only the chart's RBAC)
 #   -> the Secret holds the CA and certificate, caBundle of the webhook
 #   configuration equals the Secret's bundle -> an overwritten caBundle is
-#   repaired -> helm upgrade keeps the same certificate -> helm uninstall
-#   leaves no Secret, webhook configuration, ClusterRole or binding behind.
+#   repaired -> helm upgrade keeps the same certificate -> with
+#   sidecarBinary.createAhead a namespace gets its sidecar-binary ConfigMap
+#   as soon as it is labelled, before any pod -> helm uninstall leaves no
+#   Secret, webhook configuration, ClusterRole or binding behind.
 #
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
@@ -35,7 +37,7 @@ k() { "${kubectl}" "$@"; }
 
 cleanup() {
     "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null 2>&1 || true
-    k delete namespace "${ns}" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    k delete namespace "${ns}" "${ns}-ahead" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -86,6 +88,29 @@ if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s --
     pass "helm upgrade keeps the certificate and caBundle"
 else
     fail "helm upgrade changed the certificate or caBundle"
+fi
+
+# createAhead: a labelled namespace gets the ConfigMap without any pod.
+ahead="${ns}-ahead"
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s \
+    --set sidecarBinary.createAhead=true >/dev/null; then
+    k create namespace "${ahead}" >/dev/null
+    k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null
+    made=""
+    for _ in $(seq 1 120); do
+        made="$(k get configmap -n "${ahead}" -o name \
+            -l app.kubernetes.io/managed-by=kube-prestop,app.kubernetes.io/component=sidecar-binary)"
+        [[ -n "${made}" ]] && break
+        sleep 0.5
+    done
+    if [[ -n "${made}" ]]; then
+        pass "createAhead: a labelled namespace gets ${made#configmap/} before any pod"
+    else
+        fail "createAhead: no sidecar-binary ConfigMap in a labelled namespace within 60 s"
+    fi
+    k delete namespace "${ahead}" --wait=false >/dev/null
+else
+    fail "helm upgrade --set sidecarBinary.createAhead=true"
 fi
 
 if "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null; then

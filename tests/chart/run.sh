@@ -47,6 +47,7 @@ cases=(
     "provided-k8s1.29|values-provided.yaml|1.29.0"
     "provided-k8s1.34|values-provided.yaml|1.34.0"
     "custom-k8s1.34|values-custom.yaml|1.34.0"
+    "createahead-k8s1.34|values-createahead.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -148,7 +149,10 @@ check_render "one replica: no PodDisruptionBudget" custom-k8s1.34 "kind: PodDisr
 check_render "sidecar binary from a ConfigMap: ConfigMap create permission" selfmanaged-k8s1.34 'resources: \["configmaps"\]' 1
 check_render "sidecar binary from a ConfigMap: side effects skipped on dry run" selfmanaged-k8s1.34 "sideEffects: NoneOnDryRun" 1
 check_render "sidecar binary from a ConfigMap: the webhook gets the binary" selfmanaged-k8s1.34 "sidecar-binary=/var/run/kube-prestop/sidecar-binary/kube-prestop" 1
-check_render "sidecar binary from a ConfigMap: namespaces selected as the webhook configuration does" selfmanaged-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system)$" 1
+check_render "sidecar binary from a ConfigMap: no ConfigMaps ahead by default" selfmanaged-k8s1.34 "namespace-selector=" 0
+check_render "sidecar binary from a ConfigMap: no Namespace permission by default" selfmanaged-k8s1.34 'resources: \["namespaces"\]' 0
+check_render "createAhead: namespaces selected as the webhook configuration does" createahead-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system,batch-legacy)$" 1
+check_render "createAhead: Namespace list/watch permission" createahead-k8s1.34 'resources: \["namespaces"\]' 1
 check_render "install container only: no ConfigMap permission" custom-k8s1.34 "configmaps" 0
 check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1

@@ -915,14 +915,30 @@ async fn s21_job_deleted_during_hook(client: Client) -> Result<()> {
 }
 
 // 22. The sidecar binary from the namespace's ConfigMap (the chart's default
-// `sidecarBinary.source=configMap`): once the webhook has made it, pods get
-// no install init container; a container that exits runs its hook once from
-// the sidecar, and a deleted pod's preStop (the wrapper, from the same
-// ConfigMap, in the watched container) once from the kubelet.
+// `sidecarBinary.source=configMap`): the first pod injected in a namespace
+// gets the install init container and makes the webhook create the
+// ConfigMap; later pods get no install init container. A container that
+// exits runs its hook once from the sidecar, and a deleted pod's preStop
+// (the wrapper, from the same ConfigMap, in the watched container) once
+// from the kubelet.
 async fn s22_binary_from_config_map(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-s22", |ns, rec| async move {
-        // The namespace is labelled at creation: the webhook makes the
-        // ConfigMap without waiting for a pod.
+        ensure!(
+            binary_config_maps(&client, &ns).await?.is_empty(),
+            "a sidecar-binary ConfigMap before any pod (is sidecarBinary.createAhead set?)"
+        );
+        let first = job(
+            "first",
+            pod_spec(&rec, vec![container(C, "echo body", RECORD_HOOK)]),
+            json!({}),
+        )?;
+        let (outcome, pod) = run_to_end(&client, &ns, &first).await?;
+        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        ensure!(
+            has_install_container(&pod) && binary_config_map(&pod).is_none(),
+            "the namespace's first pod did not get the install container"
+        );
+        ensure_records(&rec, "hooks", 1).await?;
         let name = wait_injects_from_config_map(&client, &ns, POD_TIMEOUT).await?;
         let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
             .get(&name)
@@ -945,9 +961,10 @@ async fn s22_binary_from_config_map(client: Client) -> Result<()> {
         );
 
         // Exits on its own: the sidecar runs the hook.
+        let hook = RECORD_HOOK.replace("/records/hooks", "/records/exited");
         let j = job(
             "from-config-map",
-            pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
+            pod_spec(&rec, vec![container(C, "sleep 2; echo body", &hook)]),
             json!({}),
         )?;
         let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
@@ -962,7 +979,7 @@ async fn s22_binary_from_config_map(client: Client) -> Result<()> {
             "pod mounts {:?}, not {name}",
             binary_config_map(&pod)
         );
-        let lines = ensure_records(&rec, "hooks", 1).await?;
+        let lines = ensure_records(&rec, "exited", 1).await?;
         ensure!(lines[0].starts_with("main "), "record {lines:?}");
         ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
 
