@@ -298,6 +298,31 @@ fn unknown_field_is_an_error_with_its_path_and_line() {
     );
 }
 
+/// Regression: a value of the wrong type was reported at the document's
+/// first line, without saying which field.
+#[test]
+fn wrong_value_type_names_the_field_and_its_line() {
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    let typed = job.replacen("imagePullPolicy: IfNotPresent", "imagePullPolicy: 5", 1);
+    assert_ne!(
+        typed, job,
+        "the example has no imagePullPolicy: IfNotPresent"
+    );
+    let out = inject(&["-f", "-"], Some(&typed));
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "partial output: {}", stdout(&out));
+    let err = stderr(&out);
+    let want = format!(
+        "document 1, line {}:",
+        line_of(&typed, "imagePullPolicy: 5")
+    );
+    assert!(err.contains(&want), "want {want:?}: {err}");
+    assert!(
+        err.contains("spec.template.spec.containers[0].imagePullPolicy: invalid type"),
+        "{err}"
+    );
+}
+
 #[test]
 fn engine_error_fails_the_whole_stream() {
     let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();

@@ -9,17 +9,32 @@ use serde_json::Value;
 /// Why a document does not type-check.
 #[derive(Debug)]
 pub enum StrictError {
-    /// serde could not build the type (wrong value type, missing field).
-    Invalid(String),
+    /// serde could not build the type (wrong value type, missing field):
+    /// the message, and the path from the document root to the value it is
+    /// about (as [`UnknownField`](Self::UnknownField)'s; empty when serde
+    /// names no place).
+    Invalid(String, Vec<String>),
     /// A field the type does not have; the path from the document root.
     UnknownField(Vec<String>),
 }
 
 /// Deserialize `value` as `T`, refusing unknown fields.
 pub fn from_value_strict<T: DeserializeOwned + Serialize>(value: &Value) -> Result<T, StrictError> {
-    let typed: T =
-        serde_json::from_value(value.clone()).map_err(|e| StrictError::Invalid(e.to_string()))?;
-    let round = serde_json::to_value(&typed).map_err(|e| StrictError::Invalid(e.to_string()))?;
+    let typed: T = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let path = e
+            .path()
+            .iter()
+            .filter_map(|segment| match segment {
+                serde_path_to_error::Segment::Seq { index } => Some(format!("[{index}]")),
+                serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+                serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
+                serde_path_to_error::Segment::Unknown => None,
+            })
+            .collect();
+        StrictError::Invalid(e.into_inner().to_string(), path)
+    })?;
+    let round = serde_json::to_value(&typed)
+        .map_err(|e| StrictError::Invalid(e.to_string(), Vec::new()))?;
     let mut path = Vec::new();
     if find_unknown(value, &round, &mut path) {
         return Err(StrictError::UnknownField(path));

@@ -258,10 +258,14 @@ fn strict<T: serde::de::DeserializeOwned + Serialize>(
     kind: &str,
 ) -> Result<T, InjectError> {
     from_value_strict(value).map_err(|e| match e {
-        StrictError::Invalid(message) => InjectError::Invalid {
+        StrictError::Invalid(message, path) => InjectError::Invalid {
             document: doc.number,
-            line: locate_path(doc, at),
-            message: format!("not a valid {kind}: {message}"),
+            line: locate_path(doc, &[at, &path].concat()),
+            message: if path.is_empty() {
+                format!("not a valid {kind}: {message}")
+            } else {
+                format!("not a valid {kind}: {}: {message}", display_path(&path))
+            },
         },
         StrictError::UnknownField(path) => InjectError::UnknownField {
             document: doc.number,
