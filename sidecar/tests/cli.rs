@@ -106,15 +106,18 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
     // Never armed: after the timeout it still succeeds (a failing postStart
     // would make the kubelet restart the sidecar and never start X), and
     // says why on stderr.
-    let (c, err) = run(&[
-        "post-start",
-        "--container",
-        "main",
-        "--timeout",
-        "0",
-        "--root",
-        root,
-    ]);
+    let post_start = || {
+        run(&[
+            "post-start",
+            "--container",
+            "main",
+            "--timeout",
+            "0",
+            "--root",
+            root,
+        ])
+    };
+    let (c, err) = post_start();
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("not armed after 0 s"), "{err}");
     assert!(err.contains("missing"), "{err}");
@@ -126,15 +129,7 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
         contract::armed_record(i32::MAX, 1),
     )
     .unwrap();
-    let (c, err) = run(&[
-        "post-start",
-        "--container",
-        "main",
-        "--timeout",
-        "0",
-        "--root",
-        root,
-    ]);
+    let (c, err) = post_start();
     assert_eq!(c, 0, "{err}");
     assert!(
         err.contains("not armed after 0 s") && err.contains("not running"),

@@ -57,6 +57,16 @@ async fn run_to_end(client: &Client, ns: &str, job: &Job) -> Result<(JobOutcome,
     Ok((outcome, pod))
 }
 
+/// [`run_to_end`], failing unless the Job ended `expected`; returns the pod.
+async fn run_expecting(client: &Client, ns: &str, job: &Job, expected: JobOutcome) -> Result<Pod> {
+    let (outcome, pod) = run_to_end(client, ns, job).await?;
+    ensure!(
+        outcome == expected,
+        "Job ended {outcome:?}, expected {expected:?}"
+    );
+    Ok(pod)
+}
+
 /// Waits until the Job's pod runs `C` and its sidecar watches it.
 async fn wait_watching(client: &Client, ns: &str, job: &str) -> Result<Pod> {
     let pod = wait_job_pod(client, ns, job, POD_TIMEOUT).await?;
@@ -93,8 +103,7 @@ async fn s01_exit_zero(client: Client) -> Result<()> {
             pod_spec(&rec, vec![container(C, "sleep 2; echo body", &hook)]),
             json!({}),
         )?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
         ensure_injected(&pod, C)?;
         let lines = ensure_records(&rec, "hooks", 1).await?;
@@ -123,8 +132,7 @@ async fn s02_exit_three(client: Client) -> Result<()> {
             pod_spec(&rec, vec![container(C, "sleep 2; exit 3", RECORD_HOOK)]),
             json!({}),
         )?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Failed, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Failed).await?;
         ensure!(phase(&pod) == "Failed", "pod phase {}", phase(&pod));
         let code = container_status(&pod, C)
             .and_then(|s| s.state)
@@ -148,8 +156,7 @@ async fn s03_oom_killed(client: Client) -> Result<()> {
             json!({ "requests": { "cpu": "10m", "memory": "16Mi" }, "limits": { "memory": "20Mi" } }),
         );
         let j = job("oom", pod_spec(&rec, vec![c]), json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Failed, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Failed).await?;
         let term = container_status(&pod, C)
             .and_then(|s| s.state)
             .and_then(|s| s.terminated)
@@ -355,8 +362,7 @@ async fn s08_on_failure(client: Client) -> Result<()> {
         let mut spec = pod_spec(&rec, vec![container(C, cmd, RECORD_HOOK)]);
         set(&mut spec, "restartPolicy", json!("OnFailure"));
         let j = job("onfailure", spec, json!({ "backoffLimit": 6 }))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         let restarts = container_status(&pod, C).map(|s| s.restart_count);
         ensure!(restarts == Some(2), "main restartCount {restarts:?}");
         let sidecar_restarts = container_status(&pod, &sidecar_name(C)).map(|s| s.restart_count);
@@ -400,8 +406,7 @@ async fn s09_two_containers(client: Client) -> Result<()> {
         );
         set(&mut b, "image", json!(second.clone()));
         let j = job("two", pod_spec(&rec, vec![a, b]), json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, "alpha")?;
         ensure_injected(&pod, "beta")?;
         let spec = pod.spec.clone().unwrap_or_default();
@@ -473,8 +478,7 @@ async fn s10_environment(client: Client) -> Result<()> {
             json!([rec.volume(), { "name": "cfg", "configMap": { "name": "s10" } }]),
         );
         let j = job("env", spec, json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_records(&rec, "hooks", 1).await?;
         let env = rec.lines("env");
         let want = [
@@ -502,8 +506,7 @@ async fn s11_hook_over_grace(client: Client) -> Result<()> {
         set(&mut spec, "terminationGracePeriodSeconds", json!(4));
         let j = job("long-hook", spec, json!({}))?;
         let t = Instant::now();
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
         ensure!(
             t.elapsed() < Duration::from_secs(100),
@@ -552,8 +555,7 @@ async fn s12_other_sidecar(client: Client) -> Result<()> {
             }]),
         );
         let j = job("proxy", spec, json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         let inits: Vec<String> = pod
             .spec
             .as_ref()
@@ -608,8 +610,7 @@ async fn s13_restricted(client: Client) -> Result<()> {
             "containers": [restricted_container("sleep 2; echo body", &hook)]
         });
         let j = job("restricted", spec, json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         let logs = ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
         ensure!(
@@ -664,8 +665,7 @@ async fn s14_limits(client: Client) -> Result<()> {
         let mut c = container(C, "sleep 2; echo body", RECORD_HOOK);
         set(&mut c, "resources", json!({}));
         let j = job("limited", pod_spec(&rec, vec![c]), json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         let spec = pod.spec.clone().unwrap_or_default();
         for c in spec
@@ -704,8 +704,7 @@ async fn s15_guaranteed(client: Client) -> Result<()> {
             json!({ "requests": r.clone(), "limits": r }),
         );
         let j = job("guaranteed", pod_spec(&rec, vec![c]), json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         let qos = pod.status.as_ref().and_then(|s| s.qos_class.clone());
         ensure!(qos.as_deref() == Some("Guaranteed"), "qosClass {qos:?}");
@@ -780,8 +779,7 @@ async fn s19_host_pid(client: Client) -> Result<()> {
         let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]);
         set(&mut spec, "hostPID", json!(true));
         let j = job("hostpid", spec, json!({}))?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         let share = pod.spec.as_ref().and_then(|s| s.share_process_namespace);
         ensure!(
@@ -932,8 +930,7 @@ async fn s22_binary_from_config_map(client: Client) -> Result<()> {
             pod_spec(&rec, vec![container(C, "echo body", RECORD_HOOK)]),
             json!({}),
         )?;
-        let (outcome, pod) = run_to_end(&client, &ns, &first).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &first, JobOutcome::Complete).await?;
         ensure!(
             has_install_container(&pod) && binary_config_map(&pod).is_none(),
             "the namespace's first pod did not get the install container"
@@ -967,8 +964,7 @@ async fn s22_binary_from_config_map(client: Client) -> Result<()> {
             pod_spec(&rec, vec![container(C, "sleep 2; echo body", &hook)]),
             json!({}),
         )?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         ensure!(
             !has_install_container(&pod),
@@ -1060,8 +1056,7 @@ async fn s23_config_map_refused(client: Client) -> Result<()> {
             pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
             json!({}),
         )?;
-        let (outcome, pod) = run_to_end(&client, &ns, &j).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, C)?;
         ensure!(
             has_install_container(&pod) && binary_config_map(&pod).is_none(),
