@@ -128,6 +128,7 @@ expect_refused "a bad failurePolicy" --set webhook.failurePolicy=Maybe
 expect_refused "a timeout over 30 s" --set webhook.timeoutSeconds=31
 expect_refused "a malformed duration" --set certificates.selfManaged.validity=1year
 expect_refused "an unknown sidecar binary source" --set sidecarBinary.source=image
+expect_refused "createAhead without ConfigMaps" --set sidecarBinary.source=installContainer --set sidecarBinary.createAhead=true
 
 # Facts the renders must show.
 check_render() {

@@ -8,7 +8,7 @@
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 //! | `kube_prestop_sidecar_configmap_creations_total` | counter | `result` (`created`, `exists`, `error`) | attempts to create the sidecar-binary ConfigMap in a namespace |
-//! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`configMap`, `installContainer`) | pods injected (patch sent), by where their sidecar binary comes from |
+//! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`configMap`, `installContainer`) | pods injected (patch sent; dry runs not counted), by where their sidecar binary comes from |
 //!
 //! Every known label combination of the counters (each decision with each
 //! of its reasons, see `server::labels::admission_outcomes`, both reload

@@ -562,6 +562,11 @@ async fn metrics_and_health_endpoints() {
     server
         .mutate(review("m2", "pods", "CREATE", job_pod()).to_string())
         .await;
+    // A dry run is answered (and counted as an admission) but is not an
+    // injection: nothing will be created.
+    let mut dry = review("m3", "pods", "CREATE", job_pod());
+    dry["request"]["dryRun"] = json!(true);
+    server.mutate(dry.to_string()).await;
     server.mutate("junk").await;
     let text = reqwest::get(server.metrics_url("/metrics"))
         .await
@@ -571,9 +576,11 @@ async fn metrics_and_health_endpoints() {
         .unwrap();
     for needle in [
         r#"kube_prestop_admissions_total{decision="ignored",reason="other_resource"} 1"#,
-        r#"kube_prestop_admissions_total{decision="inject",reason="injected"} 1"#,
+        r#"kube_prestop_admissions_total{decision="inject",reason="injected"} 2"#,
         r#"kube_prestop_admissions_total{decision="invalid",reason="bad_request"} 1"#,
-        "kube_prestop_admission_duration_seconds_count 3",
+        r#"kube_prestop_injections_total{sidecar_binary="installContainer"} 1"#,
+        r#"kube_prestop_injections_total{sidecar_binary="configMap"} 0"#,
+        "kube_prestop_admission_duration_seconds_count 4",
         "kube_prestop_admission_duration_seconds_bucket{le=",
     ] {
         assert!(text.contains(needle), "missing {needle} in\n{text}");

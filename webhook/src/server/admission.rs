@@ -85,6 +85,9 @@ pub struct RequestFacts {
     /// For an injected pod (patch sent): where its sidecar binary comes
     /// from, one of `metrics::SIDECAR_BINARY_SOURCES`; else empty.
     pub sidecar_binary: &'static str,
+    /// `request.dryRun`: nothing will be created (the decision is logged,
+    /// but not counted as an injection).
+    pub dry_run: bool,
 }
 
 /// Decide on one request body.
@@ -109,6 +112,7 @@ pub fn review(
         ..RequestFacts::default()
     };
     let mut response = base_response(&request);
+    facts.dry_run = request.dry_run;
 
     let is_pods = request.resource.group.is_empty()
         && request.resource.resource == "pods"

@@ -185,7 +185,7 @@ async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response 
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
         .record_admission(outcome.decision, &outcome.reason, seconds);
-    if !outcome.request.sidecar_binary.is_empty() {
+    if !outcome.request.sidecar_binary.is_empty() && !outcome.request.dry_run {
         app.metrics.record_injection(outcome.request.sidecar_binary);
     }
     log_outcome(&outcome, seconds);
@@ -259,6 +259,7 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
     let unknown_annotations =
         (error || !r.unknown_annotations.is_empty()).then_some(r.unknown_annotations.as_str());
     let sidecar_binary = (!r.sidecar_binary.is_empty()).then_some(r.sidecar_binary);
+    let dry_run = r.dry_run.then_some(true);
     // One line, at a level fixed per call site (tracing's levels are static).
     macro_rules! admission_line {
         ($level:ident) => {
@@ -274,6 +275,7 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
                 detail,
                 unknown_annotations,
                 sidecar_binary,
+                dry_run,
                 duration_ms,
                 "admission"
             )

@@ -115,6 +115,15 @@ impl Attempts {
         }
     }
 
+    /// Forget `namespace`'s failures (the object turned up there after all):
+    /// a later deletion may be answered at once. An attempt in flight stays
+    /// in flight.
+    pub fn forget(&mut self, namespace: &str) {
+        if let Some(Entry::CoolingDown { .. }) = self.entries.get(namespace) {
+            self.entries.remove(namespace);
+        }
+    }
+
     /// Whether an attempt is in flight in `namespace`.
     pub fn in_flight(&self, namespace: &str) -> bool {
         matches!(self.entries.get(namespace), Some(Entry::InFlight { .. }))
@@ -189,6 +198,19 @@ mod tests {
         assert_eq!(a.finish("a", CreationOutcome::Created, t), None);
         assert!(a.try_start("a", t));
         assert_eq!(a.finish("a", CreationOutcome::Error, t), Some(WINDOW));
+    }
+
+    #[test]
+    fn forget_ends_a_cool_down_but_not_an_attempt() {
+        let t0 = Instant::now();
+        let mut a = Attempts::new(WINDOW, MAX);
+        assert!(a.try_start("a", t0));
+        a.forget("a");
+        assert!(a.in_flight("a"));
+        a.finish("a", CreationOutcome::Exists, t0);
+        assert!(!a.try_start("a", t0));
+        a.forget("a");
+        assert!(a.try_start("a", t0));
     }
 
     #[test]

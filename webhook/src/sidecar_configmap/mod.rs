@@ -10,9 +10,14 @@
 //! in the [`SHA256_ANNOTATION`] annotation. A new binary gets a new name;
 //! objects are never updated (nor deleted: objects of older binaries stay).
 //!
-//! [`SidecarConfigMaps`] keeps, from a metadata-only watch across all
-//! namespaces, the set of namespaces where the current object exists and is
-//! not being deleted ([`Readiness`]). Admission asks
+//! [`SidecarConfigMaps`] keeps, from a watch across all namespaces (by label
+//! and name, in pages of [`WATCH_PAGE_SIZE`] objects; each object's data is
+//! hashed and dropped), the set of namespaces where the current object
+//! exists, holds exactly this binary (its sha256) and is not being deleted
+//! ([`Readiness`]). An object of that name with other content (made by
+//! someone else ahead of the webhook) never counts, and is logged. When the
+//! object is deleted from a namespace, it is created again at once (a pod
+//! admitted just before would otherwise wait for its volume). Admission asks
 //! [`SidecarConfigMaps::config_map_for`]: a ready namespace gets the name;
 //! any other gets `None` (the install init container), and the object is
 //! created in the background, at most one creation per namespace at a time
@@ -41,7 +46,7 @@ use futures_util::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::core::PartialObjectMeta;
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::{WatchStreamExt, watcher};
 
 pub use attempts::{Attempts, CreationOutcome};
@@ -99,6 +104,15 @@ pub const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Field manager of the creates.
 pub const FIELD_MANAGER: &str = "kube-prestop-webhook";
+
+/// Objects per page of the watch's (re)lists: each is up to 1 MiB, so a
+/// page bounds the memory a relist takes.
+pub const WATCH_PAGE_SIZE: u32 = 10;
+
+/// After a create found the name taken (409), how long the watch has to
+/// report a matching object before the webhook logs that the object there
+/// is not its own.
+pub const FOREIGN_CHECK_AFTER: Duration = Duration::from_secs(10);
 
 /// How often [`SidecarConfigMaps::provision`] looks for selected namespaces
 /// without the object (besides at once when a namespace appears or
@@ -185,8 +199,7 @@ impl SidecarBinary {
     /// Hash `bytes` and name the object (no size checks: [`Self::load`]
     /// does them).
     fn from_bytes(bytes: Vec<u8>) -> Self {
-        let digest = ring::digest::digest(&ring::digest::SHA256, &bytes);
-        let sha256: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        let sha256 = sha256_hex(&bytes);
         // 64 ASCII hex digits: the prefix always exists.
         let short = sha256.get(..NAME_HASH_CHARS).unwrap_or(&sha256);
         let name = format!("{NAME_PREFIX}{short}");
@@ -216,6 +229,12 @@ impl SidecarBinary {
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }
+}
+
+/// The sha256 of `bytes` as 64 lowercase hex digits.
+fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The ConfigMap to create in `namespace` for `binary` (see the module
@@ -442,19 +461,20 @@ impl SidecarConfigMaps {
 }
 
 impl Inner {
-    /// Spawn the metadata-only watch feeding [`Self::observe`].
+    /// Spawn the watch feeding [`Self::observe`].
     fn watch(this: &Arc<Self>) {
-        let api = kube::Api::<PartialObjectMeta<ConfigMap>>::all(this.client.clone());
+        let api = kube::Api::<ConfigMap>::all(this.client.clone());
         let config = watcher::Config::default()
             .labels(LABEL_SELECTOR)
-            .fields(&format!("metadata.name={}", this.binary.name));
+            .fields(&format!("metadata.name={}", this.binary.name))
+            .page_size(WATCH_PAGE_SIZE);
         let stream = watcher(api, config).default_backoff();
         let watching = Arc::clone(this);
         this.runtime.spawn(async move {
             stream
                 .for_each(|event| {
                     match event {
-                        Ok(event) => watching.observe(&event),
+                        Ok(event) => Self::observe(&watching, &event),
                         Err(e) => tracing::warn!(
                             error = %e,
                             "sidecar-binary ConfigMap watch error; retrying with backoff"
@@ -472,19 +492,86 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn observe(&self, event: &watcher::Event<PartialObjectMeta<ConfigMap>>) {
-        let mut r = self
-            .readiness
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        let first = !r.is_synced();
-        r.apply(event);
-        if matches!(event, watcher::Event::InitDone) {
-            if first {
-                tracing::info!(name = %self.binary.name, namespaces = r.len(), "sidecar-binary ConfigMaps listed");
-            } else {
-                tracing::debug!(name = %self.binary.name, namespaces = r.len(), "sidecar-binary ConfigMaps relisted");
+    /// The object is there after all: past failures in its namespace no
+    /// longer delay an answer to its deletion.
+    fn forget_attempts(&self, cm: &ConfigMap) {
+        if let Some(namespace) = cm.metadata.namespace.as_deref() {
+            self.attempts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget(namespace);
+        }
+    }
+
+    /// Whether `cm` holds exactly this binary.
+    fn holds_binary(&self, cm: &ConfigMap) -> bool {
+        cm.binary_data
+            .as_ref()
+            .and_then(|d| d.get(BINARY_KEY))
+            .is_some_and(|b| sha256_hex(&b.0) == self.binary.sha256)
+    }
+
+    /// Fold one event of the watch in: objects that do not hold this binary
+    /// count as absent (and are logged); a deleted object that counted is
+    /// created again.
+    fn observe(this: &Arc<Self>, event: &watcher::Event<ConfigMap>) {
+        let meta = |cm: &ConfigMap| cm.metadata.clone().into_response_partial::<ConfigMap>();
+        let foreign = |cm: &ConfigMap| {
+            tracing::warn!(
+                namespace = cm.metadata.namespace.as_deref().unwrap_or(""),
+                name = %this.binary.name,
+                sha256 = %this.binary.sha256,
+                "a ConfigMap of this name does not hold the sidecar binary (another sha256); pods there get the install init container; delete it to let the webhook make its own"
+            );
+        };
+        let (event, deleted) = match event {
+            watcher::Event::Init => (watcher::Event::Init, None),
+            watcher::Event::InitDone => (watcher::Event::InitDone, None),
+            watcher::Event::InitApply(cm) => {
+                if !this.holds_binary(cm) {
+                    foreign(cm);
+                    return;
+                }
+                this.forget_attempts(cm);
+                (watcher::Event::InitApply(meta(cm)), None)
             }
+            watcher::Event::Apply(cm) if cm.metadata.deletion_timestamp.is_none() => {
+                if this.holds_binary(cm) {
+                    this.forget_attempts(cm);
+                    (watcher::Event::Apply(meta(cm)), None)
+                } else {
+                    foreign(cm);
+                    (watcher::Event::Delete(meta(cm)), None)
+                }
+            }
+            watcher::Event::Apply(cm) | watcher::Event::Delete(cm) => (
+                watcher::Event::Delete(meta(cm)),
+                cm.metadata.namespace.clone(),
+            ),
+        };
+        let recreate = {
+            let mut r = this
+                .readiness
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let first = !r.is_synced();
+            let was_ready = deleted.as_deref().is_some_and(|ns| r.is_ready(ns));
+            r.apply(&event);
+            if matches!(event, watcher::Event::InitDone) {
+                if first {
+                    tracing::info!(name = %this.binary.name, namespaces = r.len(), "sidecar-binary ConfigMaps listed");
+                } else {
+                    tracing::debug!(name = %this.binary.name, namespaces = r.len(), "sidecar-binary ConfigMaps relisted");
+                }
+            }
+            deleted.filter(|_| was_ready && r.is_synced())
+        };
+        // Pods admitted with it may not have mounted it yet: make it again
+        // (in a namespace being deleted, the API server refuses; see
+        // `create`).
+        if let Some(namespace) = recreate {
+            tracing::info!(%namespace, name = %this.binary.name, "the sidecar-binary ConfigMap was deleted; creating it again");
+            Self::schedule(this, &namespace);
         }
     }
 
@@ -524,12 +611,29 @@ impl Inner {
             (CreationOutcome::Created, _) => {
                 tracing::info!(%namespace, name, "created the sidecar-binary ConfigMap");
             }
-            (CreationOutcome::Exists, _) => tracing::debug!(
-                %namespace,
-                name,
-                retry_in_seconds,
-                "the sidecar-binary ConfigMap already exists"
-            ),
+            (CreationOutcome::Exists, _) => {
+                tracing::debug!(
+                    %namespace,
+                    name,
+                    retry_in_seconds,
+                    "the sidecar-binary ConfigMap already exists"
+                );
+                // Another replica's, normally: the watch reports it within
+                // moments. If it never does, the object there is not ours.
+                tokio::time::sleep(FOREIGN_CHECK_AFTER).await;
+                if !self.readiness().is_ready(&namespace) {
+                    tracing::warn!(
+                        %namespace,
+                        name,
+                        retry_in_seconds,
+                        selector = LABEL_SELECTOR,
+                        "a ConfigMap of this name exists but is not the webhook's (without its labels, or with other content); pods there get the install init container; delete it to let the webhook make its own"
+                    );
+                }
+            }
+            (CreationOutcome::Error, Some(error)) if error.contains("being terminated") => {
+                tracing::debug!(%namespace, name, error, "namespace is being deleted: no sidecar-binary ConfigMap");
+            }
             (CreationOutcome::Error, error) => tracing::warn!(
                 %namespace,
                 name,

@@ -5,8 +5,6 @@ use std::sync::Mutex as StdMutex;
 
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
-use kube::api::ObjectMeta;
-use kube::core::PartialObjectMetaExt;
 
 fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -200,19 +198,24 @@ fn posts_to(posts: &Posts, namespace: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Feeds one watch event to `cms`.
+fn observe(cms: &SidecarConfigMaps, event: watcher::Event<ConfigMap>) {
+    Inner::observe(cms.inner.as_ref().unwrap(), &event);
+}
+
+/// Our object in `namespace`, as the watch would deliver it.
+fn ours(cms: &SidecarConfigMaps, namespace: &str) -> ConfigMap {
+    let mut cm = build_config_map(&cms.inner.as_ref().unwrap().binary, namespace);
+    cm.metadata.namespace = Some(namespace.to_owned());
+    cm
+}
+
 fn sync(cms: &SidecarConfigMaps, present_in: &[&str]) {
-    let inner = cms.inner.as_ref().unwrap();
-    inner.observe(&watcher::Event::Init);
+    observe(cms, watcher::Event::Init);
     for ns in present_in {
-        let meta = ObjectMeta {
-            name: Some(inner.binary.name.clone()),
-            namespace: Some((*ns).to_owned()),
-            ..ObjectMeta::default()
-        }
-        .into_response_partial::<ConfigMap>();
-        inner.observe(&watcher::Event::InitApply(meta));
+        observe(cms, watcher::Event::InitApply(ours(cms, ns)));
     }
-    inner.observe(&watcher::Event::InitDone);
+    observe(cms, watcher::Event::InitDone);
 }
 
 fn in_flight(cms: &SidecarConfigMaps, namespace: &str) -> bool {
@@ -295,18 +298,30 @@ async fn creates_missing_config_maps_off_the_request_path() {
     assert!(!in_flight(&cms, "dup-b"));
     assert_eq!(posts_to(&posts, "dup-b").len(), 1);
     assert_eq!(sample(&metrics, "exists"), "1");
-    cms.inner.as_ref().unwrap().observe(&watcher::Event::Apply(
-        ObjectMeta {
-            name: Some(b.name().to_owned()),
-            namespace: Some("dup-b".to_owned()),
-            ..ObjectMeta::default()
-        }
-        .into_response_partial(),
-    ));
+    // The watch reports an object of that name with other content (made
+    // by someone else): it does not count.
+    let mut foreign = ours(&cms, "dup-b");
+    foreign.binary_data = Some(BTreeMap::from([(
+        BINARY_KEY.to_owned(),
+        ByteString(b"not the sidecar".to_vec()),
+    )]));
+    observe(&cms, watcher::Event::Apply(foreign));
+    assert_eq!(cms.config_map_for("dup-b", false), None);
+    // Then ours.
+    observe(&cms, watcher::Event::Apply(ours(&cms, "dup-b")));
     assert_eq!(
         cms.config_map_for("dup-b", false).as_deref(),
         Some(b.name())
     );
+    // Deleted while ready: created again at once (a pod admitted just
+    // before may not have mounted it yet), without waiting for a miss.
+    observe(&cms, watcher::Event::Delete(ours(&cms, "dup-b")));
+    assert!(
+        in_flight(&cms, "dup-b"),
+        "no re-creation after the deletion"
+    );
+    until_settled(&cms, "dup-b").await;
+    assert_eq!(posts_to(&posts, "dup-b").len(), 2);
 
     // Refused: no retry within the window.
     assert_eq!(cms.config_map_for("quota-c", false), None);
