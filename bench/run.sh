@@ -197,7 +197,7 @@ PY
         [[ -n "${ADDR}" ]] || die "${name} did not start: $(cat "${work}/${name}.err")"
     }
 
-    # Server processes: the webhook logs one JSON line per request to stderr (a file here).
+    # Server processes: the webhook logs one line per request (its default text format) to stderr (a file here).
     start webhook "${webhook_bin}" serve --no-cluster --listen-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 \
         --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key"
     wh_addr="${ADDR}"; wh_pid="${PID}"

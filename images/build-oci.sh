@@ -94,17 +94,24 @@ build_image() {
     work="$(mktemp -d)"
     # shellcheck disable=SC2064 # expand now: work is local
     trap "rm -rf '${work}'" RETURN
+    # Reproducible: every time stamp (file, layer history, config) is the
+    # last commit's time (or SOURCE_DATE_EPOCH), so the same tree gives the
+    # same image digest and `make install` does not roll the webhook for
+    # nothing.
+    local epoch created
+    epoch="${SOURCE_DATE_EPOCH:-$(git -C "${repo}" log -1 --format=%ct 2>/dev/null || date +%s)}"
+    created="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
     umoci init --layout "${work}/oci"
     umoci new --image "${work}/oci:${version}"
     umoci unpack --image "${work}/oci:${version}" "${work}/bundle" >/dev/null
     install -D -m 0755 -o 0 -g 0 "${bin}" "${work}/bundle/rootfs/${binary}"
+    touch -h -d "@${epoch}" "${work}/bundle/rootfs/${binary}" "${work}/bundle/rootfs"
     umoci repack --image "${work}/oci:${version}" --history.created_by "images/build-oci.sh" \
-        --history.comment "static ${binary}" "${work}/bundle"
-    local created
-    created="$(date -u -d "@${SOURCE_DATE_EPOCH:-$(git -C "${repo}" log -1 --format=%ct 2>/dev/null || date +%s)}" +%Y-%m-%dT%H:%M:%SZ)"
+        --history.created "${created}" --history.comment "static ${binary}" "${work}/bundle"
     local revision
     revision="$(git -C "${repo}" rev-parse HEAD 2>/dev/null || echo unknown)"
     umoci config --image "${work}/oci:${version}" \
+        --history.created "${created}" \
         --author "kube-prestop" \
         --created "${created}" \
         --architecture amd64 --os linux \
@@ -124,7 +131,7 @@ build_image() {
         --manifest.annotation "org.opencontainers.image.version=${version}" \
         --manifest.annotation "org.opencontainers.image.created=${created}"
     if [[ "${name}" == webhook ]]; then
-        umoci config --image "${work}/oci:${version}" --config.cmd serve
+        umoci config --image "${work}/oci:${version}" --history.created "${created}" --config.cmd serve
     fi
     umoci gc --layout "${work}/oci"
     # Name the image by its full reference in the index (umoci only accepts
