@@ -39,6 +39,9 @@ fn end_while_stopped(sc: &Sidecar, mut m: Main) -> std::process::ExitStatus {
     m.start();
     let st = m.wait(T);
     kill(sc.pid, SIGCONT);
+    // nsenter stops itself when its child stops (and would stay stopped,
+    // never reaping it): continue it too.
+    kill(sc.nsenter_pid(), SIGCONT);
     wait_for("the watcher to let go of the candidate", T, || {
         !holds_mountinfo_of(sc.pid, pid)
     });

@@ -137,6 +137,10 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
+    /// Host PID of the nsenter process that runs the sidecar.
+    pub fn nsenter_pid(&self) -> i32 {
+        i32::try_from(self.nsenter.id()).unwrap_or(0)
+    }
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -461,6 +465,18 @@ impl Pod {
             code(out.status),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
+    }
+}
+
+impl Drop for Sidecar {
+    /// Ends and reaps the nsenter process (killing the pod's namespace ends
+    /// the sidecar, not nsenter, which lives outside it), so that no test
+    /// leaves a process behind, even a stopped one.
+    fn drop(&mut self) {
+        if self.nsenter.try_wait().ok().flatten().is_none() {
+            let _ = self.nsenter.kill();
+            let _ = self.nsenter.wait();
+        }
     }
 }
 
