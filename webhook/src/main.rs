@@ -128,25 +128,20 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         .transpose()
         .context("--sidecar-binary")?;
     let cache = match (client, binary) {
-        (Some(client), binary) => {
-            let cache = ClusterCache::start(client.clone());
-            match binary {
-                Some(binary) => {
-                    tracing::info!(
-                        name = binary.name(),
-                        bytes = binary.size(),
-                        sha256 = binary.sha256(),
-                        "sidecar binary from ConfigMaps"
-                    );
-                    let config_maps = SidecarConfigMaps::start(client, binary, metrics.clone());
-                    if let Some(selector) = args.namespace_selector.as_deref() {
-                        config_maps.provision(selector);
-                    }
-                    cache.with_sidecar_config_maps(config_maps)
-                }
-                None => cache,
+        (Some(client), Some(binary)) => {
+            tracing::info!(
+                name = binary.name(),
+                bytes = binary.size(),
+                sha256 = binary.sha256(),
+                "sidecar binary from ConfigMaps"
+            );
+            let config_maps = SidecarConfigMaps::start(client.clone(), binary, metrics.clone());
+            if let Some(selector) = args.namespace_selector.as_deref() {
+                config_maps.provision(selector);
             }
+            ClusterCache::start(client).with_sidecar_config_maps(config_maps)
         }
+        (Some(client), None) => ClusterCache::start(client),
         (None, Some(_)) => {
             anyhow::bail!("--sidecar-binary needs a cluster (kubeconfig or in-cluster)")
         }
