@@ -1,5 +1,5 @@
 //! Selection: which pods are injected, and which of their containers are
-//! watched (DESIGN §3, "A pod is injected when all hold").
+//! watched (`docs/ARCHITECTURE.md` §5.1).
 
 use std::fmt;
 
