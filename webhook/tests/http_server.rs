@@ -637,7 +637,7 @@ async fn every_metric_series_exists_at_zero_before_any_event() {
         .text()
         .await
         .unwrap();
-    let outcomes = kube_prestop_webhook::server::labels::admission_outcomes();
+    let outcomes = kube_prestop_webhook::metrics::labels::admission_outcomes();
     for (decision, reason) in &outcomes {
         let series =
             format!(r#"kube_prestop_admissions_total{{decision="{decision}",reason="{reason}"}}"#);

@@ -20,8 +20,8 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::metrics::labels;
 use kube_prestop_webhook::server::admission::{FailureMode, review};
-use kube_prestop_webhook::server::labels;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Value, json};
@@ -39,7 +39,7 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
     // Every outcome is one of the series pre-registered in the metrics.
     assert!(
         labels::admission_outcomes().contains(&(outcome.decision, outcome.reason.as_str())),
-        "({}, {}) is not in server::labels::admission_outcomes",
+        "({}, {}) is not in metrics::labels::admission_outcomes",
         outcome.decision,
         outcome.reason
     );

@@ -26,12 +26,12 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::labels;
 use crate::cluster_cache::ClusterCache;
+use crate::metrics::labels;
 use kube_prestop_engine::{self as engine, ClusterContext, EngineConfig, EngineError, Plan};
 
 /// What to do with a pod the engine cannot handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailureMode {
     /// Admit the pod unmodified, with an admission warning (default: a bug
     /// of ours never blocks a Job's pods).
@@ -83,7 +83,7 @@ pub struct RequestFacts {
     /// place it shows.
     pub opted_in_but_skipped: bool,
     /// For an injected pod (patch sent): where its sidecar binary comes
-    /// from, one of `metrics::SIDECAR_BINARY_SOURCES`; else empty.
+    /// from, one of `metrics::labels::SIDECAR_BINARY_SOURCES`; else empty.
     pub sidecar_binary: &'static str,
     /// `request.dryRun`: nothing will be created (the decision is logged,
     /// but not counted as an injection).
@@ -209,7 +209,7 @@ pub fn review(
         }
         Ok(Decided::NoChange) => answer(response, "inject", "no_change", None, facts),
         Ok(Decided::Patch(patch)) => {
-            let [from_config_map, from_install] = crate::metrics::SIDECAR_BINARY_SOURCES;
+            let [from_config_map, from_install] = labels::SIDECAR_BINARY_SOURCES;
             if context.sidecar_config_map.is_some() {
                 facts.sidecar_binary = from_config_map;
             } else {

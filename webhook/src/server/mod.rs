@@ -12,7 +12,6 @@
 
 pub mod admission;
 mod health;
-pub mod labels;
 mod listener;
 mod routes;
 
