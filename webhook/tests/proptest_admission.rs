@@ -38,14 +38,14 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
     let body: Value = serde_json::from_slice(&outcome.body).expect("response body is JSON");
     // Every outcome is one of the series pre-registered in the metrics.
     assert!(
-        labels::admission_outcomes().contains(&(outcome.decision, outcome.reason.as_str())),
+        labels::admission_outcomes().contains(&(outcome.decision, outcome.reason)),
         "({}, {}) is not in metrics::labels::admission_outcomes",
         outcome.decision,
         outcome.reason
     );
     match outcome.http_status {
         400 => {
-            assert_eq!(outcome.decision, "invalid");
+            assert_eq!(outcome.decision, labels::Decision::Invalid);
             assert!(body["error"].is_string(), "{body}");
         }
         200 => {
@@ -104,7 +104,7 @@ fn fuzz_seeds_and_regressions_are_answered_per_contract() {
                     &EngineConfig::default(),
                     mode,
                 );
-                if out.decision == "inject" {
+                if out.decision == labels::Decision::Inject {
                     injected += 1;
                 }
             }

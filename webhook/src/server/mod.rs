@@ -11,6 +11,7 @@
 //! `run` returns.
 
 pub mod admission;
+pub mod error;
 mod health;
 mod listener;
 mod routes;
@@ -25,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 pub use admission::FailureMode;
+pub use error::HttpError;
 pub use health::Health;
 pub use listener::ConnLimits;
 
