@@ -2,12 +2,12 @@
 //! and the self-managed certificates. The injection engine they share is the
 //! `kube-prestop-engine` crate (`engine/`), which does no I/O.
 
-pub mod certmanager;
 pub mod cli;
 pub mod cluster_cache;
 pub mod inject_cmd;
 pub mod logging;
 pub mod metrics;
+pub mod self_managed_certs;
 pub mod server;
 pub mod sidecar_configmap;
 pub mod tls;
