@@ -141,10 +141,7 @@ fn flags_named(text: &str) -> BTreeSet<String> {
         .into_iter()
         .filter(|span| span.starts_with("--") && span.len() > 2)
         .flat_map(|span| {
-            let flag = span
-                .split(['=', ' '])
-                .next()
-                .unwrap_or(span);
+            let flag = span.split(['=', ' ']).next().unwrap_or(span);
             expand(flag)
         })
         .collect()
