@@ -8,6 +8,7 @@
 //! - [`finder`]: finding the watched container's process by its identifying mount;
 //! - [`state`]: the per-instance records in the shared volume (atomic writes);
 //! - [`hook`]: running the hook command as a child in its own process group;
+//! - [`recovery`]: what a restarted watcher does about a previous run's records (pure);
 //! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`);
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
@@ -24,6 +25,7 @@ pub mod hook;
 pub mod install;
 pub mod poststart;
 pub mod procfs;
+pub mod recovery;
 pub mod state;
 pub mod watch;
 pub mod wrapper;

@@ -42,6 +42,7 @@ use crate::cli::Target;
 use crate::finder::{self, Instance, Scanner};
 use crate::hook::{self, HookStatus, RunningHook};
 use crate::procfs;
+use crate::recovery::{self, QueuedHookRun, RecoveryAction};
 use crate::state::{self, StateStore, format_record};
 use crate::{contract, log};
 
@@ -93,20 +94,13 @@ struct Watched {
     since: Instant,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Job {
-    instance: Instance,
-    attempt: u32,
-    exit_ticks: u64,
-}
-
 struct Watcher {
     cfg: WatchConfig,
     store: StateStore,
     scanner: Scanner,
     watched: Option<Watched>,
-    hook: Option<(RunningHook, Job)>,
-    queue: VecDeque<Job>,
+    hook: Option<(RunningHook, QueuedHookRun)>,
+    queue: VecDeque<QueuedHookRun>,
     terminating: Option<Instant>,
     armed: bool,
     arm_retry_at: Instant,
@@ -195,7 +189,8 @@ pub fn run(cfg: WatchConfig) -> i32 {
 }
 
 impl Watcher {
-    fn c(&self) -> &str {
+    /// The watched container's name.
+    fn container(&self) -> &str {
         &self.cfg.target.container
     }
 
@@ -208,7 +203,7 @@ impl Watcher {
             self.start_next_hook();
             if self.terminating.is_some() && self.hook.is_none() && self.queue.is_empty() {
                 let _ = self.store.remove(contract::ARMED_FILE);
-                log!("exiting container={} status=0", self.c());
+                log!("exiting container={} status=0", self.container());
                 return 0;
             }
             if self.watched.is_none() && self.terminating.is_none() {
@@ -226,7 +221,7 @@ impl Watcher {
                         if now >= self.next_wait_log {
                             log!(
                                 "still waiting for container={} to appear waited={}",
-                                self.c(),
+                                self.container(),
                                 secs(now - self.searching_since)
                             );
                             self.wait_log_interval =
@@ -313,7 +308,7 @@ impl Watcher {
                 self.armed = true;
                 log!(
                     "armed container={} mark={}",
-                    self.c(),
+                    self.container(),
                     self.store.path(contract::ARMED_FILE).display()
                 );
             }
@@ -341,66 +336,43 @@ impl Watcher {
         };
         let groups = state::group_by_instance(&self.store, &names);
         self.ever_found |= !groups.is_empty();
-        let mut jobs = Vec::new();
-        for (id, r) in &groups {
-            let Some(inst) = Instance::from_id(id) else {
-                continue;
-            };
-            if r.done {
-                continue;
-            }
-            if inst.is_alive(&self.cfg.proc_root) {
-                log!(
+        let proc_root = &self.cfg.proc_root;
+        let now_ticks = procfs::now_ticks();
+        let actions = recovery::plan(&groups, |i| i.is_alive(proc_root), now_ticks);
+        for action in &actions {
+            match action {
+                RecoveryAction::StillRunning { id } => log!(
                     "recovered container={} instance={id} still running; watching it again",
-                    self.c()
-                );
-                continue;
-            }
-            let now_ticks = procfs::now_ticks();
-            if r.prestop {
-                log!(
-                    "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
-                    self.c()
-                );
-                self.write_done(id, "skipped-prestop", None, 0, None, now_ticks);
-                continue;
-            }
-            match r.running_attempt {
-                Some(a) if a >= 2 => {
+                    self.container()
+                ),
+                RecoveryAction::SkippedPrestop { id } => {
                     log!(
-                        "error: container={} instance={id} hook was interrupted twice (attempt {a}); not retrying again",
-                        self.c()
+                        "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
+                        self.container()
                     );
-                    self.write_done(id, "abandoned", None, a, None, now_ticks);
+                    self.write_done(id, "skipped-prestop", None, 0, None, now_ticks);
                 }
-                Some(a) => {
+                RecoveryAction::Abandon { id, attempt } => {
                     log!(
-                        "recovered container={} instance={id} hook was interrupted by a sidecar restart (attempt {}); retrying once",
-                        self.c(),
-                        a.max(1)
+                        "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
+                        self.container()
                     );
-                    jobs.push(Job {
-                        instance: inst,
-                        attempt: a.max(1) + 1,
-                        exit_ticks: now_ticks,
-                    });
+                    self.write_done(id, "abandoned", None, *attempt, None, now_ticks);
                 }
-                None if r.seen => {
-                    log!(
-                        "recovered container={} instance={id} exited while the sidecar was down; running its hook",
-                        self.c()
-                    );
-                    jobs.push(Job {
-                        instance: inst,
-                        attempt: 1,
-                        exit_ticks: now_ticks,
-                    });
-                }
-                None => {}
+                RecoveryAction::Retry { run } => log!(
+                    "recovered container={} instance={} hook was interrupted by a sidecar restart (attempt {}); retrying once",
+                    self.container(),
+                    run.instance.id(),
+                    run.attempt - 1
+                ),
+                RecoveryAction::RunMissed { run } => log!(
+                    "recovered container={} instance={} exited while the sidecar was down; running its hook",
+                    self.container(),
+                    run.instance.id()
+                ),
             }
         }
-        jobs.sort_by_key(|j| j.instance.start_time);
-        self.queue.extend(jobs);
+        self.queue.extend(recovery::runs_in_start_order(&actions));
     }
 
     fn search(&mut self, now: Instant) {
@@ -449,9 +421,9 @@ impl Watcher {
         if self.scanner.is_inferred(inst) {
             log!(
                 "inferred container={} instance={id} pid={} after {waited}: a container was set up, ran and exited in this pod while the watcher was not scheduled, and {} is the only container started after this sidecar {stats}",
-                self.c(),
+                self.container(),
                 inst.pid,
-                self.c()
+                self.container()
             );
             self.instance_exited(inst, procfs::now_ticks());
             return;
@@ -459,7 +431,7 @@ impl Watcher {
         if !inst.is_alive(&self.cfg.proc_root) {
             log!(
                 "found container={} instance={id} pid={} after {waited}, already exited {stats}",
-                self.c(),
+                self.container(),
                 inst.pid
             );
             self.instance_exited(inst, procfs::now_ticks());
@@ -467,7 +439,7 @@ impl Watcher {
         }
         log!(
             "watching container={} instance={id} pid={} found_after={waited} {stats}",
-            self.c(),
+            self.container(),
             inst.pid
         );
         self.scanner.attached(inst);
@@ -483,7 +455,7 @@ impl Watcher {
         let exit_ticks = procfs::now_ticks();
         log!(
             "container exited container={} instance={} ran_for={}",
-            self.c(),
+            self.container(),
             w.instance.id(),
             secs(w.since.elapsed())
         );
@@ -495,7 +467,7 @@ impl Watcher {
         self.searching_since = Instant::now();
         self.wait_log_interval = Duration::from_secs(10);
         self.next_wait_log = self.searching_since + self.wait_log_interval;
-        self.queue.push_back(Job {
+        self.queue.push_back(QueuedHookRun {
             instance: inst,
             attempt: 1,
             exit_ticks,
@@ -534,46 +506,46 @@ impl Watcher {
 
     fn start_next_hook(&mut self) {
         while self.hook.is_none() {
-            let Some(job) = self.queue.pop_front() else {
+            let Some(run) = self.queue.pop_front() else {
                 return;
             };
-            let id = job.instance.id();
+            let id = run.instance.id();
             if self.store.exists(&contract::prestop_mark_file(&id)) {
                 log!(
                     "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
-                    self.c(),
+                    self.container(),
                     contract::prestop_mark_file(&id)
                 );
                 self.write_done(
                     &id,
                     "skipped-prestop",
                     None,
-                    job.attempt,
+                    run.attempt,
                     None,
-                    job.exit_ticks,
+                    run.exit_ticks,
                 );
                 continue;
             }
-            let rec = format_record(&[("attempt", job.attempt.to_string())]);
+            let rec = format_record(&[("attempt", run.attempt.to_string())]);
             if let Err(e) = self.store.write(&contract::running_file(&id), &rec) {
                 log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
             }
-            match hook::spawn(&self.cfg.hook, &self.cfg.target.container, &id, job.attempt) {
+            match hook::spawn(&self.cfg.hook, &self.cfg.target.container, &id, run.attempt) {
                 Ok(h) => {
                     log!(
                         "hook started container={} instance={id} attempt={} pid={} command={:?}",
-                        self.c(),
-                        job.attempt,
+                        self.container(),
+                        run.attempt,
                         h.pid,
                         self.cfg.hook
                     );
-                    self.hook = Some((h, job));
+                    self.hook = Some((h, run));
                 }
                 Err((status, e)) => {
                     log!(
                         "hook failed to start container={} instance={id} attempt={} command={:?} error=\"{e}\" status={} exit_status={}",
-                        self.c(),
-                        job.attempt,
+                        self.container(),
+                        run.attempt,
                         self.cfg.hook,
                         status.describe(),
                         status.code()
@@ -582,9 +554,9 @@ impl Watcher {
                         &id,
                         "ran",
                         Some(status),
-                        job.attempt,
+                        run.attempt,
                         Some(Duration::ZERO),
-                        job.exit_ticks,
+                        run.exit_ticks,
                     );
                 }
             }
@@ -620,14 +592,14 @@ impl Watcher {
     fn reap(&mut self) {
         let status = hook::reap(self.hook.as_ref().map(|(h, _)| h.pid));
         let Some(status) = status else { return };
-        let Some((h, job)) = self.hook.take() else {
+        let Some((h, run)) = self.hook.take() else {
             return;
         };
         hook::kill_group(h.pid);
         let dur = h.started.elapsed();
         log!(
             "hook finished container={} instance={} attempt={} status=\"{}\" exit_status={} duration={}",
-            self.c(),
+            self.container(),
             h.instance,
             h.attempt,
             status.describe(),
@@ -640,7 +612,7 @@ impl Watcher {
             Some(status),
             h.attempt,
             Some(dur),
-            job.exit_ticks,
+            run.exit_ticks,
         );
         // Reap whatever the group kill left behind.
         let _ = hook::reap(None);
@@ -665,7 +637,7 @@ impl Watcher {
         if let Some(w) = self.watched.take() {
             log!(
                 "{sig} received while container={} instance={} still runs; not waiting for it",
-                self.c(),
+                self.container(),
                 w.instance.id()
             );
         }
@@ -676,7 +648,7 @@ impl Watcher {
         if let Some((h, _)) = &self.hook {
             log!(
                 "{sig} received while hook runs container={} instance={} pid={} running_for={} queued={}; grace period {grace}; the hook keeps running until it ends or the kubelet's SIGKILL",
-                self.c(),
+                self.container(),
                 h.instance,
                 h.pid,
                 secs(h.started.elapsed()),
@@ -685,11 +657,14 @@ impl Watcher {
         } else if !self.queue.is_empty() {
             log!(
                 "{sig} received container={} with {} hook(s) still to run; grace period {grace}; running them until the kubelet's SIGKILL",
-                self.c(),
+                self.container(),
                 self.queue.len()
             );
         } else {
-            log!("{sig} received container={}; no hook running", self.c());
+            log!(
+                "{sig} received container={}; no hook running",
+                self.container()
+            );
         }
         if searching {
             let stats = self.scanner.stats();
@@ -697,12 +672,12 @@ impl Watcher {
             if self.ever_found {
                 log!(
                     "search ended container={} searched_for={since} {stats}",
-                    self.c()
+                    self.container()
                 );
             } else {
                 log!(
                     "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={since} {stats}",
-                    self.c(),
+                    self.container(),
                     stats.longest_pause.as_secs_f64()
                 );
             }
