@@ -6,13 +6,15 @@
 
 use std::collections::BTreeMap;
 
+use crate::exit_info::{ExitKnowledge, Unknown};
 use crate::finder::Instance;
 use crate::state::InstanceRecords;
 
 /// One hook run waiting in the watcher's queue: the instance whose exit it
 /// answers, its attempt number (1, or 2 for the retry of a run a sidecar
 /// restart interrupted) and when the exit was observed
-/// ([`crate::procfs::now_ticks`], clock ticks since boot).
+/// ([`crate::procfs::now_ticks`], clock ticks since boot), and what is known
+/// of how it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueuedHookRun {
     /// The exited instance.
@@ -21,6 +23,9 @@ pub struct QueuedHookRun {
     pub attempt: u32,
     /// When the exit was observed, in clock ticks since boot.
     pub exit_ticks: u64,
+    /// The container's exit status ([`Unknown::SidecarDown`] for the runs
+    /// recovery queues).
+    pub exit: ExitKnowledge,
 }
 
 /// What to do about one instance found in the records.
@@ -98,6 +103,7 @@ pub fn plan(
                     instance,
                     attempt: a.max(1) + 1,
                     exit_ticks: now_ticks,
+                    exit: ExitKnowledge::Unknown(Unknown::SidecarDown),
                 },
             }),
             None if r.seen => out.push(RecoveryAction::RunMissed {
@@ -105,6 +111,7 @@ pub fn plan(
                     instance,
                     attempt: 1,
                     exit_ticks: now_ticks,
+                    exit: ExitKnowledge::Unknown(Unknown::SidecarDown),
                 },
             }),
             None => {}
@@ -155,6 +162,7 @@ mod tests {
             instance: Instance::from_id(id).unwrap(),
             attempt,
             exit_ticks: NOW,
+            exit: ExitKnowledge::Unknown(Unknown::SidecarDown),
         }
     }
 

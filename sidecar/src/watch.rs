@@ -15,6 +15,12 @@
 //!    nothing runs (`done-<id>` says `outcome=skipped-prestop`); otherwise
 //!    `running-<id>` is written, the hook runs, and `done-<id>` records its
 //!    status and duration;
+//!    Before the hook starts, the watcher waits (at most [`REAP_WAIT_MAX`])
+//!    for the container's parent to reap the process and reads its exit
+//!    status through the pidfd ([`crate::exit_info`]); `--run-on` may then
+//!    skip the hook (`done-<id>` says `outcome=skipped-run-on`). The
+//!    container's root and mount namespace, held since it was found
+//!    ([`crate::container_root`]), are released when the hook ends;
 //! 3. the search resumes (under `restartPolicy: OnFailure` the kubelet starts
 //!    a new instance), ignoring processes older than the observed exit.
 //!
@@ -28,6 +34,7 @@
 //! native sidecar that exits): every error is logged and waited out.
 
 use std::collections::VecDeque;
+use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,11 +46,16 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use crate::cli::Target;
+use crate::container_root::{self, HeldRoot};
+use crate::contract::{HookRoot, RunOn};
+use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
-use crate::hook::{self, HookStatus, RunningHook};
+use crate::hook::{self, Chroot, HookContext, HookStatus, RunningHook};
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
+use crate::run_on::{self, RunDecision};
 use crate::state::{self, StateStore, format_record};
+use crate::termination;
 use crate::{contract, log};
 
 /// Search interval while the container is absent: 1 ms for the first 10 s
@@ -66,6 +78,15 @@ pub fn search_tick(searching_for: Duration) -> Duration {
 pub const TICK: Duration = Duration::from_millis(1);
 /// Liveness check interval when the kernel has no `pidfd_open` (< 5.3).
 const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
+/// How long the watcher waits, after the container's process exited, for
+/// its parent (the runtime's shim) to reap it, which is when the kernel
+/// makes the exit status readable. The shim reaps at once; past this the
+/// hook runs without the status (logged).
+pub const REAP_WAIT_MAX: Duration = Duration::from_millis(100);
+/// How long after finding an instance the watcher keeps trying to hold its
+/// root (every [`TICK`]) while the process has not entered its root file
+/// system yet (found before `pivot_root`).
+const ROOT_HOLD_RETRY: Duration = Duration::from_secs(2);
 
 /// Settings of the `watch` subcommand.
 #[derive(Debug, Clone)]
@@ -83,15 +104,41 @@ pub struct WatchConfig {
     /// set up and ended between two looks is taken to be an instance of it
     /// ([`Scanner::infer_unseen`]).
     pub sole_container: bool,
+    /// [`crate::contract::FLAG_RUN_ON`].
+    pub run_on: RunOn,
+    /// [`crate::contract::FLAG_HOOK_ROOT`].
+    pub hook_root: HookRoot,
+    /// Where the termination message goes
+    /// ([`crate::contract::FLAG_TERMINATION_MESSAGE`]).
+    pub termination_message: PathBuf,
 }
 
 pub use crate::procfs::pidfd_open;
+
+/// The container's root, as far as the watcher holds it.
+#[derive(Debug)]
+enum RootHold {
+    /// Held.
+    Held(HeldRoot),
+    /// Not yet: the process has not entered its root file system.
+    Pending,
+    /// Not held, and why (for the log).
+    Missing(String),
+}
 
 #[derive(Debug)]
 struct Watched {
     instance: Instance,
     pidfd: Option<OwnedFd>,
     since: Instant,
+    root: RootHold,
+}
+
+/// A queued run and the root held for it (released when it ends).
+#[derive(Debug)]
+struct PendingRun {
+    run: QueuedHookRun,
+    root: RootHold,
 }
 
 struct Watcher {
@@ -99,8 +146,14 @@ struct Watcher {
     store: StateStore,
     scanner: Scanner,
     watched: Option<Watched>,
-    hook: Option<(RunningHook, QueuedHookRun)>,
-    queue: VecDeque<QueuedHookRun>,
+    hook: Option<(RunningHook, PendingRun)>,
+    queue: VecDeque<PendingRun>,
+    /// `Err(why)` when the kernel cannot report exit statuses.
+    exit_status: Result<(), String>,
+    /// This process's PID in `proc_root` (for `KUBE_PRESTOP_ROOT`).
+    own_pid: Option<i32>,
+    /// The termination message could not be written (logged once).
+    termination_error_logged: bool,
     terminating: Option<Instant>,
     armed: bool,
     arm_retry_at: Instant,
@@ -120,6 +173,8 @@ fn secs(d: Duration) -> String {
 /// Runs the watcher. Returns the process exit status (0) only after
 /// `SIGTERM` or `SIGINT`, once no hook is running or queued.
 pub fn run(cfg: WatchConfig) -> i32 {
+    // Before SIGCHLD is blocked: the probe forks and reaps a child.
+    let exit_status = exit_info::probe();
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
         mask.add(s);
@@ -167,9 +222,13 @@ pub fn run(cfg: WatchConfig) -> i32 {
         wait_log_interval: Duration::from_secs(10),
         last_scan_error: None,
         ever_found: false,
+        exit_status,
+        own_pid: None,
+        termination_error_logged: false,
     };
+    w.own_pid = procfs::self_pid(&w.cfg.proc_root).ok();
     log!(
-        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} pid={}",
+        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} run_on={} hook_root={} pid={}",
         w.cfg.target.container,
         mount_point,
         w.store.dir().display(),
@@ -178,8 +237,24 @@ pub fn run(cfg: WatchConfig) -> i32 {
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s")),
         w.cfg.sole_container,
+        w.cfg.run_on.as_str(),
+        w.cfg.hook_root.as_str(),
         std::process::id()
     );
+    match &w.exit_status {
+        Ok(()) => log!("exit status: read through the pidfd (PIDFD_INFO_EXIT)"),
+        Err(why) => log!(
+            "warning: exit status unavailable: {why}; KUBE_PRESTOP_EXIT_CODE and KUBE_PRESTOP_EXIT_SIGNAL stay unset{}",
+            if w.cfg.run_on == RunOn::Always {
+                String::new()
+            } else {
+                format!(
+                    " and run-on={} runs the hook on every exit",
+                    w.cfg.run_on.as_str()
+                )
+            }
+        ),
+    }
     // A mark left by a previous run of the sidecar must not end the
     // postStart handler (or pass the probe) before this run is ready.
     let _ = w.store.remove(contract::ARMED_FILE);
@@ -203,12 +278,14 @@ impl Watcher {
             self.start_next_hook();
             if self.terminating.is_some() && self.hook.is_none() && self.queue.is_empty() {
                 let _ = self.store.remove(contract::ARMED_FILE);
+                self.update_termination_message(None);
                 log!("exiting container={} status=0", self.container());
                 return 0;
             }
             if self.watched.is_none() && self.terminating.is_none() {
                 self.search(now);
             }
+            self.try_hold_root();
             let now = Instant::now();
             let mut timeout: Option<Duration> = None;
             let mut min_to = |d: Duration| {
@@ -231,6 +308,15 @@ impl Watcher {
                     }
                     Some(Watched { pidfd: None, .. }) => min_to(NO_PIDFD_TICK),
                     Some(_) => {}
+                }
+                if matches!(
+                    &self.watched,
+                    Some(Watched {
+                        root: RootHold::Pending,
+                        ..
+                    })
+                ) {
+                    min_to(TICK);
                 }
                 if !self.armed {
                     min_to(self.arm_retry_at.saturating_duration_since(now));
@@ -339,6 +425,7 @@ impl Watcher {
         let proc_root = &self.cfg.proc_root;
         let now_ticks = procfs::now_ticks();
         let actions = recovery::plan(&groups, |i| i.is_alive(proc_root), now_ticks);
+        let down = ExitKnowledge::Unknown(Unknown::SidecarDown);
         for action in &actions {
             match action {
                 RecoveryAction::StillRunning { id } => log!(
@@ -350,14 +437,14 @@ impl Watcher {
                         "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
                         self.container()
                     );
-                    self.write_done(id, "skipped-prestop", None, 0, None, now_ticks);
+                    self.write_done(id, "skipped-prestop", None, 0, None, now_ticks, down);
                 }
                 RecoveryAction::Abandon { id, attempt } => {
                     log!(
                         "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
                         self.container()
                     );
-                    self.write_done(id, "abandoned", None, *attempt, None, now_ticks);
+                    self.write_done(id, "abandoned", None, *attempt, None, now_ticks, down);
                 }
                 RecoveryAction::Retry { run } => log!(
                     "recovered container={} instance={} hook was interrupted by a sidecar restart (attempt {}); retrying once",
@@ -372,7 +459,24 @@ impl Watcher {
                 ),
             }
         }
-        self.queue.extend(recovery::runs_in_start_order(&actions));
+        self.queue.extend(
+            recovery::runs_in_start_order(&actions)
+                .into_iter()
+                .map(|run| PendingRun {
+                    run,
+                    root: RootHold::Missing(
+                        "the container exited while the sidecar was not running".to_owned(),
+                    ),
+                }),
+        );
+        if actions.iter().any(|a| {
+            matches!(
+                a,
+                RecoveryAction::SkippedPrestop { .. } | RecoveryAction::Abandon { .. }
+            )
+        }) {
+            self.update_termination_message(None);
+        }
     }
 
     fn search(&mut self, now: Instant) {
@@ -425,16 +529,30 @@ impl Watcher {
                 inst.pid,
                 self.container()
             );
-            self.instance_exited(inst, procfs::now_ticks());
+            let exit = self.exit_of(pidfd.as_ref());
+            self.instance_exited(
+                inst,
+                procfs::now_ticks(),
+                exit,
+                RootHold::Missing("the container had exited when it was found".to_owned()),
+            );
             return;
         }
+        let root = self.hold_root(inst);
         if !inst.is_alive(&self.cfg.proc_root) {
             log!(
                 "found container={} instance={id} pid={} after {waited}, already exited {stats}",
                 self.container(),
                 inst.pid
             );
-            self.instance_exited(inst, procfs::now_ticks());
+            let exit = self.exit_of(pidfd.as_ref());
+            let root = match root {
+                RootHold::Pending => {
+                    RootHold::Missing("the container had exited when it was found".to_owned())
+                }
+                r => r,
+            };
+            self.instance_exited(inst, procfs::now_ticks(), exit, root);
             return;
         }
         log!(
@@ -447,34 +565,121 @@ impl Watcher {
             instance: inst,
             pidfd,
             since: Instant::now(),
+            root,
         });
+    }
+
+    /// One attempt to hold `inst`'s root ([`HeldRoot::hold`]).
+    fn hold_root(&self, inst: Instance) -> RootHold {
+        let mp = finder::mount_point(&self.cfg.target.id_root, &self.cfg.target.container);
+        match HeldRoot::hold(&self.cfg.proc_root, inst.pid, inst.start_time, &mp) {
+            Ok(h) => RootHold::Held(h),
+            Err(container_root::HoldError::NotSetUp) => RootHold::Pending,
+            Err(e) => RootHold::Missing(e.to_string()),
+        }
+    }
+
+    /// Retries holding the watched instance's root while it is pending;
+    /// gives up after [`ROOT_HOLD_RETRY`].
+    fn try_hold_root(&mut self) {
+        let Some(w) = &self.watched else { return };
+        if !matches!(w.root, RootHold::Pending) {
+            return;
+        }
+        let (inst, since) = (w.instance, w.since);
+        let root = match self.hold_root(inst) {
+            RootHold::Pending if since.elapsed() > ROOT_HOLD_RETRY => RootHold::Missing(format!(
+                "the process had not entered its root file system {} after it was found",
+                secs(ROOT_HOLD_RETRY)
+            )),
+            r => r,
+        };
+        if let Some(w) = &mut self.watched {
+            w.root = root;
+        }
+    }
+
+    /// The exit status of an exited process through `pidfd` (waiting for
+    /// the reap, at most [`REAP_WAIT_MAX`]).
+    fn exit_of(&self, pidfd: Option<&OwnedFd>) -> ExitKnowledge {
+        if self.exit_status.is_err() {
+            return ExitKnowledge::Unknown(Unknown::Kernel);
+        }
+        match pidfd {
+            Some(fd) => exit_info::read_after_exit(fd.as_fd(), REAP_WAIT_MAX),
+            None => ExitKnowledge::Unknown(Unknown::NoPidfd),
+        }
     }
 
     fn on_container_exit(&mut self) {
         let Some(w) = self.watched.take() else { return };
         let exit_ticks = procfs::now_ticks();
+        let exit = self.exit_of(w.pidfd.as_ref());
         log!(
-            "container exited container={} instance={} ran_for={}",
+            "container exited container={} instance={} ran_for={} exit_status={}",
             self.container(),
             w.instance.id(),
-            secs(w.since.elapsed())
+            secs(w.since.elapsed()),
+            exit.token()
         );
-        self.instance_exited(w.instance, exit_ticks);
+        let root = match w.root {
+            RootHold::Pending => RootHold::Missing(
+                "the process exited before it entered its root file system".to_owned(),
+            ),
+            r => r,
+        };
+        self.instance_exited(w.instance, exit_ticks, exit, root);
     }
 
-    fn instance_exited(&mut self, inst: Instance, exit_ticks: u64) {
+    fn instance_exited(
+        &mut self,
+        inst: Instance,
+        exit_ticks: u64,
+        exit: ExitKnowledge,
+        root: RootHold,
+    ) {
         self.scanner.retire(inst);
         self.searching_since = Instant::now();
         self.wait_log_interval = Duration::from_secs(10);
         self.next_wait_log = self.searching_since + self.wait_log_interval;
-        self.queue.push_back(QueuedHookRun {
-            instance: inst,
-            attempt: 1,
-            exit_ticks,
+        self.queue.push_back(PendingRun {
+            run: QueuedHookRun {
+                instance: inst,
+                attempt: 1,
+                exit_ticks,
+                exit,
+            },
+            root,
         });
         self.start_next_hook();
     }
 
+    /// Rewrites the termination message from the records of every watched
+    /// container; `cut` names this sidecar's own running hook when SIGTERM
+    /// came (shown as `hook=cut grace_cut=true` until a later rewrite).
+    fn update_termination_message(&mut self, cut: Option<&str>) {
+        let mut runs = termination::collect(&self.cfg.target.root);
+        if let Some(id) = cut {
+            for r in &mut runs {
+                if r.container == self.cfg.target.container && r.instance == id {
+                    r.hook = "cut".to_owned();
+                    r.grace_cut = true;
+                }
+            }
+        }
+        let msg = termination::render(&runs, contract::TERMINATION_MESSAGE_MAX_BYTES);
+        if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
+            && !self.termination_error_logged
+        {
+            self.termination_error_logged = true;
+            log!(
+                "warning: cannot write the termination message {}: {e} (logged once)",
+                self.cfg.termination_message.display()
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn write_done(
         &self,
         id: &str,
@@ -483,6 +688,7 @@ impl Watcher {
         attempt: u32,
         dur: Option<Duration>,
         exit_ticks: u64,
+        exit: ExitKnowledge,
     ) {
         let mut rec = vec![
             ("outcome", outcome.to_owned()),
@@ -496,6 +702,7 @@ impl Watcher {
             rec.push(("duration_ms", d.as_millis().to_string()));
         }
         rec.push(("exit_observed_ticks", exit_ticks.to_string()));
+        rec.push(("container_exit", exit.token()));
         if let Err(e) = self
             .store
             .write(&contract::done_file(id), &format_record(&rec))
@@ -506,9 +713,10 @@ impl Watcher {
 
     fn start_next_hook(&mut self) {
         while self.hook.is_none() {
-            let Some(run) = self.queue.pop_front() else {
+            let Some(pending) = self.queue.pop_front() else {
                 return;
             };
+            let run = pending.run;
             let id = run.instance.id();
             if self.store.exists(&contract::prestop_mark_file(&id)) {
                 log!(
@@ -516,6 +724,7 @@ impl Watcher {
                     self.container(),
                     contract::prestop_mark_file(&id)
                 );
+                drop(pending);
                 self.write_done(
                     &id,
                     "skipped-prestop",
@@ -523,23 +732,135 @@ impl Watcher {
                     run.attempt,
                     None,
                     run.exit_ticks,
+                    run.exit,
                 );
+                self.update_termination_message(None);
                 continue;
             }
-            let rec = format_record(&[("attempt", run.attempt.to_string())]);
+            match run_on::decide(self.cfg.run_on, run.exit) {
+                RunDecision::Skip => {
+                    log!(
+                        "not running hook container={} instance={id}: run-on={} and the container ended with {}",
+                        self.container(),
+                        self.cfg.run_on.as_str(),
+                        run.exit.describe()
+                    );
+                    drop(pending);
+                    self.write_done(
+                        &id,
+                        "skipped-run-on",
+                        None,
+                        run.attempt,
+                        Some(Duration::ZERO),
+                        run.exit_ticks,
+                        run.exit,
+                    );
+                    self.update_termination_message(None);
+                    continue;
+                }
+                RunDecision::RunUnknown => {
+                    let why = match run.exit {
+                        ExitKnowledge::Unknown(u) => u.describe(),
+                        ExitKnowledge::Known(_) => String::new(),
+                    };
+                    log!(
+                        "running hook container={} instance={id} although run-on={}: the exit status is unknown ({why})",
+                        self.container(),
+                        self.cfg.run_on.as_str()
+                    );
+                }
+                RunDecision::Run => {
+                    if let ExitKnowledge::Unknown(u) = run.exit
+                        && u != Unknown::Kernel
+                    {
+                        log!(
+                            "hook env: KUBE_PRESTOP_EXIT_CODE/KUBE_PRESTOP_EXIT_SIGNAL unset container={} instance={id}: {}",
+                            self.container(),
+                            u.describe()
+                        );
+                    }
+                }
+            }
+            let root_path = match (&pending.root, self.own_pid) {
+                (RootHold::Held(h), Some(pid)) => Some(h.hook_path(&self.cfg.proc_root, pid)),
+                (RootHold::Held(_), None) => {
+                    log!(
+                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot read {}/self",
+                        self.container(),
+                        self.cfg.proc_root.display()
+                    );
+                    None
+                }
+                (RootHold::Missing(why), _) => {
+                    log!(
+                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot hold the container's root: {why}",
+                        self.container()
+                    );
+                    None
+                }
+                (RootHold::Pending, _) => None,
+            };
+            let chroot = match (&pending.root, self.cfg.hook_root) {
+                (RootHold::Held(h), HookRoot::Container) => {
+                    if container_root::can_chroot(&self.cfg.proc_root) {
+                        let cwd = std::env::current_dir()
+                            .ok()
+                            .and_then(|d| CString::new(d.as_os_str().as_encoded_bytes()).ok())
+                            .unwrap_or_else(|| c"/".to_owned());
+                        Some(Chroot {
+                            root_fd: h.root_fd(),
+                            cwd,
+                        })
+                    } else {
+                        log!(
+                            "hook-root=container not applied container={} instance={id}: the container has no CAP_SYS_CHROOT; the hook runs in the sidecar's root, KUBE_PRESTOP_ROOT points at the container's files",
+                            self.container()
+                        );
+                        None
+                    }
+                }
+                (_, HookRoot::Container) => {
+                    log!(
+                        "hook-root=container not applied container={} instance={id}: the container's root is not held; the hook runs in the sidecar's root",
+                        self.container()
+                    );
+                    None
+                }
+                _ => None,
+            };
+            let rec = format_record(&[
+                ("attempt", run.attempt.to_string()),
+                ("exit_observed_ticks", run.exit_ticks.to_string()),
+                ("container_exit", run.exit.token()),
+            ]);
             if let Err(e) = self.store.write(&contract::running_file(&id), &rec) {
                 log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
             }
-            match hook::spawn(&self.cfg.hook, &self.cfg.target.container, &id, run.attempt) {
+            let chrooted = chroot.is_some();
+            let ctx = HookContext {
+                container: &self.cfg.target.container,
+                instance: &id,
+                attempt: run.attempt,
+                exit: run.exit,
+                root: root_path.as_deref(),
+                chroot,
+            };
+            match hook::spawn(&self.cfg.hook, &ctx) {
                 Ok(h) => {
                     log!(
-                        "hook started container={} instance={id} attempt={} pid={} command={:?}",
+                        "hook started container={} instance={id} attempt={} pid={} command={:?} container_exit={} root={}",
                         self.container(),
                         run.attempt,
                         h.pid,
-                        self.cfg.hook
+                        self.cfg.hook,
+                        run.exit.token(),
+                        match (&root_path, chrooted) {
+                            (Some(_), true) => "chroot".to_owned(),
+                            (Some(p), false) => p.display().to_string(),
+                            (None, _) => "-".to_owned(),
+                        }
                     );
-                    self.hook = Some((h, run));
+                    self.hook = Some((h, pending));
                 }
                 Err((status, e)) => {
                     log!(
@@ -550,6 +871,7 @@ impl Watcher {
                         status.describe(),
                         status.code()
                     );
+                    drop(pending);
                     self.write_done(
                         &id,
                         "ran",
@@ -557,7 +879,9 @@ impl Watcher {
                         run.attempt,
                         Some(Duration::ZERO),
                         run.exit_ticks,
+                        run.exit,
                     );
+                    self.update_termination_message(None);
                 }
             }
         }
@@ -592,11 +916,16 @@ impl Watcher {
     fn reap(&mut self) {
         let status = hook::reap(self.hook.as_ref().map(|(h, _)| h.pid));
         let Some(status) = status else { return };
-        let Some((h, run)) = self.hook.take() else {
+        let Some((h, pending)) = self.hook.take() else {
             return;
         };
         hook::kill_group(h.pid);
         let dur = h.started.elapsed();
+        let run = pending.run;
+        // Release the container's root and mount namespace at once: the
+        // kubelet's volume teardown must not find them held.
+        let released = matches!(pending.root, RootHold::Held(_));
+        drop(pending);
         log!(
             "hook finished container={} instance={} attempt={} status=\"{}\" exit_status={} duration={}",
             self.container(),
@@ -613,7 +942,16 @@ impl Watcher {
             h.attempt,
             Some(dur),
             run.exit_ticks,
+            run.exit,
         );
+        if released {
+            log!(
+                "released the root of container={} instance={}",
+                self.container(),
+                h.instance
+            );
+        }
+        self.update_termination_message(None);
         // Reap whatever the group kill left behind.
         let _ = hook::reap(None);
     }
@@ -645,6 +983,8 @@ impl Watcher {
             .cfg
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s"));
+        let running = self.hook.as_ref().map(|(h, _)| h.instance.clone());
+        self.update_termination_message(running.as_deref());
         if let Some((h, _)) = &self.hook {
             log!(
                 "{sig} received while hook runs container={} instance={} pid={} running_for={} queued={}; grace period {grace}; the hook keeps running until it ends or the kubelet's SIGKILL",

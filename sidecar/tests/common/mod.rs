@@ -189,6 +189,8 @@ impl Pod {
         for i in 0..12 {
             fs::create_dir_all(dir.join("rootfs").join(i.to_string())).unwrap();
         }
+        // The kubelet creates the file it mounts at terminationMessagePath.
+        fs::write(dir.join("termination-log"), "").unwrap();
         let unshare = Command::new("unshare")
             .args([
                 "--pid",
@@ -225,6 +227,10 @@ impl Pod {
     }
     pub fn out(&self, f: &str) -> PathBuf {
         self.dir.join("out").join(f)
+    }
+    /// The sidecar's termination message (its `--termination-message` file).
+    pub fn termination_message(&self) -> String {
+        fs::read_to_string(self.dir.join("termination-log")).unwrap_or_default()
     }
     pub fn state(&self) -> PathBuf {
         self.vol().join("state").join(C)
@@ -287,6 +293,8 @@ impl Pod {
             .arg(self.vol())
             .arg("--id-root")
             .arg(self.idroot())
+            .arg("--termination-message")
+            .arg(self.dir.join("termination-log"))
             .args(flags)
             .arg("--")
             .args(hook)
@@ -419,6 +427,14 @@ impl Pod {
             .stdin(Stdio::null())
             .status()
             .unwrap()
+    }
+
+    /// The directory of the main container's `i`-th private tmpfs mount
+    /// (made by [`Pod::create_main`] in the container's own mount
+    /// namespace, so invisible from the sidecar's): a file written there is
+    /// "a file outside volumes".
+    pub fn private_dir(&self, i: usize) -> PathBuf {
+        self.dir.join("rootfs").join(i.to_string())
     }
 
     /// Create, start and wait for a main container; returns its exit status.
