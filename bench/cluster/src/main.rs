@@ -1,8 +1,9 @@
 //! On-cluster benchmarks of kube-prestop (issue 7), run by `make bench`
 //! (bench/run.sh) against the running local cluster with the chart
 //! installed. Nothing here asserts a time: it measures and prints
-//! `key=value` lines on stdout for bench/run.sh's table; progress goes to
-//! stderr; `--raw FILE` keeps the samples as JSON.
+//! `key=value` lines on stdout for the table (bench/report.py); progress
+//! goes to stderr; `--raw FILE` keeps the samples as JSON. Built on the e2e
+//! suite's helpers (the `kube-prestop-e2e` library).
 //!
 //! `start [--pods N]`: pod start overhead. The same Job (one container that
 //! prints its own start time and sleeps 1.5 s, an exec preStop) N times in a
