@@ -3,7 +3,7 @@
 
   report.py review POD_YAML OUT_JSON
       The AdmissionReview the webhook load runs POST: a CREATE of the pod in
-      POD_YAML (webhook/tests/golden/simple-job/input.yaml) by the Job
+      POD_YAML (engine/tests/golden/simple-job/input.yaml) by the Job
       controller, written as compact JSON to OUT_JSON.
 
   report.py table WORK REPEAT DURATION CONNECTIONS STARTED LOAD_START LOAD_END
@@ -153,7 +153,7 @@ def webhook_rows(fig, repeat, dur, conns, rows, notes):
         f"min {st[0]:.1f} ms, max {st[-1]:.1f} ms (--no-cluster: no API server sync)"))
     notes.append(
         "Webhook: oha over HTTPS (HTTP/1.1 keep-alive, --insecure: no certificate check on the client), "
-        "POST of a %s-byte AdmissionReview built from webhook/tests/golden/simple-job/input.yaml; "
+        "POST of a %s-byte AdmissionReview built from engine/tests/golden/simple-job/input.yaml; "
         "fixed-rate runs use oha's latency correction (coordinated omission). The ceiling (bench/ceiling) "
         "is the same tokio/rustls(ring)/hyper-util/axum stack reading the body and answering the webhook's own "
         "%s-byte response, alternating with the webhook. The webhook logs one line per request (to a file here)."

@@ -164,7 +164,7 @@ if want webhook; then
     # --- inputs ---------------------------------------------------------------------
     certs/gen.sh -o "${work}/certs" >/dev/null 2>&1
     body="${work}/review.json"
-    python3 bench/report.py review "${repo}/webhook/tests/golden/simple-job/input.yaml" "${body}"
+    python3 bench/report.py review "${repo}/engine/tests/golden/simple-job/input.yaml" "${body}"
 
     # start NAME CMD...: runs it in the background, sets ADDR (https) and PID.
     start() {
