@@ -48,12 +48,12 @@ pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 pub const SETTABLE: [&str; 8] = [
     INJECT,
     CONTAINERS,
-    RUN_ON,
-    HOOK_ROOT,
     SIDECAR_CPU_REQUEST,
     SIDECAR_MEMORY_REQUEST,
     SIDECAR_CPU_LIMIT,
     SIDECAR_MEMORY_LIMIT,
+    RUN_ON,
+    HOOK_ROOT,
 ];
 /// The annotations under [`PREFIX`] the webhook writes.
 pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
