@@ -614,13 +614,15 @@ impl Watcher {
     fn on_container_exit(&mut self) {
         let Some(w) = self.watched.take() else { return };
         let exit_ticks = procfs::now_ticks();
+        let seen = Instant::now();
         let exit = self.exit_of(w.pidfd.as_ref());
         log!(
-            "container exited container={} instance={} ran_for={} exit_status={}",
+            "container exited container={} instance={} ran_for={} exit_status={} status_wait={:.3}ms",
             self.container(),
             w.instance.id(),
             secs(w.since.elapsed()),
-            exit.token()
+            exit.token(),
+            seen.elapsed().as_secs_f64() * 1000.0
         );
         let root = match w.root {
             RootHold::Pending => RootHold::Missing(

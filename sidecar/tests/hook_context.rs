@@ -145,7 +145,8 @@ fn run_on_success_runs_on_a_success_and_skips_a_failure() {
     wait_for("the skip record", T, || pod.records("done-").len() == 1);
     assert!(pod.lines("hooks").is_empty());
     assert_eq!(code(pod.run_main(&["true"])), 0);
-    wait_for("the hook line", T, || pod.lines("hooks").len() == 1);
+    wait_for("the hook's record", T, || pod.records("done-").len() == 2);
+    assert_eq!(pod.lines("hooks").len(), 1);
     assert!(pod.lines("hooks")[0].ends_with(" code=0 signal=unset"));
     let outcomes: Vec<String> = pod
         .records("done-")
