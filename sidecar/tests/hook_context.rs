@@ -260,3 +260,36 @@ fn a_hook_cut_by_sigkill_says_so_in_the_termination_message() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("noroot");
+    let hook = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo \"root=${{KUBE_PRESTOP_ROOT-unset}}\" >> {}",
+            pod.out("hooks").display()
+        ),
+    ];
+    // The sidecar runs as nobody; the "container" as root.
+    let mut sc = pod.sidecar_unprivileged(&hook, &["--hook-root", "container"]);
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for("the hook's record", T, || pod.records("done-").len() == 1);
+    assert_eq!(pod.lines("hooks"), vec!["root=unset"], "{}", sc.log_text());
+    let log = sc.log_text();
+    assert!(
+        log.contains("hook env: KUBE_PRESTOP_ROOT unset container=main")
+            && log.contains("cannot hold the container's root: cannot open"),
+        "{log}"
+    );
+    assert!(
+        log.contains("hook-root=container not applied container=main"),
+        "{log}"
+    );
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+}

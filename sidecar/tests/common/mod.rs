@@ -282,12 +282,52 @@ impl Pod {
 
     /// [`Pod::sidecar`] with extra `watch` flags (before `--`).
     pub fn sidecar_with(&self, hook: &[String], env: &[(&str, &str)], flags: &[&str]) -> Sidecar {
+        self.sidecar_run_as(&[], hook, env, flags)
+    }
+
+    /// [`Pod::sidecar_with`] as user and group 65534 without capabilities
+    /// (a sidecar with less privilege than the root "container"); the
+    /// volume, output and termination-message files are opened up to it.
+    pub fn sidecar_unprivileged(&self, hook: &[String], flags: &[&str]) -> Sidecar {
+        use std::os::unix::fs::PermissionsExt as _;
+        for d in [self.dir.clone(), self.vol(), self.dir.join("out")] {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        fs::set_permissions(
+            self.dir.join("termination-log"),
+            fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        self.sidecar_run_as(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ],
+            hook,
+            &[],
+            flags,
+        )
+    }
+
+    fn sidecar_run_as(
+        &self,
+        prefix: &[&str],
+        hook: &[String],
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Sidecar {
         let n = fs::read_dir(self.dir.join("out")).unwrap().count();
         let log = self.dir.join(format!("sidecar-{n}.log"));
         let _ = fs::remove_file(self.state().join("armed"));
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--target={}", self.init))
             .args(["--pid", "--mount", "--"])
+            .args(prefix)
             .arg(bin())
             .args(["watch", "--container", C, "--root"])
             .arg(self.vol())
