@@ -120,8 +120,10 @@ pub use crate::procfs::pidfd_open;
 enum RootHold {
     /// Held.
     Held(HeldRoot),
-    /// Not yet: the process has not entered its root file system.
-    Pending,
+    /// Not yet, and why: the process has not entered its root file system,
+    /// or it may not be looked into (`EACCES`/`EPERM`), which is retried in
+    /// case the runtime is still setting the process up.
+    Pending(String),
     /// Not held, and why (for the log).
     Missing(String),
 }
@@ -312,7 +314,7 @@ impl Watcher {
                 if matches!(
                     &self.watched,
                     Some(Watched {
-                        root: RootHold::Pending,
+                        root: RootHold::Pending(_),
                         ..
                     })
                 ) {
@@ -547,9 +549,9 @@ impl Watcher {
             );
             let exit = self.exit_of(pidfd.as_ref());
             let root = match root {
-                RootHold::Pending => {
-                    RootHold::Missing("the container had exited when it was found".to_owned())
-                }
+                RootHold::Pending(why) => RootHold::Missing(format!(
+                    "{why}, and the container had exited when it was found"
+                )),
                 r => r,
             };
             self.instance_exited(inst, procfs::now_ticks(), exit, root);
@@ -574,7 +576,13 @@ impl Watcher {
         let mp = finder::mount_point(&self.cfg.target.id_root, &self.cfg.target.container);
         match HeldRoot::hold(&self.cfg.proc_root, inst.pid, inst.start_time, &mp) {
             Ok(h) => RootHold::Held(h),
-            Err(container_root::HoldError::NotSetUp) => RootHold::Pending,
+            Err(
+                e @ (container_root::HoldError::NotSetUp
+                | container_root::HoldError::Open {
+                    errno: Errno::EACCES | Errno::EPERM,
+                    ..
+                }),
+            ) => RootHold::Pending(e.to_string()),
             Err(e) => RootHold::Missing(e.to_string()),
         }
     }
@@ -583,15 +591,14 @@ impl Watcher {
     /// gives up after [`ROOT_HOLD_RETRY`].
     fn try_hold_root(&mut self) {
         let Some(w) = &self.watched else { return };
-        if !matches!(w.root, RootHold::Pending) {
+        if !matches!(w.root, RootHold::Pending(_)) {
             return;
         }
         let (inst, since) = (w.instance, w.since);
         let root = match self.hold_root(inst) {
-            RootHold::Pending if since.elapsed() > ROOT_HOLD_RETRY => RootHold::Missing(format!(
-                "the process had not entered its root file system {} after it was found",
-                secs(ROOT_HOLD_RETRY)
-            )),
+            RootHold::Pending(why) if since.elapsed() > ROOT_HOLD_RETRY => RootHold::Missing(
+                format!("{why} (still {} after it was found)", secs(ROOT_HOLD_RETRY)),
+            ),
             r => r,
         };
         if let Some(w) = &mut self.watched {
@@ -625,9 +632,7 @@ impl Watcher {
             seen.elapsed().as_secs_f64() * 1000.0
         );
         let root = match w.root {
-            RootHold::Pending => RootHold::Missing(
-                "the process exited before it entered its root file system".to_owned(),
-            ),
+            RootHold::Pending(why) => RootHold::Missing(format!("{why}, until the process exited")),
             r => r,
         };
         self.instance_exited(w.instance, exit_ticks, exit, root);
@@ -800,7 +805,7 @@ impl Watcher {
                     );
                     None
                 }
-                (RootHold::Pending, _) => None,
+                (RootHold::Pending(_), _) => None,
             };
             let chroot = match (&pending.root, self.cfg.hook_root) {
                 (RootHold::Held(h), HookRoot::Container) => {
