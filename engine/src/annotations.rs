@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube_prestop_sidecar::contract::{HookRoot, RunOn};
 
 use super::EngineError;
 use super::config::ResourceDefaults;
@@ -16,6 +17,14 @@ pub const PREFIX: &str = "kube-prestop.io/";
 pub const INJECT: &str = "kube-prestop.io/inject";
 /// Restricts injection to the named containers (comma-separated).
 pub const CONTAINERS: &str = "kube-prestop.io/containers";
+/// When the hook runs, by how the container ended: `always` (default),
+/// `success`, `failure`; for every watched container or per container (see
+/// [`PerContainer`]).
+pub const RUN_ON: &str = "kube-prestop.io/run-on";
+/// Where the hook's root directory is: `sidecar` (default) or `container`
+/// (chrooted into the exited container's file system); for every watched
+/// container or per container (see [`PerContainer`]).
+pub const HOOK_ROOT: &str = "kube-prestop.io/hook-root";
 /// Overrides the sidecar's `resources.requests.cpu`.
 pub const SIDECAR_CPU_REQUEST: &str = "kube-prestop.io/sidecar-cpu-request";
 /// Overrides the sidecar's `resources.requests.memory`.
@@ -36,13 +45,15 @@ pub const VERSION: &str = "kube-prestop.io/version";
 pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 
 /// The annotations under [`PREFIX`] a user sets, in the documented order.
-pub const SETTABLE: [&str; 6] = [
+pub const SETTABLE: [&str; 8] = [
     INJECT,
     CONTAINERS,
     SIDECAR_CPU_REQUEST,
     SIDECAR_MEMORY_REQUEST,
     SIDECAR_CPU_LIMIT,
     SIDECAR_MEMORY_LIMIT,
+    RUN_ON,
+    HOOK_ROOT,
 ];
 /// The annotations under [`PREFIX`] the webhook writes.
 pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
@@ -111,6 +122,10 @@ pub struct PodOverrides {
     /// [`CONTAINERS`]: only these containers are watched (order of the pod
     /// spec is kept); `None` watches every container with an exec preStop.
     pub containers: Option<Vec<String>>,
+    /// [`RUN_ON`]; `None` when absent (every container: `always`).
+    pub run_on: Option<PerContainer<RunOn>>,
+    /// [`HOOK_ROOT`]; `None` when absent (every container: `sidecar`).
+    pub hook_root: Option<PerContainer<HookRoot>>,
     /// [`SIDECAR_CPU_REQUEST`].
     pub cpu_request: Option<Quantity>,
     /// [`SIDECAR_MEMORY_REQUEST`].
@@ -119,6 +134,96 @@ pub struct PodOverrides {
     pub cpu_limit: Option<Quantity>,
     /// [`SIDECAR_MEMORY_LIMIT`].
     pub memory_limit: Option<Quantity>,
+}
+
+/// A setting given for every watched container, per container, or both,
+/// the way [`CONTAINERS`] names containers: a comma-separated list whose
+/// entries are `VALUE` (every watched container; at most one such entry)
+/// or `NAME=VALUE` (container `NAME`, which must be watched; each name at
+/// most once), blanks around entries ignored. E.g. `failure`,
+/// `main=failure,upload=always`, `success,upload=always`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerContainer<T> {
+    /// The value for containers not named.
+    pub default: Option<T>,
+    /// The values of named containers, in the order written.
+    pub by_name: Vec<(String, T)>,
+}
+
+impl<T: Copy + Default> PerContainer<T> {
+    /// The value for container `name`: its own, else the bare value, else
+    /// `T::default()`.
+    pub fn for_container(&self, name: &str) -> T {
+        self.by_name
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .or(self.default)
+            .unwrap_or_default()
+    }
+
+    /// The container names the setting names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.by_name.iter().map(|(n, _)| n.as_str())
+    }
+}
+
+/// Parses a [`PerContainer`] value of annotation `key`; `parse` reads one
+/// value, `allowed` lists the values for the error message.
+fn per_container<T>(
+    key: &str,
+    value: &str,
+    parse: fn(&str) -> Option<T>,
+    allowed: &str,
+) -> Result<PerContainer<T>, EngineError> {
+    let mut out = PerContainer {
+        default: None,
+        by_name: Vec::new(),
+    };
+    let entries: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    if entries.is_empty() {
+        return Err(invalid(
+            key,
+            value,
+            &format!("must be one of {allowed}, or NAME=VALUE entries"),
+        ));
+    }
+    for entry in entries {
+        let bad_value = |v: &str| invalid(key, value, &format!("{v:?} is not one of {allowed}"));
+        match entry.split_once('=') {
+            None => {
+                let v = parse(entry).ok_or_else(|| bad_value(entry))?;
+                if out.default.is_some() {
+                    return Err(invalid(
+                        key,
+                        value,
+                        "gives more than one value for every container (use NAME=VALUE for the others)",
+                    ));
+                }
+                out.default = Some(v);
+            }
+            Some((name, v)) => {
+                let (name, v) = (name.trim(), v.trim());
+                if !super::names::is_dns_label(name) {
+                    return Err(invalid(
+                        key,
+                        value,
+                        &format!("{name:?} is not a valid container name"),
+                    ));
+                }
+                let v = parse(v).ok_or_else(|| bad_value(v))?;
+                if out.by_name.iter().any(|(n, _)| n == name) {
+                    return Err(invalid(key, value, &format!("names {name:?} twice")));
+                }
+                out.by_name.push((name.to_owned(), v));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn invalid(annotation: &str, value: &str, reason: &str) -> EngineError {
@@ -190,14 +295,39 @@ impl PodOverrides {
                 Some(names)
             }
         };
+        let run_on = annotations
+            .get(RUN_ON)
+            .map(|v| per_container(RUN_ON, v, RunOn::parse, "always, success, failure"))
+            .transpose()?;
+        let hook_root = annotations
+            .get(HOOK_ROOT)
+            .map(|v| per_container(HOOK_ROOT, v, HookRoot::parse, "sidecar, container"))
+            .transpose()?;
         Ok(Self {
             inject,
             containers,
+            run_on,
+            hook_root,
             cpu_request: positive_quantity(annotations, SIDECAR_CPU_REQUEST)?,
             memory_request: positive_quantity(annotations, SIDECAR_MEMORY_REQUEST)?,
             cpu_limit: positive_quantity(annotations, SIDECAR_CPU_LIMIT)?,
             memory_limit: positive_quantity(annotations, SIDECAR_MEMORY_LIMIT)?,
         })
+    }
+
+    /// The run-on of container `name` ([`RUN_ON`]; `always` when absent).
+    pub fn run_on_for(&self, name: &str) -> RunOn {
+        self.run_on
+            .as_ref()
+            .map_or_else(RunOn::default, |p| p.for_container(name))
+    }
+
+    /// The hook root of container `name` ([`HOOK_ROOT`]; `sidecar` when
+    /// absent).
+    pub fn hook_root_for(&self, name: &str) -> HookRoot {
+        self.hook_root
+            .as_ref()
+            .map_or_else(HookRoot::default, |p| p.for_container(name))
     }
 
     /// Whether any sidecar resource annotation is set.
@@ -296,6 +426,53 @@ mod tests {
                 annotation, value, ..
             }) => (annotation, value),
             other => panic!("expected InvalidAnnotation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_on_and_hook_root_for_all_or_per_container() {
+        let o = PodOverrides::parse(Some(&ann(&[
+            (RUN_ON, "failure"),
+            (HOOK_ROOT, " main = container , "),
+        ])))
+        .unwrap();
+        assert_eq!(o.run_on_for("main"), RunOn::Failure);
+        assert_eq!(o.run_on_for("other"), RunOn::Failure);
+        assert_eq!(o.hook_root_for("main"), HookRoot::Container);
+        assert_eq!(o.hook_root_for("other"), HookRoot::Sidecar);
+        let o = PodOverrides::parse(Some(&ann(&[(RUN_ON, "success,upload=always")]))).unwrap();
+        assert_eq!(o.run_on_for("main"), RunOn::Success);
+        assert_eq!(o.run_on_for("upload"), RunOn::Always);
+        assert_eq!(
+            o.run_on.as_ref().unwrap().names().collect::<Vec<_>>(),
+            vec!["upload"]
+        );
+        let o = PodOverrides::parse(None).unwrap();
+        assert_eq!(o.run_on_for("main"), RunOn::Always);
+        assert_eq!(o.hook_root_for("main"), HookRoot::Sidecar);
+    }
+
+    #[test]
+    fn invalid_run_on_and_hook_root_name_the_annotation() {
+        for (key, value) in [
+            (RUN_ON, "sometimes"),
+            (RUN_ON, ""),
+            (RUN_ON, "Failure"),
+            (RUN_ON, "failure,success"),
+            (RUN_ON, "main=failure,main=success"),
+            (RUN_ON, "Main_1=failure"),
+            (RUN_ON, "main="),
+            (HOOK_ROOT, "host"),
+            (HOOK_ROOT, "main=chroot"),
+        ] {
+            assert_eq!(err_of(&[(key, value)]), (key.to_owned(), value.to_owned()));
+        }
+        match PodOverrides::parse(Some(&ann(&[(RUN_ON, "sometimes")]))) {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "invalid annotation kube-prestop.io/run-on: \"sometimes\": \"sometimes\" is not one of always, success, failure"
+            ),
+            Ok(o) => panic!("{o:?}"),
         }
     }
 

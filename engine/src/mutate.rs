@@ -210,15 +210,16 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 }
 
 /// The native sidecar watching `x`, whose preStop command is `hook`;
-/// `started_after` names the containers the kubelet starts after it
-/// ([`contract::FLAG_STARTED_AFTER`]; empty for `hostPID` pods); `ours`
+/// `opts` are its `watch` flags: `started_after` names the containers the
+/// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
+/// `hostPID` pods), `run_on` and `hook_root` come from the annotations; `ours`
 /// are the mounts of the shared volume and the binary
 /// ([`Binary::mounts`]), added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
-    started_after: &[String],
+    opts: &contract::WatchOptions,
     ours: Vec<VolumeMount>,
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
@@ -229,7 +230,7 @@ fn sidecar_container(
         name,
         image: x.image.clone(),
         image_pull_policy: x.image_pull_policy.clone(),
-        command: Some(contract::watch_command(&x.name, started_after, hook)),
+        command: Some(contract::watch_command_with(&x.name, opts, hook)),
         args: None,
         env: Some(sidecar_env(x, grace_period_seconds)),
         env_from: x.env_from.clone(),
@@ -466,7 +467,11 @@ pub fn plan(
             name.clone(),
             x,
             hook,
-            &started_after,
+            &contract::WatchOptions {
+                started_after,
+                run_on: overrides.run_on_for(&x.name),
+                hook_root: overrides.hook_root_for(&x.name),
+            },
             binary.mounts(&volume),
             grace,
             sidecar_resources.clone(),

@@ -157,16 +157,17 @@ pub enum Selection {
     Skip(SkipReason),
     /// Inject, watching these indices of `spec.containers` (in spec order)
     /// with the validated annotations.
-    Watch(Vec<usize>, PodOverrides),
+    Watch(Vec<usize>, Box<PodOverrides>),
 }
 
 /// Applies the selection rules in this order: namespace excluded, already
 /// injected, annotations parsed (errors here), opted out, Windows, owner,
 /// restartPolicy, exec preStop.
 ///
-/// Errors: [`EngineError::InvalidAnnotation`] for a malformed annotation, or
+/// Errors: [`EngineError::InvalidAnnotation`] for a malformed annotation,
 /// when `kube-prestop.io/containers` names a container that is not a
-/// regular container with an exec preStop.
+/// regular container with an exec preStop, or when `kube-prestop.io/run-on`
+/// or `kube-prestop.io/hook-root` names a container that is not watched.
 pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selection, EngineError> {
     if input.namespace == KUBE_SYSTEM
         || (!input.webhook_namespace.is_empty() && input.namespace == input.webhook_namespace)
@@ -235,7 +236,44 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
     if watched.is_empty() {
         return Ok(Selection::Skip(SkipReason::NoExecPreStop));
     }
-    Ok(Selection::Watch(watched, overrides))
+    // Per-container settings may name only watched containers.
+    let named = [
+        (
+            annotations::RUN_ON,
+            overrides
+                .run_on
+                .as_ref()
+                .map(|p| p.names().collect::<Vec<_>>()),
+        ),
+        (
+            annotations::HOOK_ROOT,
+            overrides
+                .hook_root
+                .as_ref()
+                .map(|p| p.names().collect::<Vec<_>>()),
+        ),
+    ];
+    for (key, names) in named {
+        let Some(names) = names else { continue };
+        if let Some(stray) = names.iter().find(|n| {
+            !watched
+                .iter()
+                .any(|&i| spec.containers.get(i).is_some_and(|c| c.name == **n))
+        }) {
+            return Err(EngineError::InvalidAnnotation {
+                annotation: key.to_owned(),
+                value: pod
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .cloned()
+                    .unwrap_or_default(),
+                reason: format!("{stray:?} is not a watched container"),
+            });
+        }
+    }
+    Ok(Selection::Watch(watched, Box::new(overrides)))
 }
 
 #[cfg(test)]
@@ -328,7 +366,7 @@ mod tests {
         ]);
         assert_eq!(
             run(&pod).unwrap(),
-            Selection::Watch(vec![0, 2], PodOverrides::default())
+            Selection::Watch(vec![0, 2], Box::default())
         );
     }
 
@@ -484,6 +522,46 @@ mod tests {
                 assert_eq!(value, "b,c");
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_on_and_hook_root_name_only_watched_containers() {
+        let mut pod = job_pod(vec![
+            exec_container("a", &["x"]),
+            exec_container("b", &["y"]),
+        ]);
+        annotate(&mut pod, annotations::CONTAINERS, "b");
+        annotate(&mut pod, annotations::RUN_ON, "b=failure");
+        annotate(&mut pod, annotations::HOOK_ROOT, "container");
+        match run(&pod).unwrap() {
+            Selection::Watch(w, o) => {
+                assert_eq!(w, vec![1]);
+                assert_eq!(o.run_on_for("b"), contract::RunOn::Failure);
+                assert_eq!(o.hook_root_for("b"), contract::HookRoot::Container);
+            }
+            other => panic!("{other:?}"),
+        }
+        for key in [annotations::RUN_ON, annotations::HOOK_ROOT] {
+            let mut p = pod.clone();
+            let v = if key == annotations::RUN_ON {
+                "a=success"
+            } else {
+                "a=container"
+            };
+            annotate(&mut p, key, v);
+            match run(&p) {
+                Err(EngineError::InvalidAnnotation {
+                    annotation,
+                    value,
+                    reason,
+                }) => {
+                    assert_eq!(annotation, key);
+                    assert_eq!(value, v);
+                    assert_eq!(reason, "\"a\" is not a watched container");
+                }
+                other => panic!("{other:?}"),
+            }
         }
     }
 

@@ -2,7 +2,9 @@
 //!
 //! ```text
 //! kube-prestop install --dest PATH
-//! kube-prestop watch   --container X [--started-after A,B] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+//! kube-prestop watch   --container X [--started-after A,B] [--run-on always|success|failure]
+//!                      [--hook-root sidecar|container] [--termination-message PATH]
+//!                      [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
 //! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
@@ -18,15 +20,16 @@
 use std::path::PathBuf;
 
 use crate::contract::{
-    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_ID_ROOT, FLAG_ROOT,
-    FLAG_STARTED_AFTER, FLAG_TIMEOUT,
+    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_HOOK_ROOT, FLAG_ID_ROOT, FLAG_ROOT,
+    FLAG_RUN_ON, FLAG_STARTED_AFTER, FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
 };
 use std::time::Duration;
 
 /// Usage text printed by `--help` and after usage errors.
 pub const USAGE: &str = "usage:
   kube-prestop install --dest PATH
-  kube-prestop watch   --container NAME [--started-after NAME,...] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+  kube-prestop watch   --container NAME [--started-after NAME,...] [--run-on always|success|failure]
+                       [--hook-root sidecar|container] [--termination-message PATH] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]
@@ -63,6 +66,13 @@ pub enum Cli {
         /// [`FLAG_STARTED_AFTER`]: the containers started after this
         /// sidecar; empty when not given.
         started_after: Vec<String>,
+        /// [`FLAG_RUN_ON`] (default [`RunOn::Always`]).
+        run_on: RunOn,
+        /// [`FLAG_HOOK_ROOT`] (default [`HookRoot::Sidecar`]).
+        hook_root: HookRoot,
+        /// [`FLAG_TERMINATION_MESSAGE`] (default
+        /// [`contract::TERMINATION_MESSAGE_PATH`]).
+        termination_message: PathBuf,
         /// The hook command.
         hook: Vec<String>,
     },
@@ -113,9 +123,15 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST],
         s if s == contract::SUBCOMMAND_PROBE => &[FLAG_CONTAINER, FLAG_ROOT],
         s if s == contract::SUBCOMMAND_POST_START => &[FLAG_CONTAINER, FLAG_TIMEOUT, FLAG_ROOT],
-        s if s == contract::SUBCOMMAND_WATCH => {
-            &[FLAG_CONTAINER, FLAG_STARTED_AFTER, FLAG_ROOT, FLAG_ID_ROOT]
-        }
+        s if s == contract::SUBCOMMAND_WATCH => &[
+            FLAG_CONTAINER,
+            FLAG_STARTED_AFTER,
+            FLAG_RUN_ON,
+            FLAG_HOOK_ROOT,
+            FLAG_TERMINATION_MESSAGE,
+            FLAG_ROOT,
+            FLAG_ID_ROOT,
+        ],
         _ => &[FLAG_CONTAINER, FLAG_ROOT, FLAG_ID_ROOT],
     };
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
@@ -238,9 +254,31 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
                 "{FLAG_STARTED_AFTER}: {bad:?} is not a valid container name (a DNS label: 1-63 of a-z, 0-9, '-')"
             ));
         }
+        let run_on = match get(FLAG_RUN_ON) {
+            None => RunOn::default(),
+            Some(v) => RunOn::parse(&v).ok_or_else(|| {
+                UsageError(format!(
+                    "{FLAG_RUN_ON} {v:?} is not one of always, success, failure"
+                ))
+            })?,
+        };
+        let hook_root = match get(FLAG_HOOK_ROOT) {
+            None => HookRoot::default(),
+            Some(v) => HookRoot::parse(&v).ok_or_else(|| {
+                UsageError(format!(
+                    "{FLAG_HOOK_ROOT} {v:?} is not one of sidecar, container"
+                ))
+            })?,
+        };
+        let termination_message = get(FLAG_TERMINATION_MESSAGE)
+            .unwrap_or_else(|| contract::TERMINATION_MESSAGE_PATH.to_owned())
+            .into();
         Ok(Cli::Watch {
             target,
             started_after,
+            run_on,
+            hook_root,
+            termination_message,
             hook,
         })
     } else {
@@ -260,9 +298,68 @@ pub fn hook_after_separator(args: &[String]) -> Option<&[String]> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::path::Path;
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn run_on_and_hook_root_parse() {
+        let w = contract::watch_command_with(
+            "main",
+            &contract::WatchOptions {
+                started_after: vec![],
+                run_on: RunOn::Failure,
+                hook_root: HookRoot::Container,
+            },
+            &s(&["true"]),
+        );
+        let Cli::Watch {
+            run_on, hook_root, ..
+        } = parse(&w[1..]).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!((run_on, hook_root), (RunOn::Failure, HookRoot::Container));
+        let bad = parse(&s(&[
+            "watch",
+            "--container",
+            "m",
+            "--run-on",
+            "sometimes",
+            "--",
+            "x",
+        ]));
+        assert_eq!(
+            bad.unwrap_err().0,
+            "--run-on \"sometimes\" is not one of always, success, failure"
+        );
+        let bad = parse(&s(&[
+            "watch",
+            "--container",
+            "m",
+            "--hook-root=host",
+            "--",
+            "x",
+        ]));
+        assert_eq!(
+            bad.unwrap_err().0,
+            "--hook-root \"host\" is not one of sidecar, container"
+        );
+        let c = parse(&s(&[
+            "watch",
+            "--container",
+            "m",
+            "--termination-message",
+            "/tmp/t",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        assert!(
+            matches!(c, Cli::Watch { termination_message, .. } if termination_message == Path::new("/tmp/t"))
+        );
     }
 
     #[test]
@@ -273,10 +370,19 @@ mod tests {
             target: t,
             started_after,
             hook: h,
+            run_on,
+            hook_root,
+            termination_message,
         } = parse(&w[1..]).unwrap()
         else {
             unreachable!()
         };
+        assert_eq!(run_on, RunOn::Always);
+        assert_eq!(hook_root, HookRoot::Sidecar);
+        assert_eq!(
+            termination_message,
+            PathBuf::from(contract::TERMINATION_MESSAGE_PATH)
+        );
         assert_eq!(started_after, s(&["side-2", "main"]));
         assert_eq!(t.container, "main");
         assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));

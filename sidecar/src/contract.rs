@@ -124,6 +124,18 @@ pub const FLAG_ID_ROOT: &str = "--id-root";
 /// entirely while the watcher was not scheduled (see `finder`). Left out for
 /// `hostPID` pods, where other pods' containers are visible too.
 pub const FLAG_STARTED_AFTER: &str = "--started-after";
+/// Flag of `watch`: when the hook runs, by how the container ended
+/// ([`RunOn`]: `always`, `success`, `failure`; default `always`, and the
+/// webhook leaves the flag out then). From the annotation
+/// `kube-prestop.io/run-on`.
+pub const FLAG_RUN_ON: &str = "--run-on";
+/// Flag of `watch`: the hook's root directory ([`HookRoot`]: `sidecar`,
+/// `container`; default `sidecar`, and the webhook leaves the flag out
+/// then). From the annotation `kube-prestop.io/hook-root`.
+pub const FLAG_HOOK_ROOT: &str = "--hook-root";
+/// Flag of `watch`: where to write the termination message (tests; default
+/// [`TERMINATION_MESSAGE_PATH`]).
+pub const FLAG_TERMINATION_MESSAGE: &str = "--termination-message";
 /// Separates the flags from the hook command, which is passed verbatim.
 pub const COMMAND_SEPARATOR: &str = "--";
 
@@ -139,6 +151,108 @@ pub const ENV_HOOK_INSTANCE: &str = "KUBE_PRESTOP_INSTANCE";
 /// Environment variable given to the hook: `1` for the first attempt, `2`
 /// when a run interrupted by a sidecar restart is retried.
 pub const ENV_HOOK_ATTEMPT: &str = "KUBE_PRESTOP_ATTEMPT";
+
+/// Environment variable given to the hook: the watched container's exit
+/// code, `0`–`255`, when it exited (not killed) and the kernel could tell
+/// (`PIDFD_INFO_EXIT`, Linux ≥ 6.15). Unset otherwise.
+pub const ENV_HOOK_EXIT_CODE: &str = "KUBE_PRESTOP_EXIT_CODE";
+/// Environment variable given to the hook: the signal that killed the
+/// watched container (`9` for SIGKILL, the OOM killer's), when the kernel
+/// could tell. Unset otherwise; never set together with
+/// [`ENV_HOOK_EXIT_CODE`].
+pub const ENV_HOOK_EXIT_SIGNAL: &str = "KUBE_PRESTOP_EXIT_SIGNAL";
+/// Environment variable given to the hook: a directory that is the exited
+/// container's root file system as it was, volumes included
+/// (`/proc/<watcher pid>/fd/<n>`, a directory file descriptor the watcher
+/// holds on the container's root, with its mount namespace held too). `/`
+/// when the hook runs chrooted there ([`HookRoot::Container`]). Unset when
+/// the watcher could not hold it (the log says why).
+pub const ENV_HOOK_ROOT: &str = "KUBE_PRESTOP_ROOT";
+
+/// The sidecar's `terminationMessagePath`, where the watcher writes the
+/// summary of the pod's hook runs (the kubelet's default path, set
+/// explicitly by the webhook).
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The kubelet's limit on one container's termination message (bytes):
+/// `getTerminationMessage` in `pkg/kubelet/kuberuntime/kuberuntime_container.go`
+/// reads the file's last `kubecontainer.MaxContainerTerminationMessageLength`
+/// (4 KiB) bytes. The watcher keeps its message within it (newest runs last).
+pub const TERMINATION_MESSAGE_MAX_BYTES: usize = 4096;
+
+/// When the hook runs, by how the container ended (the exit status read
+/// through the pidfd; see `exit_info` in the sidecar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunOn {
+    /// On every exit of the container on its own (the default).
+    #[default]
+    Always,
+    /// Only when it exited with code 0.
+    Success,
+    /// Only when it exited with a non-zero code or was killed by a signal.
+    Failure,
+}
+
+impl RunOn {
+    /// Every value, in the order the docs list them.
+    pub const ALL: [Self; 3] = [Self::Always, Self::Success, Self::Failure];
+
+    /// The value as written in the annotation and the flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Always => "always",
+            Self::Success => "success",
+            Self::Failure => "failure",
+        }
+    }
+
+    /// Parses `always`, `success` or `failure` (exactly; no whitespace, no
+    /// other case). `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+/// Where the hook's root directory is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HookRoot {
+    /// The sidecar's own (the same image, but not the exited container's
+    /// files outside volumes); [`ENV_HOOK_ROOT`] still points at those.
+    #[default]
+    Sidecar,
+    /// The exited container's root file system (`chroot`), where the
+    /// container has `CAP_SYS_CHROOT`; otherwise as [`HookRoot::Sidecar`],
+    /// and the log says why.
+    Container,
+}
+
+impl HookRoot {
+    /// Every value.
+    pub const ALL: [Self; 2] = [Self::Sidecar, Self::Container];
+
+    /// The value as written in the annotation and the flag.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sidecar => "sidecar",
+            Self::Container => "container",
+        }
+    }
+
+    /// Parses `sidecar` or `container` (exactly). `None` otherwise.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+}
+
+/// The settings of `watch` beyond the container and the hook.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchOptions {
+    /// [`FLAG_STARTED_AFTER`]; left out when empty.
+    pub started_after: Vec<String>,
+    /// [`FLAG_RUN_ON`]; left out when [`RunOn::Always`].
+    pub run_on: RunOn,
+    /// [`FLAG_HOOK_ROOT`]; left out when [`HookRoot::Sidecar`].
+    pub hook_root: HookRoot,
+}
 
 /// The state directory of `container` under the shared volume mounted at `root`:
 /// `<root>/state/<container>`.
@@ -290,17 +404,41 @@ pub fn install_command() -> Vec<String> {
 /// Command of the native sidecar that watches `container` and runs `hook`
 /// (the container's original `preStop.exec.command`) when it exits on its own:
 /// `/.kube-prestop/bin/kube-prestop watch --container X [--started-after A,B] -- HOOK...`.
-/// `started_after` ([`FLAG_STARTED_AFTER`]) is left out when empty.
+/// `started_after` ([`FLAG_STARTED_AFTER`]) is left out when empty. Same as
+/// [`watch_command_with`] with default run-on and hook root.
 pub fn watch_command(container: &str, started_after: &[String], hook: &[String]) -> Vec<String> {
+    watch_command_with(
+        container,
+        &WatchOptions {
+            started_after: started_after.to_vec(),
+            ..WatchOptions::default()
+        },
+        hook,
+    )
+}
+
+/// [`watch_command`] with all options:
+/// `... watch --container X [--started-after A,B] [--run-on V] [--hook-root V] -- HOOK...`;
+/// each flag is left out at its default, so pods that use none of them get
+/// the same command line as before the flags existed.
+pub fn watch_command_with(container: &str, opts: &WatchOptions, hook: &[String]) -> Vec<String> {
     let mut cmd = vec![
         BINARY_PATH.to_owned(),
         SUBCOMMAND_WATCH.to_owned(),
         FLAG_CONTAINER.to_owned(),
         container.to_owned(),
     ];
-    if !started_after.is_empty() {
+    if !opts.started_after.is_empty() {
         cmd.push(FLAG_STARTED_AFTER.to_owned());
-        cmd.push(started_after.join(","));
+        cmd.push(opts.started_after.join(","));
+    }
+    if opts.run_on != RunOn::default() {
+        cmd.push(FLAG_RUN_ON.to_owned());
+        cmd.push(opts.run_on.as_str().to_owned());
+    }
+    if opts.hook_root != HookRoot::default() {
+        cmd.push(FLAG_HOOK_ROOT.to_owned());
+        cmd.push(opts.hook_root.as_str().to_owned());
     }
     with_hook(cmd, hook)
 }
@@ -439,6 +577,53 @@ mod tests {
         assert!(prestop_mark_file("7-1").starts_with(PRESTOP_PREFIX));
         assert!(running_file("7-1").starts_with(RUNNING_PREFIX));
         assert!(done_file("7-1").starts_with(DONE_PREFIX));
+    }
+
+    #[test]
+    fn watch_options_are_flags_only_when_not_default() {
+        let hook = s(&["true"]);
+        assert_eq!(
+            watch_command_with("main", &WatchOptions::default(), &hook),
+            watch_command("main", &[], &hook)
+        );
+        assert_eq!(
+            watch_command_with(
+                "main",
+                &WatchOptions {
+                    started_after: s(&["main"]),
+                    run_on: RunOn::Failure,
+                    hook_root: HookRoot::Container,
+                },
+                &hook
+            ),
+            s(&[
+                "/.kube-prestop/bin/kube-prestop",
+                "watch",
+                "--container",
+                "main",
+                "--started-after",
+                "main",
+                "--run-on",
+                "failure",
+                "--hook-root",
+                "container",
+                "--",
+                "true"
+            ])
+        );
+        for v in RunOn::ALL {
+            assert_eq!(RunOn::parse(v.as_str()), Some(v));
+        }
+        for v in HookRoot::ALL {
+            assert_eq!(HookRoot::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(RunOn::parse("Always"), None);
+        assert_eq!(RunOn::parse(" failure"), None);
+        assert_eq!(RunOn::parse(""), None);
+        assert_eq!(HookRoot::parse("host"), None);
+        assert_eq!(ENV_HOOK_EXIT_CODE, "KUBE_PRESTOP_EXIT_CODE");
+        assert_eq!(ENV_HOOK_EXIT_SIGNAL, "KUBE_PRESTOP_EXIT_SIGNAL");
+        assert_eq!(ENV_HOOK_ROOT, "KUBE_PRESTOP_ROOT");
     }
 
     #[test]

@@ -5,8 +5,15 @@
 //! env, as the webhook copies it), working directory and stdout/stderr, so
 //! its output reaches `kubectl logs POD -c SIDECAR` unchanged; stdin is
 //! `/dev/null`, as for the kubelet's exec handlers. It also gets
-//! [`contract::ENV_HOOK_CONTAINER`], [`contract::ENV_HOOK_INSTANCE`] and
-//! [`contract::ENV_HOOK_ATTEMPT`].
+//! [`contract::ENV_HOOK_CONTAINER`], [`contract::ENV_HOOK_INSTANCE`],
+//! [`contract::ENV_HOOK_ATTEMPT`], and, when known,
+//! [`contract::ENV_HOOK_EXIT_CODE`] or [`contract::ENV_HOOK_EXIT_SIGNAL`] and
+//! [`contract::ENV_HOOK_ROOT`] (any of these inherited from the sidecar's
+//! environment is removed first, so the hook never sees a stale value).
+//! With [`Chroot`], the child `chroot`s into the held container root before
+//! `exec` (the command is then looked up in the container's file system)
+//! and changes to the sidecar's working directory there (the container's
+//! `workingDir`, which the webhook copies), or `/` if that does not exist.
 //!
 //! The caller is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so the hook's
 //! orphaned descendants are re-parented to it and reaped by [`reap`]. When the
@@ -16,8 +23,11 @@
 //! processes with it), so the restarted sidecar's retry never runs in
 //! parallel with the interrupted run.
 
+use std::ffi::CString;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -27,6 +37,35 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::contract;
+use crate::exit_info::{ContainerExit, ExitKnowledge};
+
+/// Chroot the hook into a held container root.
+#[derive(Debug, Clone)]
+pub struct Chroot {
+    /// The held root directory (an `O_PATH` descriptor of the watcher,
+    /// still open in the child until its `exec`).
+    pub root_fd: RawFd,
+    /// Directory to change to inside the new root; `/` when it is missing.
+    pub cwd: CString,
+}
+
+/// What the hook is told about the run it answers.
+#[derive(Debug, Clone)]
+pub struct HookContext<'a> {
+    /// The watched container.
+    pub container: &'a str,
+    /// The exited instance's id.
+    pub instance: &'a str,
+    /// 1, or 2 for a retry.
+    pub attempt: u32,
+    /// The container's exit status, if known.
+    pub exit: ExitKnowledge,
+    /// [`contract::ENV_HOOK_ROOT`], when the root is held.
+    pub root: Option<&'a Path>,
+    /// Run chrooted there ([`contract::HookRoot::Container`], with
+    /// `CAP_SYS_CHROOT`).
+    pub chroot: Option<Chroot>,
+}
 
 /// A hook process that was started.
 #[derive(Debug)]
@@ -77,27 +116,48 @@ impl HookStatus {
     }
 }
 
-/// Starts `argv` for `container`'s instance `instance`. On a spawn failure
-/// returns the status to record (not found / not executable) and the error.
+/// Starts `argv` for the run `ctx` describes. On a spawn failure returns
+/// the status to record (not found / not executable) and the error.
 pub fn spawn(
     argv: &[String],
-    container: &str,
-    instance: &str,
-    attempt: u32,
+    ctx: &HookContext<'_>,
 ) -> Result<RunningHook, (HookStatus, io::Error)> {
     let Some((prog, args)) = argv.split_first() else {
         return Err((HookStatus::NotFound, io::Error::other("empty hook command")));
     };
     let mut cmd = Command::new(prog);
     cmd.args(args)
-        .env(contract::ENV_HOOK_CONTAINER, container)
-        .env(contract::ENV_HOOK_INSTANCE, instance)
-        .env(contract::ENV_HOOK_ATTEMPT, attempt.to_string())
+        .env_remove(contract::ENV_HOOK_EXIT_CODE)
+        .env_remove(contract::ENV_HOOK_EXIT_SIGNAL)
+        .env_remove(contract::ENV_HOOK_ROOT)
+        .env(contract::ENV_HOOK_CONTAINER, ctx.container)
+        .env(contract::ENV_HOOK_INSTANCE, ctx.instance)
+        .env(contract::ENV_HOOK_ATTEMPT, ctx.attempt.to_string())
         .stdin(Stdio::null())
         .process_group(0);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    match ctx.exit {
+        ExitKnowledge::Known(ContainerExit::Code(c)) => {
+            cmd.env(contract::ENV_HOOK_EXIT_CODE, c.to_string());
+        }
+        ExitKnowledge::Known(ContainerExit::Signal(sig)) => {
+            cmd.env(contract::ENV_HOOK_EXIT_SIGNAL, sig.to_string());
+        }
+        ExitKnowledge::Unknown(_) => {}
+    }
+    match (&ctx.chroot, ctx.root) {
+        (Some(_), _) => {
+            cmd.env(contract::ENV_HOOK_ROOT, "/");
+        }
+        (None, Some(r)) => {
+            cmd.env(contract::ENV_HOOK_ROOT, r);
+        }
+        (None, None) => {}
+    }
+    let chroot = ctx.chroot.clone();
+    // SAFETY: prctl, fchdir, chroot and chdir are async-signal-safe and
+    // touch no memory of the parent; the CString was allocated before fork.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -108,14 +168,22 @@ pub fn spawn(
             {
                 return Err(io::Error::last_os_error());
             }
+            if let Some(c) = &chroot {
+                if libc::fchdir(c.root_fd) != 0 || libc::chroot(c".".as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::chdir(c.cwd.as_ptr()) != 0 && libc::chdir(c"/".as_ptr()) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
     match cmd.spawn() {
         Ok(child) => Ok(RunningHook {
             pid: Pid::from_raw(child.id() as i32),
-            instance: instance.to_owned(),
-            attempt,
+            instance: ctx.instance.to_owned(),
+            attempt: ctx.attempt,
             started: Instant::now(),
         }),
         Err(e) => {
@@ -170,9 +238,17 @@ mod tests {
 
     #[test]
     fn missing_command_is_127() {
-        let e = spawn(&["/nonexistent/kube-prestop-hook".into()], "c", "1-2", 1).unwrap_err();
+        let ctx = HookContext {
+            container: "c",
+            instance: "1-2",
+            attempt: 1,
+            exit: ExitKnowledge::Unknown(crate::exit_info::Unknown::Kernel),
+            root: None,
+            chroot: None,
+        };
+        let e = spawn(&["/nonexistent/kube-prestop-hook".into()], &ctx).unwrap_err();
         assert_eq!(e.0, HookStatus::NotFound);
-        let e = spawn(&[], "c", "1-2", 1).unwrap_err();
+        let e = spawn(&[], &ctx).unwrap_err();
         assert_eq!(e.0.code(), 127);
     }
 }

@@ -7,7 +7,12 @@
 //! - [`procfs`]: reading `/proc` (processes vanish mid-read; that is normal);
 //! - [`finder`]: finding the watched container's process by its identifying mount;
 //! - [`state`]: the per-instance records in the shared volume (atomic writes);
+//! - [`exit_info`]: the container's exit status through its pidfd (`PIDFD_INFO_EXIT`);
+//! - [`run_on`]: whether a hook runs, by `--run-on` and the exit status (pure);
+//! - [`container_root`]: holding the container's root and mount namespace for the hook;
+//! - [`termination`]: the sidecar's termination message (a summary of the pod's hook runs);
 //! - [`hook`]: running the hook command as a child in its own process group;
+//! - [`recovery`]: what a restarted watcher does about a previous run's records (pure);
 //! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`);
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
@@ -18,13 +23,18 @@
 //! with [`LOG_PREFIX`]; the hook's output is passed through untouched.
 
 pub mod cli;
+pub mod container_root;
 pub mod contract;
+pub mod exit_info;
 pub mod finder;
 pub mod hook;
 pub mod install;
 pub mod poststart;
 pub mod procfs;
+pub mod recovery;
+pub mod run_on;
 pub mod state;
+pub mod termination;
 pub mod watch;
 pub mod wrapper;
 

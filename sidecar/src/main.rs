@@ -88,6 +88,9 @@ fn main() {
         Cli::Watch {
             target,
             started_after,
+            run_on,
+            hook_root,
+            termination_message,
             hook,
         } => {
             let grace_seconds = std::env::var(contract::ENV_GRACE_PERIOD_SECONDS)
@@ -100,6 +103,9 @@ fn main() {
                 hook,
                 proc_root: PathBuf::from(procfs::PROC_ROOT),
                 grace_seconds,
+                run_on,
+                hook_root,
+                termination_message,
             })
         }
     };

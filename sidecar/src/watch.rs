@@ -15,6 +15,12 @@
 //!    nothing runs (`done-<id>` says `outcome=skipped-prestop`); otherwise
 //!    `running-<id>` is written, the hook runs, and `done-<id>` records its
 //!    status and duration;
+//!    Before the hook starts, the watcher waits (at most [`REAP_WAIT_MAX`])
+//!    for the container's parent to reap the process and reads its exit
+//!    status through the pidfd ([`crate::exit_info`]); `--run-on` may then
+//!    skip the hook (`done-<id>` says `outcome=skipped-run-on`). The
+//!    container's root and mount namespace, held since it was found
+//!    ([`crate::container_root`]), are released when the hook ends;
 //! 3. the search resumes (under `restartPolicy: OnFailure` the kubelet starts
 //!    a new instance), ignoring processes older than the observed exit.
 //!
@@ -28,6 +34,7 @@
 //! native sidecar that exits): every error is logged and waited out.
 
 use std::collections::VecDeque;
+use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,10 +46,16 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use crate::cli::Target;
+use crate::container_root::{self, HeldRoot};
+use crate::contract::{HookRoot, RunOn};
+use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
-use crate::hook::{self, HookStatus, RunningHook};
+use crate::hook::{self, Chroot, HookContext, HookStatus, RunningHook};
 use crate::procfs;
+use crate::recovery::{self, QueuedHookRun, RecoveryAction};
+use crate::run_on::{self, RunDecision};
 use crate::state::{self, StateStore, format_record};
+use crate::termination;
 use crate::{contract, log};
 
 /// Search interval while the container is absent: 1 ms for the first 10 s
@@ -65,6 +78,15 @@ pub fn search_tick(searching_for: Duration) -> Duration {
 pub const TICK: Duration = Duration::from_millis(1);
 /// Liveness check interval when the kernel has no `pidfd_open` (< 5.3).
 const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
+/// How long the watcher waits, after the container's process exited, for
+/// its parent (the runtime's shim) to reap it, which is when the kernel
+/// makes the exit status readable. The shim reaps at once; past this the
+/// hook runs without the status (logged).
+pub const REAP_WAIT_MAX: Duration = Duration::from_millis(100);
+/// How long after finding an instance the watcher keeps trying to hold its
+/// root (every [`TICK`]) while the process has not entered its root file
+/// system yet (found before `pivot_root`).
+const ROOT_HOLD_RETRY: Duration = Duration::from_secs(2);
 
 /// Settings of the `watch` subcommand.
 #[derive(Debug, Clone)]
@@ -82,22 +104,43 @@ pub struct WatchConfig {
     /// set up and ended between two looks is taken to be an instance of it
     /// ([`Scanner::infer_unseen`]).
     pub sole_container: bool,
+    /// [`crate::contract::FLAG_RUN_ON`].
+    pub run_on: RunOn,
+    /// [`crate::contract::FLAG_HOOK_ROOT`].
+    pub hook_root: HookRoot,
+    /// Where the termination message goes
+    /// ([`crate::contract::FLAG_TERMINATION_MESSAGE`]).
+    pub termination_message: PathBuf,
 }
 
 pub use crate::procfs::pidfd_open;
+
+/// The container's root, as far as the watcher holds it.
+#[derive(Debug)]
+enum RootHold {
+    /// Held.
+    Held(HeldRoot),
+    /// Not yet, and why: the process has not entered its root file system,
+    /// or it may not be looked into (`EACCES`/`EPERM`), which is retried in
+    /// case the runtime is still setting the process up.
+    Pending(String),
+    /// Not held, and why (for the log).
+    Missing(String),
+}
 
 #[derive(Debug)]
 struct Watched {
     instance: Instance,
     pidfd: Option<OwnedFd>,
     since: Instant,
+    root: RootHold,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Job {
-    instance: Instance,
-    attempt: u32,
-    exit_ticks: u64,
+/// A queued run and the root held for it (released when it ends).
+#[derive(Debug)]
+struct PendingRun {
+    run: QueuedHookRun,
+    root: RootHold,
 }
 
 struct Watcher {
@@ -105,8 +148,14 @@ struct Watcher {
     store: StateStore,
     scanner: Scanner,
     watched: Option<Watched>,
-    hook: Option<(RunningHook, Job)>,
-    queue: VecDeque<Job>,
+    hook: Option<(RunningHook, PendingRun)>,
+    queue: VecDeque<PendingRun>,
+    /// `Err(why)` when the kernel cannot report exit statuses.
+    exit_status: Result<(), String>,
+    /// This process's PID in `proc_root` (for `KUBE_PRESTOP_ROOT`).
+    own_pid: Option<i32>,
+    /// The termination message could not be written (logged once).
+    termination_error_logged: bool,
     terminating: Option<Instant>,
     armed: bool,
     arm_retry_at: Instant,
@@ -126,6 +175,8 @@ fn secs(d: Duration) -> String {
 /// Runs the watcher. Returns the process exit status (0) only after
 /// `SIGTERM` or `SIGINT`, once no hook is running or queued.
 pub fn run(cfg: WatchConfig) -> i32 {
+    // Before SIGCHLD is blocked: the probe forks and reaps a child.
+    let exit_status = exit_info::probe();
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGCHLD] {
         mask.add(s);
@@ -173,9 +224,13 @@ pub fn run(cfg: WatchConfig) -> i32 {
         wait_log_interval: Duration::from_secs(10),
         last_scan_error: None,
         ever_found: false,
+        exit_status,
+        own_pid: None,
+        termination_error_logged: false,
     };
+    w.own_pid = procfs::self_pid(&w.cfg.proc_root).ok();
     log!(
-        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} pid={}",
+        "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} run_on={} hook_root={} pid={}",
         w.cfg.target.container,
         mount_point,
         w.store.dir().display(),
@@ -184,8 +239,24 @@ pub fn run(cfg: WatchConfig) -> i32 {
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s")),
         w.cfg.sole_container,
+        w.cfg.run_on.as_str(),
+        w.cfg.hook_root.as_str(),
         std::process::id()
     );
+    match &w.exit_status {
+        Ok(()) => log!("exit status: read through the pidfd (PIDFD_INFO_EXIT)"),
+        Err(why) => log!(
+            "warning: exit status unavailable: {why}; KUBE_PRESTOP_EXIT_CODE and KUBE_PRESTOP_EXIT_SIGNAL stay unset{}",
+            if w.cfg.run_on == RunOn::Always {
+                String::new()
+            } else {
+                format!(
+                    " and run-on={} runs the hook on every exit",
+                    w.cfg.run_on.as_str()
+                )
+            }
+        ),
+    }
     // A mark left by a previous run of the sidecar must not end the
     // postStart handler (or pass the probe) before this run is ready.
     let _ = w.store.remove(contract::ARMED_FILE);
@@ -195,7 +266,8 @@ pub fn run(cfg: WatchConfig) -> i32 {
 }
 
 impl Watcher {
-    fn c(&self) -> &str {
+    /// The watched container's name.
+    fn container(&self) -> &str {
         &self.cfg.target.container
     }
 
@@ -208,12 +280,14 @@ impl Watcher {
             self.start_next_hook();
             if self.terminating.is_some() && self.hook.is_none() && self.queue.is_empty() {
                 let _ = self.store.remove(contract::ARMED_FILE);
-                log!("exiting container={} status=0", self.c());
+                self.update_termination_message(None);
+                log!("exiting container={} status=0", self.container());
                 return 0;
             }
             if self.watched.is_none() && self.terminating.is_none() {
                 self.search(now);
             }
+            self.try_hold_root();
             let now = Instant::now();
             let mut timeout: Option<Duration> = None;
             let mut min_to = |d: Duration| {
@@ -226,7 +300,7 @@ impl Watcher {
                         if now >= self.next_wait_log {
                             log!(
                                 "still waiting for container={} to appear waited={}",
-                                self.c(),
+                                self.container(),
                                 secs(now - self.searching_since)
                             );
                             self.wait_log_interval =
@@ -236,6 +310,15 @@ impl Watcher {
                     }
                     Some(Watched { pidfd: None, .. }) => min_to(NO_PIDFD_TICK),
                     Some(_) => {}
+                }
+                if matches!(
+                    &self.watched,
+                    Some(Watched {
+                        root: RootHold::Pending(_),
+                        ..
+                    })
+                ) {
+                    min_to(TICK);
                 }
                 if !self.armed {
                     min_to(self.arm_retry_at.saturating_duration_since(now));
@@ -313,7 +396,7 @@ impl Watcher {
                 self.armed = true;
                 log!(
                     "armed container={} mark={}",
-                    self.c(),
+                    self.container(),
                     self.store.path(contract::ARMED_FILE).display()
                 );
             }
@@ -341,66 +424,61 @@ impl Watcher {
         };
         let groups = state::group_by_instance(&self.store, &names);
         self.ever_found |= !groups.is_empty();
-        let mut jobs = Vec::new();
-        for (id, r) in &groups {
-            let Some(inst) = Instance::from_id(id) else {
-                continue;
-            };
-            if r.done {
-                continue;
-            }
-            if inst.is_alive(&self.cfg.proc_root) {
-                log!(
+        let proc_root = &self.cfg.proc_root;
+        let now_ticks = procfs::now_ticks();
+        let actions = recovery::plan(&groups, |i| i.is_alive(proc_root), now_ticks);
+        let down = ExitKnowledge::Unknown(Unknown::SidecarDown);
+        for action in &actions {
+            match action {
+                RecoveryAction::StillRunning { id } => log!(
                     "recovered container={} instance={id} still running; watching it again",
-                    self.c()
-                );
-                continue;
-            }
-            let now_ticks = procfs::now_ticks();
-            if r.prestop {
-                log!(
-                    "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
-                    self.c()
-                );
-                self.write_done(id, "skipped-prestop", None, 0, None, now_ticks);
-                continue;
-            }
-            match r.running_attempt {
-                Some(a) if a >= 2 => {
+                    self.container()
+                ),
+                RecoveryAction::SkippedPrestop { id } => {
                     log!(
-                        "error: container={} instance={id} hook was interrupted twice (attempt {a}); not retrying again",
-                        self.c()
+                        "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
+                        self.container()
                     );
-                    self.write_done(id, "abandoned", None, a, None, now_ticks);
+                    self.write_done(id, "skipped-prestop", None, 0, None, now_ticks, down);
                 }
-                Some(a) => {
+                RecoveryAction::Abandon { id, attempt } => {
                     log!(
-                        "recovered container={} instance={id} hook was interrupted by a sidecar restart (attempt {}); retrying once",
-                        self.c(),
-                        a.max(1)
+                        "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
+                        self.container()
                     );
-                    jobs.push(Job {
-                        instance: inst,
-                        attempt: a.max(1) + 1,
-                        exit_ticks: now_ticks,
-                    });
+                    self.write_done(id, "abandoned", None, *attempt, None, now_ticks, down);
                 }
-                None if r.seen => {
-                    log!(
-                        "recovered container={} instance={id} exited while the sidecar was down; running its hook",
-                        self.c()
-                    );
-                    jobs.push(Job {
-                        instance: inst,
-                        attempt: 1,
-                        exit_ticks: now_ticks,
-                    });
-                }
-                None => {}
+                RecoveryAction::Retry { run } => log!(
+                    "recovered container={} instance={} hook was interrupted by a sidecar restart (attempt {}); retrying once",
+                    self.container(),
+                    run.instance.id(),
+                    run.attempt - 1
+                ),
+                RecoveryAction::RunMissed { run } => log!(
+                    "recovered container={} instance={} exited while the sidecar was down; running its hook",
+                    self.container(),
+                    run.instance.id()
+                ),
             }
         }
-        jobs.sort_by_key(|j| j.instance.start_time);
-        self.queue.extend(jobs);
+        self.queue.extend(
+            recovery::runs_in_start_order(&actions)
+                .into_iter()
+                .map(|run| PendingRun {
+                    run,
+                    root: RootHold::Missing(
+                        "the container exited while the sidecar was not running".to_owned(),
+                    ),
+                }),
+        );
+        if actions.iter().any(|a| {
+            matches!(
+                a,
+                RecoveryAction::SkippedPrestop { .. } | RecoveryAction::Abandon { .. }
+            )
+        }) {
+            self.update_termination_message(None);
+        }
     }
 
     fn search(&mut self, now: Instant) {
@@ -449,25 +527,39 @@ impl Watcher {
         if self.scanner.is_inferred(inst) {
             log!(
                 "inferred container={} instance={id} pid={} after {waited}: a container was set up, ran and exited in this pod while the watcher was not scheduled, and {} is the only container started after this sidecar {stats}",
-                self.c(),
+                self.container(),
                 inst.pid,
-                self.c()
+                self.container()
             );
-            self.instance_exited(inst, procfs::now_ticks());
+            let exit = self.exit_of(pidfd.as_ref());
+            self.instance_exited(
+                inst,
+                procfs::now_ticks(),
+                exit,
+                RootHold::Missing("the container had exited when it was found".to_owned()),
+            );
             return;
         }
+        let root = self.hold_root(inst);
         if !inst.is_alive(&self.cfg.proc_root) {
             log!(
                 "found container={} instance={id} pid={} after {waited}, already exited {stats}",
-                self.c(),
+                self.container(),
                 inst.pid
             );
-            self.instance_exited(inst, procfs::now_ticks());
+            let exit = self.exit_of(pidfd.as_ref());
+            let root = match root {
+                RootHold::Pending(why) => RootHold::Missing(format!(
+                    "{why}, and the container had exited when it was found"
+                )),
+                r => r,
+            };
+            self.instance_exited(inst, procfs::now_ticks(), exit, root);
             return;
         }
         log!(
             "watching container={} instance={id} pid={} found_after={waited} {stats}",
-            self.c(),
+            self.container(),
             inst.pid
         );
         self.scanner.attached(inst);
@@ -475,34 +567,126 @@ impl Watcher {
             instance: inst,
             pidfd,
             since: Instant::now(),
+            root,
         });
+    }
+
+    /// One attempt to hold `inst`'s root ([`HeldRoot::hold`]).
+    fn hold_root(&self, inst: Instance) -> RootHold {
+        let mp = finder::mount_point(&self.cfg.target.id_root, &self.cfg.target.container);
+        match HeldRoot::hold(&self.cfg.proc_root, inst.pid, inst.start_time, &mp) {
+            Ok(h) => RootHold::Held(h),
+            Err(
+                e @ (container_root::HoldError::NotSetUp
+                | container_root::HoldError::Open {
+                    errno: Errno::EACCES | Errno::EPERM,
+                    ..
+                }),
+            ) => RootHold::Pending(e.to_string()),
+            Err(e) => RootHold::Missing(e.to_string()),
+        }
+    }
+
+    /// Retries holding the watched instance's root while it is pending;
+    /// gives up after [`ROOT_HOLD_RETRY`].
+    fn try_hold_root(&mut self) {
+        let Some(w) = &self.watched else { return };
+        if !matches!(w.root, RootHold::Pending(_)) {
+            return;
+        }
+        let (inst, since) = (w.instance, w.since);
+        let root = match self.hold_root(inst) {
+            RootHold::Pending(why) if since.elapsed() > ROOT_HOLD_RETRY => RootHold::Missing(
+                format!("{why} (still {} after it was found)", secs(ROOT_HOLD_RETRY)),
+            ),
+            r => r,
+        };
+        if let Some(w) = &mut self.watched {
+            w.root = root;
+        }
+    }
+
+    /// The exit status of an exited process through `pidfd` (waiting for
+    /// the reap, at most [`REAP_WAIT_MAX`]).
+    fn exit_of(&self, pidfd: Option<&OwnedFd>) -> ExitKnowledge {
+        if self.exit_status.is_err() {
+            return ExitKnowledge::Unknown(Unknown::Kernel);
+        }
+        match pidfd {
+            Some(fd) => exit_info::read_after_exit(fd.as_fd(), REAP_WAIT_MAX),
+            None => ExitKnowledge::Unknown(Unknown::NoPidfd),
+        }
     }
 
     fn on_container_exit(&mut self) {
         let Some(w) = self.watched.take() else { return };
         let exit_ticks = procfs::now_ticks();
+        let seen = Instant::now();
+        let exit = self.exit_of(w.pidfd.as_ref());
         log!(
-            "container exited container={} instance={} ran_for={}",
-            self.c(),
+            "container exited container={} instance={} ran_for={} exit_status={} status_wait={:.3}ms",
+            self.container(),
             w.instance.id(),
-            secs(w.since.elapsed())
+            secs(w.since.elapsed()),
+            exit.token(),
+            seen.elapsed().as_secs_f64() * 1000.0
         );
-        self.instance_exited(w.instance, exit_ticks);
+        let root = match w.root {
+            RootHold::Pending(why) => RootHold::Missing(format!("{why}, until the process exited")),
+            r => r,
+        };
+        self.instance_exited(w.instance, exit_ticks, exit, root);
     }
 
-    fn instance_exited(&mut self, inst: Instance, exit_ticks: u64) {
+    fn instance_exited(
+        &mut self,
+        inst: Instance,
+        exit_ticks: u64,
+        exit: ExitKnowledge,
+        root: RootHold,
+    ) {
         self.scanner.retire(inst);
         self.searching_since = Instant::now();
         self.wait_log_interval = Duration::from_secs(10);
         self.next_wait_log = self.searching_since + self.wait_log_interval;
-        self.queue.push_back(Job {
-            instance: inst,
-            attempt: 1,
-            exit_ticks,
+        self.queue.push_back(PendingRun {
+            run: QueuedHookRun {
+                instance: inst,
+                attempt: 1,
+                exit_ticks,
+                exit,
+            },
+            root,
         });
         self.start_next_hook();
     }
 
+    /// Rewrites the termination message from the records of every watched
+    /// container; `cut` names this sidecar's own running hook when SIGTERM
+    /// came (shown as `hook=cut grace_cut=true` until a later rewrite).
+    fn update_termination_message(&mut self, cut: Option<&str>) {
+        let mut runs = termination::collect(&self.cfg.target.root);
+        if let Some(id) = cut {
+            for r in &mut runs {
+                if r.container == self.cfg.target.container && r.instance == id {
+                    r.hook = "cut".to_owned();
+                    r.grace_cut = true;
+                }
+            }
+        }
+        let msg = termination::render(&runs, contract::TERMINATION_MESSAGE_MAX_BYTES);
+        if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
+            && !self.termination_error_logged
+        {
+            self.termination_error_logged = true;
+            log!(
+                "warning: cannot write the termination message {}: {e} (logged once)",
+                self.cfg.termination_message.display()
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn write_done(
         &self,
         id: &str,
@@ -511,6 +695,7 @@ impl Watcher {
         attempt: u32,
         dur: Option<Duration>,
         exit_ticks: u64,
+        exit: ExitKnowledge,
     ) {
         let mut rec = vec![
             ("outcome", outcome.to_owned()),
@@ -524,6 +709,7 @@ impl Watcher {
             rec.push(("duration_ms", d.as_millis().to_string()));
         }
         rec.push(("exit_observed_ticks", exit_ticks.to_string()));
+        rec.push(("container_exit", exit.token()));
         if let Err(e) = self
             .store
             .write(&contract::done_file(id), &format_record(&rec))
@@ -534,58 +720,175 @@ impl Watcher {
 
     fn start_next_hook(&mut self) {
         while self.hook.is_none() {
-            let Some(job) = self.queue.pop_front() else {
+            let Some(pending) = self.queue.pop_front() else {
                 return;
             };
-            let id = job.instance.id();
+            let run = pending.run;
+            let id = run.instance.id();
             if self.store.exists(&contract::prestop_mark_file(&id)) {
                 log!(
                     "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
-                    self.c(),
+                    self.container(),
                     contract::prestop_mark_file(&id)
                 );
+                drop(pending);
                 self.write_done(
                     &id,
                     "skipped-prestop",
                     None,
-                    job.attempt,
+                    run.attempt,
                     None,
-                    job.exit_ticks,
+                    run.exit_ticks,
+                    run.exit,
                 );
+                self.update_termination_message(None);
                 continue;
             }
-            let rec = format_record(&[("attempt", job.attempt.to_string())]);
+            match run_on::decide(self.cfg.run_on, run.exit) {
+                RunDecision::Skip => {
+                    log!(
+                        "not running hook container={} instance={id}: run-on={} and the container ended with {}",
+                        self.container(),
+                        self.cfg.run_on.as_str(),
+                        run.exit.describe()
+                    );
+                    drop(pending);
+                    self.write_done(
+                        &id,
+                        "skipped-run-on",
+                        None,
+                        run.attempt,
+                        Some(Duration::ZERO),
+                        run.exit_ticks,
+                        run.exit,
+                    );
+                    self.update_termination_message(None);
+                    continue;
+                }
+                RunDecision::RunUnknown => {
+                    let why = match run.exit {
+                        ExitKnowledge::Unknown(u) => u.describe(),
+                        ExitKnowledge::Known(_) => String::new(),
+                    };
+                    log!(
+                        "running hook container={} instance={id} although run-on={}: the exit status is unknown ({why})",
+                        self.container(),
+                        self.cfg.run_on.as_str()
+                    );
+                }
+                RunDecision::Run => {
+                    if let ExitKnowledge::Unknown(u) = run.exit
+                        && u != Unknown::Kernel
+                    {
+                        log!(
+                            "hook env: KUBE_PRESTOP_EXIT_CODE/KUBE_PRESTOP_EXIT_SIGNAL unset container={} instance={id}: {}",
+                            self.container(),
+                            u.describe()
+                        );
+                    }
+                }
+            }
+            let root_path = match (&pending.root, self.own_pid) {
+                (RootHold::Held(h), Some(pid)) => Some(h.hook_path(&self.cfg.proc_root, pid)),
+                (RootHold::Held(_), None) => {
+                    log!(
+                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot read {}/self",
+                        self.container(),
+                        self.cfg.proc_root.display()
+                    );
+                    None
+                }
+                (RootHold::Missing(why), _) => {
+                    log!(
+                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot hold the container's root: {why}",
+                        self.container()
+                    );
+                    None
+                }
+                (RootHold::Pending(_), _) => None,
+            };
+            let chroot = match (&pending.root, self.cfg.hook_root) {
+                (RootHold::Held(h), HookRoot::Container) => {
+                    if container_root::can_chroot(&self.cfg.proc_root) {
+                        let cwd = std::env::current_dir()
+                            .ok()
+                            .and_then(|d| CString::new(d.as_os_str().as_encoded_bytes()).ok())
+                            .unwrap_or_else(|| c"/".to_owned());
+                        Some(Chroot {
+                            root_fd: h.root_fd(),
+                            cwd,
+                        })
+                    } else {
+                        log!(
+                            "hook-root=container not applied container={} instance={id}: the container has no CAP_SYS_CHROOT; the hook runs in the sidecar's root, KUBE_PRESTOP_ROOT points at the container's files",
+                            self.container()
+                        );
+                        None
+                    }
+                }
+                (_, HookRoot::Container) => {
+                    log!(
+                        "hook-root=container not applied container={} instance={id}: the container's root is not held; the hook runs in the sidecar's root",
+                        self.container()
+                    );
+                    None
+                }
+                _ => None,
+            };
+            let rec = format_record(&[
+                ("attempt", run.attempt.to_string()),
+                ("exit_observed_ticks", run.exit_ticks.to_string()),
+                ("container_exit", run.exit.token()),
+            ]);
             if let Err(e) = self.store.write(&contract::running_file(&id), &rec) {
                 log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
             }
-            match hook::spawn(&self.cfg.hook, &self.cfg.target.container, &id, job.attempt) {
+            let chrooted = chroot.is_some();
+            let ctx = HookContext {
+                container: &self.cfg.target.container,
+                instance: &id,
+                attempt: run.attempt,
+                exit: run.exit,
+                root: root_path.as_deref(),
+                chroot,
+            };
+            match hook::spawn(&self.cfg.hook, &ctx) {
                 Ok(h) => {
                     log!(
-                        "hook started container={} instance={id} attempt={} pid={} command={:?}",
-                        self.c(),
-                        job.attempt,
+                        "hook started container={} instance={id} attempt={} pid={} command={:?} container_exit={} root={}",
+                        self.container(),
+                        run.attempt,
                         h.pid,
-                        self.cfg.hook
+                        self.cfg.hook,
+                        run.exit.token(),
+                        match (&root_path, chrooted) {
+                            (Some(_), true) => "chroot".to_owned(),
+                            (Some(p), false) => p.display().to_string(),
+                            (None, _) => "-".to_owned(),
+                        }
                     );
-                    self.hook = Some((h, job));
+                    self.hook = Some((h, pending));
                 }
                 Err((status, e)) => {
                     log!(
                         "hook failed to start container={} instance={id} attempt={} command={:?} error=\"{e}\" status={} exit_status={}",
-                        self.c(),
-                        job.attempt,
+                        self.container(),
+                        run.attempt,
                         self.cfg.hook,
                         status.describe(),
                         status.code()
                     );
+                    drop(pending);
                     self.write_done(
                         &id,
                         "ran",
                         Some(status),
-                        job.attempt,
+                        run.attempt,
                         Some(Duration::ZERO),
-                        job.exit_ticks,
+                        run.exit_ticks,
+                        run.exit,
                     );
+                    self.update_termination_message(None);
                 }
             }
         }
@@ -620,14 +923,19 @@ impl Watcher {
     fn reap(&mut self) {
         let status = hook::reap(self.hook.as_ref().map(|(h, _)| h.pid));
         let Some(status) = status else { return };
-        let Some((h, job)) = self.hook.take() else {
+        let Some((h, pending)) = self.hook.take() else {
             return;
         };
         hook::kill_group(h.pid);
         let dur = h.started.elapsed();
+        let run = pending.run;
+        // Release the container's root and mount namespace at once: the
+        // kubelet's volume teardown must not find them held.
+        let released = matches!(pending.root, RootHold::Held(_));
+        drop(pending);
         log!(
             "hook finished container={} instance={} attempt={} status=\"{}\" exit_status={} duration={}",
-            self.c(),
+            self.container(),
             h.instance,
             h.attempt,
             status.describe(),
@@ -640,8 +948,17 @@ impl Watcher {
             Some(status),
             h.attempt,
             Some(dur),
-            job.exit_ticks,
+            run.exit_ticks,
+            run.exit,
         );
+        if released {
+            log!(
+                "released the root of container={} instance={}",
+                self.container(),
+                h.instance
+            );
+        }
+        self.update_termination_message(None);
         // Reap whatever the group kill left behind.
         let _ = hook::reap(None);
     }
@@ -665,7 +982,7 @@ impl Watcher {
         if let Some(w) = self.watched.take() {
             log!(
                 "{sig} received while container={} instance={} still runs; not waiting for it",
-                self.c(),
+                self.container(),
                 w.instance.id()
             );
         }
@@ -673,10 +990,12 @@ impl Watcher {
             .cfg
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s"));
+        let running = self.hook.as_ref().map(|(h, _)| h.instance.clone());
+        self.update_termination_message(running.as_deref());
         if let Some((h, _)) = &self.hook {
             log!(
                 "{sig} received while hook runs container={} instance={} pid={} running_for={} queued={}; grace period {grace}; the hook keeps running until it ends or the kubelet's SIGKILL",
-                self.c(),
+                self.container(),
                 h.instance,
                 h.pid,
                 secs(h.started.elapsed()),
@@ -685,11 +1004,14 @@ impl Watcher {
         } else if !self.queue.is_empty() {
             log!(
                 "{sig} received container={} with {} hook(s) still to run; grace period {grace}; running them until the kubelet's SIGKILL",
-                self.c(),
+                self.container(),
                 self.queue.len()
             );
         } else {
-            log!("{sig} received container={}; no hook running", self.c());
+            log!(
+                "{sig} received container={}; no hook running",
+                self.container()
+            );
         }
         if searching {
             let stats = self.scanner.stats();
@@ -697,12 +1019,12 @@ impl Watcher {
             if self.ever_found {
                 log!(
                     "search ended container={} searched_for={since} {stats}",
-                    self.c()
+                    self.container()
                 );
             } else {
                 log!(
                     "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={since} {stats}",
-                    self.c(),
+                    self.container(),
                     stats.longest_pause.as_secs_f64()
                 );
             }

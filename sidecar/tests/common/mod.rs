@@ -189,6 +189,8 @@ impl Pod {
         for i in 0..12 {
             fs::create_dir_all(dir.join("rootfs").join(i.to_string())).unwrap();
         }
+        // The kubelet creates the file it mounts at terminationMessagePath.
+        fs::write(dir.join("termination-log"), "").unwrap();
         let unshare = Command::new("unshare")
             .args([
                 "--pid",
@@ -225,6 +227,10 @@ impl Pod {
     }
     pub fn out(&self, f: &str) -> PathBuf {
         self.dir.join("out").join(f)
+    }
+    /// The sidecar's termination message (its `--termination-message` file).
+    pub fn termination_message(&self) -> String {
+        fs::read_to_string(self.dir.join("termination-log")).unwrap_or_default()
     }
     pub fn state(&self) -> PathBuf {
         self.vol().join("state").join(C)
@@ -276,17 +282,59 @@ impl Pod {
 
     /// [`Pod::sidecar`] with extra `watch` flags (before `--`).
     pub fn sidecar_with(&self, hook: &[String], env: &[(&str, &str)], flags: &[&str]) -> Sidecar {
+        self.sidecar_run_as(&[], hook, env, flags)
+    }
+
+    /// [`Pod::sidecar_with`] as user and group 65534 without capabilities
+    /// (a sidecar with less privilege than the root "container"); the
+    /// volume, output and termination-message files are opened up to it.
+    pub fn sidecar_unprivileged(&self, hook: &[String], flags: &[&str]) -> Sidecar {
+        use std::os::unix::fs::PermissionsExt as _;
+        for d in [self.dir.clone(), self.vol(), self.dir.join("out")] {
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        fs::set_permissions(
+            self.dir.join("termination-log"),
+            fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        self.sidecar_run_as(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ],
+            hook,
+            &[],
+            flags,
+        )
+    }
+
+    fn sidecar_run_as(
+        &self,
+        prefix: &[&str],
+        hook: &[String],
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Sidecar {
         let n = fs::read_dir(self.dir.join("out")).unwrap().count();
         let log = self.dir.join(format!("sidecar-{n}.log"));
         let _ = fs::remove_file(self.state().join("armed"));
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--target={}", self.init))
             .args(["--pid", "--mount", "--"])
+            .args(prefix)
             .arg(bin())
             .args(["watch", "--container", C, "--root"])
             .arg(self.vol())
             .arg("--id-root")
             .arg(self.idroot())
+            .arg("--termination-message")
+            .arg(self.dir.join("termination-log"))
             .args(flags)
             .arg("--")
             .args(hook)
@@ -419,6 +467,14 @@ impl Pod {
             .stdin(Stdio::null())
             .status()
             .unwrap()
+    }
+
+    /// The directory of the main container's `i`-th private tmpfs mount
+    /// (made by [`Pod::create_main`] in the container's own mount
+    /// namespace, so invisible from the sidecar's): a file written there is
+    /// "a file outside volumes".
+    pub fn private_dir(&self, i: usize) -> PathBuf {
+        self.dir.join("rootfs").join(i.to_string())
     }
 
     /// Create, start and wait for a main container; returns its exit status.
