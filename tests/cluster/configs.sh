@@ -14,56 +14,11 @@ commit_file() {
 
 write_containerd_config() {
   mkdir -p "$CONF" "$STATE/containerd" "$STATE/cni/net.d"
-  cat >"$CONF/containerd.toml.new" <<EOF
-version = 2
-root = "$STATE/containerd/root"
-state = "$STATE/containerd/state"
-# Plugins that would touch host paths (/opt/containerd) or need absent kernel
-# features are off.
-disabled_plugins = [
-  "io.containerd.internal.v1.opt",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-
-[grpc]
-  address = "$CONTAINERD_SOCK"
-
-[ttrpc]
-  address = "$CONTAINERD_SOCK.ttrpc"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$PAUSE_IMAGE"
-  # No AppArmor in this kernel; never load profiles into the host kernel.
-  disable_apparmor = true
-  enable_selinux = false
-  # This machine withholds CAP_SYS_RESOURCE, so no process may lower its
-  # oom_score_adj: clamp the kubelet's -998 for sandboxes to containerd's own.
-  restrict_oom_score_adj = true
-  enable_unprivileged_ports = true
-  enable_unprivileged_icmp = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
-        Root = "$STATE/runc"
-        # cgroup v1 via cgroupfs, matching the kubelet; no systemd involvement.
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$STATE/cni/net.d"
-    max_conf_num = 1
-EOF
+  if ((CONTAINERD_MAJOR >= 2)); then
+    _containerd_config_v3 >"$CONF/containerd.toml.new"
+  else
+    _containerd_config_v2 >"$CONF/containerd.toml.new"
+  fi
   # bridge + host-local IPAM inside the node's network namespace; no masquerade,
   # as nothing may leave the namespace anyway. Pods get a default route to the
   # bridge; the node's namespace itself has none, so anything beyond the node,
@@ -92,6 +47,69 @@ EOF
 EOF
   commit_file "$CONF/containerd.toml"
   commit_file "$STATE/cni/net.d/10-kpt.conflist"
+}
+
+# containerd 1.x: configuration version 2 (the CRI plugin in one section).
+_containerd_config_v2() {
+  cat <<EOF
+}
+
+# containerd 2.x: configuration version 3, where the CRI plugin is split into
+# io.containerd.cri.v1.images (snapshotter, pinned sandbox image) and
+# io.containerd.cri.v1.runtime (runtimes, CNI, security settings); field names
+# from internal/cri/config/config.go of containerd v2.4. Same settings as
+# version 2 above; NRI is off too (nothing here uses it).
+_containerd_config_v3() {
+  cat <<EOF
+version = 3
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.nri.v1.nri",
+]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$OCI_RUNTIME_BINARY"
+        Root = "$STATE/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
+EOF
 }
 
 write_kubelet_config() {
