@@ -52,6 +52,55 @@ EOF
 # containerd 1.x: configuration version 2 (the CRI plugin in one section).
 _containerd_config_v2() {
   cat <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+# Plugins that would touch host paths (/opt/containerd) or need absent kernel
+# features are off.
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  # No AppArmor in this kernel; never load profiles into the host kernel.
+  disable_apparmor = true
+  enable_selinux = false
+  # This machine withholds CAP_SYS_RESOURCE, so no process may lower its
+  # oom_score_adj: clamp the kubelet's -998 for sandboxes to containerd's own.
+  restrict_oom_score_adj = true
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$OCI_RUNTIME_BINARY"
+        Root = "$STATE/runc"
+        # cgroup v1 via cgroupfs, matching the kubelet; no systemd involvement.
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
+EOF
 }
 
 # containerd 2.x: configuration version 3, where the CRI plugin is split into
