@@ -53,7 +53,7 @@ lint: ## cargo fmt --check, cargo clippy -D warnings, shellcheck on the scripts
 
 .PHONY: unit
 unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
-	cargo test --workspace --exclude kube-prestop-e2e
+	cargo test --workspace --exclude kube-prestop-e2e --exclude kube-prestop-cluster-bench
 
 .PHONY: chart-test
 chart-test: ## helm lint, helm template per mode and cluster version, kubeconform, golden renders

@@ -13,13 +13,15 @@
 # saturation runs also load the image's static musl binary (BENCH_MUSL).
 # Sidecar: the static binary, its OCI image, and bench/sidecar.py (a pod
 # stand-in made of namespaces, as in sidecar/tests/common; needs root).
-# Cluster: tests/e2e's kube-prestop-cluster-bench against the local cluster
+# Cluster: kube-prestop-cluster-bench (bench/cluster) against the local cluster
 # with the chart installed (pod start overhead, injected vs not; a burst of an
 # Indexed Job: admission latency from the webhook's and the API server's
 # histograms, pods injected, hooks run). When no cluster is reachable it
 # brings one up (tests/cluster/up.sh), installs the product
 # (tests/install-product.sh) and takes the cluster down at the end; a cluster
 # that was already up is used as it is and left up.
+# Report: each part leaves its figures in a work directory (kept in
+# bench/out/raw/); bench/report.py makes the table from them.
 #
 # Knobs (environment): BENCH_PARTS (comma-separated, any of webhook, sidecar,
 # cluster; default all three), BENCH_DURATION (s per load run, 10),
@@ -145,8 +147,8 @@ if want sidecar; then
     printf 'bin=%s\ntar=%s\n' "${sidecar_bin}" "${sidecar_tar}" > "${work}/sidecar-paths.txt"
 fi
 if want cluster; then
-    log "building the cluster bench client (tests/e2e)"
-    cargo build -p kube-prestop-e2e --bin kube-prestop-cluster-bench >&2
+    log "building the cluster bench client (bench/cluster)"
+    cargo build -p kube-prestop-cluster-bench >&2
 fi
 
 # --- webhook (and the sidecar's watch window next to its load) -------------------
@@ -162,25 +164,7 @@ if want webhook; then
     # --- inputs ---------------------------------------------------------------------
     certs/gen.sh -o "${work}/certs" >/dev/null 2>&1
     body="${work}/review.json"
-    python3 - "${repo}/webhook/tests/golden/simple-job/input.yaml" "${body}" <<'PY'
-import json, sys, yaml
-pod = yaml.safe_load(open(sys.argv[1]))
-gvk = {"group": "", "version": "v1", "kind": "Pod"}
-gvr = {"group": "", "version": "v1", "resource": "pods"}
-review = {
-    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-    "request": {
-        "uid": "0b4bd6a4-9d0c-4a4e-8f1e-6f1b2a3c4d5e",
-        "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
-        "namespace": pod["metadata"].get("namespace", "default"),
-        "operation": "CREATE",
-        "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
-        "object": pod, "oldObject": None, "dryRun": False,
-        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-    },
-}
-json.dump(review, open(sys.argv[2], "w"), separators=(",", ":"))
-PY
+    python3 bench/report.py review "${repo}/webhook/tests/golden/simple-job/input.yaml" "${body}"
 
     # start NAME CMD...: runs it in the background, sets ADDR (https) and PID.
     start() {
@@ -319,176 +303,6 @@ load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- table ----------------------------------------------------------------------
 # Each part left its figures in ${work}; the table has the rows of the parts that ran.
-python3 - "${work}" "${repeat}" "${dur}" "${conns}" "${started}" "${load_start}" "${load_end}" \
-    > "${out_dir}/results.md" <<'PY'
-import json, os, statistics, sys, tarfile
-work, repeat, dur, conns, started, load_start, load_end = sys.argv[1:]
-repeat = int(repeat)
-path = lambda n: os.path.join(work, n)
-have = lambda n: os.path.exists(path(n))
-J = lambda n: json.load(open(path(n + ".json")))
-kv = lambda n: dict(l.rstrip("\n").split("=", 1) for l in open(path(n)) if "=" in l)
-hz = os.sysconf("SC_CLK_TCK")
-mib = lambda kib: f"{int(kib) / 1024:.1f} MiB"
-rows, notes = [], []
-R = lambda *c: rows.append(c)
-
-if have("webhook-proc.txt"):
-    p = kv("webhook-proc.txt")
-    rps = lambda j: j["summary"]["requestsPerSec"]
-    ok = lambda j: j["summary"]["successRate"]
-    ms = lambda j, q: j["latencyPercentiles"][q] * 1000
-    lat_pct = lambda j: f"{ms(j, 'p50'):.2f} / {ms(j, 'p99'):.2f} / {ms(j, 'p99.9'):.2f} ms"
-    wh_sat = [rps(J(f"wh-sat-{i}")) for i in range(1, repeat + 1)]
-    ce_sat = [rps(J(f"ce-sat-{i}")) for i in range(1, repeat + 1)]
-    whs, ces = statistics.median(wh_sat), statistics.median(ce_sat)
-    floor = kv("floor.txt")
-    cpu_us = int(p["ticks"]) / hz / max(1, int(p["reqs"])) * 1e6
-    st = sorted(float(x) for x in p["startup"].split())
-    R("webhook throughput at saturation (median of %d x %s s, %s conns)" % (repeat, dur, conns),
-      f"{whs:,.0f} req/s", "≥ 70% of ceiling",
-      f"ceiling {ces:,.0f} req/s → **{100 * whs / ces:.0f}%** (runs: webhook {', '.join(f'{x:,.0f}' for x in wh_sat)}; ceiling {', '.join(f'{x:,.0f}' for x in ce_sat)})")
-    if have("webhook-musl.txt"):
-        m = kv("webhook-musl.txt")
-        mu_sat = [rps(J(f"mu-sat-{i}")) for i in range(1, repeat + 1)]
-        mus = statistics.median(mu_sat)
-        mu_cpu = int(m["ticks"]) / hz / max(1, int(m["reqs"])) * 1e6
-        R("webhook, static musl binary (what the images ship), throughput at saturation (same runs, third in turn)",
-          f"{mus:,.0f} req/s", "≥ 70% of ceiling",
-          f"**{100 * mus / ces:.0f}%** of the ceiling; CPU {mu_cpu:.0f} µs/request (runs: {', '.join(f'{x:,.0f}' for x in mu_sat)})")
-    for rate in (1000, 5000):
-        w, c = J(f"wh-{rate}"), J(f"ce-{rate}")
-        R(f"webhook p50 / p99 / p99.9 at {rate:,} req/s ({dur} s)", lat_pct(w) + f" ({rps(w):,.0f} req/s achieved, {100 * ok(w):.1f}% ok)",
-          "p99 ≤ 2 ms" if rate == 1000 else "—",
-          f"ceiling {lat_pct(c)} ({rps(c):,.0f} req/s)")
-    R("webhook resident memory under load (peak VmRSS / VmHWM)", f"{mib(p['peak'])} / {mib(p['hwm'])}", "—",
-      f"ceiling {mib(p['ce_peak'])} / {mib(p['ce_hwm'])}; webhook after load {mib(p['rss_after'])}")
-    # CPU time per review (the bench's floor_cpu_us) compares with the
-    # server's CPU per request; wall time on a shared machine does not.
-    floor_cpu = float(floor.get("floor_cpu_us", floor["floor_median_us"]))
-    R("webhook CPU per request at saturation (server process)", f"{cpu_us:.0f} µs", "—",
-      f"compute floor (CPU) {floor_cpu:.0f} µs = {100 * floor_cpu / cpu_us:.0f}% of it")
-    R("compute floor: review() alone (parse + engine + serialise; median of %s batches)" % floor["floor_batches"],
-      f"{float(floor['floor_median_us']):.1f} µs/review", "—",
-      f"min {float(floor['floor_min_us']):.1f} µs; CPU {floor_cpu:.1f} µs/review; ≈ {int(floor['floor_per_core_per_s']):,} reviews/s per core; request {int(p['req_bytes']):,} B, response {int(p['resp_bytes']):,} B")
-    R("webhook start-up: exec → /readyz 200 (median of %d)" % len(st), f"{statistics.median(st):.1f} ms", "—",
-      f"min {st[0]:.1f} ms, max {st[-1]:.1f} ms (--no-cluster: no API server sync)")
-    notes.append("Webhook: oha over HTTPS (HTTP/1.1 keep-alive, --insecure: no certificate check on the client), "
-        "POST of a %s-byte AdmissionReview built from webhook/tests/golden/simple-job/input.yaml; "
-        "fixed-rate runs use oha's latency correction (coordinated omission). The ceiling (bench/ceiling) "
-        "is the same tokio/rustls(ring)/hyper-util/axum stack reading the body and answering the webhook's own "
-        "%s-byte response, alternating with the webhook. The webhook logs one line per request (to a file here)."
-        % (p["req_bytes"], p["resp_bytes"]))
-
-if have("sidecar-idle.txt"):
-    sp, idle, lat = kv("sidecar-paths.txt"), kv("sidecar-idle.txt"), kv("sidecar-lat.txt")
-    with tarfile.open(sp["tar"]) as t:
-        members = {m.name.removeprefix("./"): m for m in t.getmembers()}
-        read = lambda name: json.load(t.extractfile(members[name]))
-        blob = lambda d: read("blobs/" + d.replace(":", "/"))
-        manifest = blob(read("index.json")["manifests"][0]["digest"])
-        layer = sum(l["size"] for l in manifest["layers"])
-        layer_type = manifest["layers"][0]["mediaType"].rsplit(".", 1)[-1]
-    tar_size, bin_size = os.path.getsize(sp["tar"]), os.path.getsize(sp["bin"])
-    R("sidecar binary (static musl, release-small)", f"{bin_size / 1024:.0f} KiB ({bin_size:,} B)", "≤ 2 MiB",
-      f"{100 * bin_size / 2097152:.0f}% of the goal")
-    R("sidecar install image: compressed layer", f"{layer / 1024:.0f} KiB ({layer_type})", "≤ 2 MiB",
-      f"OCI archive {tar_size / 1024:.0f} KiB")
-    R(f"sidecar resident memory while watching ({idle['idle_seconds']} s)", f"{int(idle['idle_rss_kib'])} KiB", "—",
-      f"VmHWM {int(idle['idle_hwm_kib'])} KiB")
-    R(f"sidecar CPU while watching ({idle['idle_seconds']} s)", f"{float(idle['idle_cpu_percent']):.3f}%", "—",
-      f"{idle['idle_cpu_ticks']} clock ticks (1 tick = {1000 // hz} ms)")
-    R("sidecar wake-ups while the container runs (ctxt switches)", f"{float(idle['idle_wakeups_per_s']):.3f} /s", "0",
-      f"{idle['idle_ctxt_switches']} switches in {idle['idle_seconds']} s")
-    n_runs, n_req = int(lat.get("latency_runs", 0)), int(lat.get("latency_requested", 0))
-    runs_note = f"{n_runs} runs" + ("" if n_runs == n_req else f" of {n_req} asked (time budget hit)")
-    R(f"sidecar exit → hook first output, p50 / p99 ({runs_note})",
-      f"{float(lat['latency_p50_ms']):.2f} / {float(lat['latency_p99_ms']):.2f} ms", "p99 ≤ 10 ms",
-      f"kubelet relist 1,000 ms → p99 is {100 * float(lat['latency_p99_ms']) / 1000:.1f}% of it; min {float(lat['latency_min_ms']):.2f}, max {float(lat['latency_max_ms']):.2f} ms")
-    notes.append("Sidecar: the image's binary is built by images/build-oci.sh (profile release), the binary row by "
-        "sidecar/build-static.sh (release-small). The exit → hook latency includes the sidecar's fork+exec of "
-        "`date` and date's dynamic loading (the hook is `date +%s%N`, the container's payload is `date +%s%N` "
-        "too), measured on a pod stand-in made of namespaces (bench/sidecar.py).")
-
-f1 = lambda v: f"{float(v):,.0f}"
-if have("cluster-start.txt"):
-    s = kv("cluster-start.txt")
-    n = s["start_pods_each"]
-    pair = lambda m: (f"injected {f1(s[f'{m}_inj_p50_ms'])} / {f1(s[f'{m}_inj_p90_ms'])} ms; "
-                      f"not injected {f1(s[f'{m}_plain_p50_ms'])} / {f1(s[f'{m}_plain_p90_ms'])} ms")
-    diff = lambda m, q, k="inj": float(s[f"{m}_{k}_{q}_ms"]) - float(s[f"{m}_plain_{q}_ms"])
-    d50 = diff("start", "p50")
-    R(f"pod start: pod added (watch) → main container's first instruction, p50 / p90 ({n} pods injected, {n} not, interleaved)",
-      pair("start"), "≤ +300 ms (median)",
-      f"**{d50:+,.0f} ms** median ({diff('start', 'p90'):+,.0f} ms p90): goal {'met' if d50 <= 300 else '**missed**'}; "
-      f"sidecar binary from the namespace's ConfigMap in {s.get('start_inj_from_config_map', '0')} of {n} injected pods "
-      f"(the rest: install init container); "
-      f"injected, as the API reported it (p50 from pod added): install container done {f1(s['start_inj_install_done_p50_ms'])} ms, "
-      f"sidecar started (running, postStart done) {f1(s['start_inj_sidecar_started_p50_ms'])} ms")
-    R(f"reference, same run: the not-injected Job plus one do-nothing native sidecar (no probe, no install step; {n} pods)",
-      f"{f1(s['start_ref_p50_ms'])} / {f1(s['start_ref_p90_ms'])} ms", "—",
-      f"{diff('start', 'p50', 'ref'):+,.0f} ms median: what the kubelet charges any native sidecar "
-      f"(one more pod sync, after a 1 s relist); kube-prestop's overhead beyond it: {float(s['start_inj_p50_ms']) - float(s['start_ref_p50_ms']):+,.0f} ms")
-    R("pod start as the API reports it: pod added → main container Running (watch), p50 / p90",
-      pair("start_api"), "—", f"{diff('start_api', 'p50'):+,.0f} ms median ({diff('start_api', 'p90'):+,.0f} ms p90)")
-    R("pod start from the Job: Job create call → main container's first instruction, p50 / p90",
-      pair("start_job"), "—", f"{diff('start_job', 'p50'):+,.0f} ms median (includes the Job controller and the admission call)")
-if have("cluster-burst.txt"):
-    b = kv("cluster-burst.txt")
-    pods, comp = int(b["burst_pods"]), int(b["burst_completions"])
-    secs = float(b["burst_seconds"])
-    ms3 = lambda k: " / ".join(f"{float(b[f'burst_{k}_{q}_ms']):.1f}" for q in ("p50", "p90", "p99")) + " ms"
-    R(f"burst: Indexed Job of {comp} completions, parallelism {b['burst_parallelism']}: Job created → Complete",
-      f"{secs:.1f} s ({comp / secs:.1f} completions/s)", "—",
-      f"Job {b['burst_outcome']}; {pods} pods, {b['burst_succeeded']} Succeeded")
-    same = b["burst_wh_replicas_same"] == "1"
-    lg = lambda q: f"{float(b[f'burst_log_{q}_ms']):.2f}"
-    R("burst: admission latency p50 / p90 / p99 / max, this namespace's reviews (webhook's log lines, exact)",
-      f"{lg('p50')} / {lg('p90')} / {lg('p99')} / {lg('max')} ms", "—",
-      f"{b['burst_log_count']} reviews for {pods} pods ({b['burst_log_reasons']}); "
-      f"webhook histogram, all replicas, everyone's reviews meanwhile ({f1(b['burst_wh_count'])}): {ms3('wh')}"
-      + ("" if same else " (**the replicas changed during the burst: partial**)"))
-    R("burst: the same calls as the API server saw them (network, TLS, queueing), p50 / p90 / p99",
-      ms3("api"), "—",
-      f"its histogram for our webhook, everyone's calls meanwhile ({f1(b['burst_api_count'])}); "
-      f"means: webhook {float(b['burst_wh_mean_ms']):.1f} ms, API server {float(b['burst_api_mean_ms']):.1f} ms")
-    R("burst: pods injected (sidecar + status annotation)", f"{b['burst_injected']} / {pods}", f"{pods} / {pods}",
-      f"API server for our webhook: {f1(b['burst_api_fail_open'])} fail-open, {f1(b['burst_api_rejections'])} rejections, "
-      f"{f1(b['burst_api_not_200'])} answers other than 200")
-    R("burst: hooks run (record lines by completion index; sidecars logging one `hook finished`)",
-      f"{b['burst_hook_record_indexes']} / {comp} indexes; {b['burst_sidecar_one_hook']} / {pods} sidecars",
-      f"{comp} / {comp}",
-      f"{b['burst_hook_record_lines']} record lines; sidecars with no hook {b['burst_sidecar_no_hook']}, "
-      f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}")
-    inst = kv("cluster-install.txt") if have("cluster-install.txt") else {}
-    notes.append("Cluster: the local single-node cluster (tests/cluster; 2 cores shared with whatever else runs "
-        f"on it) with kube-prestop installed ({inst.get('image', '?')}, {inst.get('replicas', '?')} replicas), "
-        "driven by tests/e2e's kube-prestop-cluster-bench. Pod start: the same Job (busybox; `adjtimex` prints the "
-        "clock in µs as the container's first instruction, then `sleep 1.5`; an exec preStop) in a labelled and "
-        "an unlabelled namespace, and as the reference the unlabelled Job plus one do-nothing native sidecar "
-        "(busybox, no probe, no lifecycle handler), A B C C B A, one pod at a time, each to its end; all times from the host's clock "
-        "(pod added and Running: when a watch delivered them; the API's own timestamps have 1 s resolution). "
-        "Pod added is after admission; the webhook's own time is in the burst rows. Burst: the main container "
-        "runs `echo` and exits at once; its preStop appends the completion index to a hostPath record. "
-        "Admission latency: exact from the webhook's own log line per review of the burst's namespace "
-        "(time from the request to the answer inside the webhook); histogram quantiles are interpolated inside "
-        "buckets (webhook: 0.5, 1, 2.5, 5, 10, 25, 50 ms...; API server: 5, 25, 100, 500 ms...) from before/after "
-        "scrapes, so other users' pods admitted meanwhile are in them. The API server calls the webhook twice "
-        "per pod (reinvocationPolicy IfNeeded: the pod still changed after our patch, e.g. by the API server's "
-        "own admission plugins run again; the second review finds it injected). Raw samples in "
-        "bench/out/raw/cluster-*.json.")
-
-print(f"# kube-prestop bench ({started})\n")
-print(f"Machine: {os.cpu_count()} CPUs (nproc), load average (1/5/15 min) at start {load_start}, at end {load_end}. "
-      "The load average includes the bench's own work (load generator, the burst's pods on the local "
-      "cluster) and anything else running on the machine; absolute figures are noisy, "
-      "the ratios come from the same run. Everything on the bench's side ran under nice.\n")
-print("| what | value | goal | reference / ratio |")
-print("|---|---|---|---|")
-for r in rows:
-    print("| " + " | ".join(str(c) for c in r) + " |")
-print("\nNotes:\n")
-for n in notes:
-    print(f"- {n}")
-PY
+python3 bench/report.py table "${work}" "${repeat}" "${dur}" "${conns}" "${started}" "${load_start}" "${load_end}" \
+    > "${out_dir}/results.md"
 cat "${out_dir}/results.md"

@@ -4,15 +4,37 @@
 //! prints it). Each test works in namespaces of its own, waits on conditions
 //! with deadlines, and on failure prints the events and every container's logs
 //! of the pods involved.
+//!
+//! This root module holds what every test uses: the client, names, test
+//! namespaces, running a Job, container logs, `kubectl` and failure
+//! diagnostics. The scenario suites build on these modules:
+//! - [`records`]: hook records on the node, counted on the host;
+//! - [`fixtures`]: what a scenario sets up (pod and Job builders, namespace
+//!   labels, image tags);
+//! - [`waits`]: conditions with deadlines;
+//! - [`checks`]: assertions on pods and sidecar logs;
+//! - [`webhook`]: controlling and observing the installed webhook;
+//! - [`metrics`]: the webhook's and the API server's Prometheus metrics;
+//! - [`scenario`]: a namespace and records per scenario, and a concurrent
+//!   runner that reports each one.
+//!
+//! Dependencies point one way, each module only on those listed before it
+//! (and on this root): `checks`, `waits`, `records`, `fixtures`, `webhook`,
+//! `metrics`, `scenario`.
 
+pub mod checks;
+pub mod fixtures;
 pub mod metrics;
+pub mod records;
 pub mod scenario;
+pub mod waits;
+pub mod webhook;
 
 use std::fmt::Write as _;
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, LogParams, PostParams};
@@ -235,6 +257,24 @@ pub async fn container_logs(
         .logs(pod, &params)
         .await
         .with_context(|| format!("logs of {ns}/{pod} container {container}"))
+}
+
+/// Runs `kubectl` (from `PATH`, as env.sh sets it) and returns its stdout.
+pub async fn kubectl(args: &[&str]) -> Result<String> {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    let shown = args.join(" ");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl").args(&args).output()
+    })
+    .await?
+    .with_context(|| format!("running kubectl {shown}"))?;
+    ensure!(
+        out.status.success(),
+        "kubectl {shown}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Polls a container's logs until a line contains `needle`; returns that line.

@@ -1,5 +1,5 @@
 //! Prometheus metrics of the webhook replicas and of the API server, for the
-//! rolling-restart test and the on-cluster benchmarks: a small parser of the
+//! scenarios, the rolling-restart test and the on-cluster benchmarks: a small parser of the
 //! text format, histograms that can be diffed (after − before) and summed
 //! over replicas, and quantiles by linear interpolation inside a bucket (the
 //! way PromQL's `histogram_quantile` does it).
@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use kube::Client;
 
-use crate::scenario::{WEBHOOK_METRICS_PORT, WEBHOOK_NAMESPACE, webhook_pods};
+use crate::webhook::{WEBHOOK_METRICS_PORT, WEBHOOK_NAMESPACE, webhook_pods};
 
 /// Name of our webhook in the MutatingWebhookConfiguration (the API server's
 /// `name` label).
@@ -248,6 +248,19 @@ pub async fn webhook_replica_metrics(client: &Client) -> Result<Vec<(String, Vec
         out.push((name, parse(&text)));
     }
     Ok(out)
+}
+
+/// Sum of `kube_prestop_admissions_total` over all running webhook pods,
+/// scraped through the apiserver's pod proxy
+/// ([`webhook_replica_metrics`]).
+pub async fn admissions_total(client: &Client) -> Result<f64> {
+    Ok(webhook_replica_metrics(client)
+        .await?
+        .iter()
+        .flat_map(|(_, samples)| samples)
+        .filter(|s| s.name == WEBHOOK_ADMISSIONS)
+        .map(|s| s.value)
+        .sum())
 }
 
 /// The API server's own `/metrics`.

@@ -44,10 +44,13 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{ListParams, LogParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
+use kube_prestop_e2e::checks::{injected, job_name};
+use kube_prestop_e2e::fixtures::tiny_resources;
 use kube_prestop_e2e::metrics::ApiserverWebhookStats;
-use kube_prestop_e2e::scenario::{
-    WEBHOOK_NAMESPACE, injected, job_name, poll_until, set_webhook_restarted_at, tiny_resources,
-    wait_webhook_rolled_out, wait_webhook_serving, webhook_pods, webhook_rollout_pending,
+use kube_prestop_e2e::waits::poll_until;
+use kube_prestop_e2e::webhook::{
+    WEBHOOK_NAMESPACE, set_webhook_restarted_at, wait_webhook_rolled_out, wait_webhook_serving,
+    webhook_pods, webhook_rollout_pending,
 };
 use kube_prestop_e2e::{TestNamespace, client, container_names, init_tracing, test_image};
 use serde_json::json;

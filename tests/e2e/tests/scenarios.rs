@@ -1,18 +1,22 @@
-//! Issue 6: every way a Job's container can end, on the real local cluster
+//! Every way a Job's container can end (issue 6), on the real local cluster
 //! with the chart installed. Each scenario is a real Job (or CronJob) in its
 //! own labelled namespace; hooks append a line to a hostPath records file that
 //! the test counts on the host after the pod finished, and the sidecar's logs
-//! are counted too.
+//! are counted too. Each function is named after its case.
 //!
-//! `s00_concurrent_scenarios` runs the independent scenarios concurrently
-//! (a few at a time); #16 (webhook metrics must stay still) and #17 (scales the
-//! webhook to 0) run alone, after it (`make e2e` uses `--test-threads=1`, and
-//! libtest runs tests in name order).
+//! `concurrent_scenarios` runs the independent scenarios concurrently (a few
+//! at a time) and reports each by its function's name. Three run alone:
+//! `indexed_twenty_true_runs_twenty_hooks` (a burst of short-lived
+//! containers), `unselected_pods_untouched_and_webhook_not_called` (the
+//! webhook's metrics must stay still) and
+//! `webhook_scaled_to_zero_pods_start_uninjected` (scales the webhook to 0);
+//! `make e2e` uses `--test-threads=1`.
 //!
-//! Scenario 9 ("different images") tags the busybox image under a second name
-//! in the node's containerd (`ctr images tag`): without a registry the two
-//! images have the same content, so the test tells the containers apart by
-//! their env and checks each sidecar runs its own container's image reference.
+//! `two_containers_hooks_run_in_own_image_and_env` tags the busybox image
+//! under a second name in the node's containerd (`ctr images tag`): without a
+//! registry the two images have the same content, so the test tells the
+//! containers apart by their env and checks each sidecar runs its own
+//! container's image reference.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -22,18 +26,25 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Pod, ResourceQuota, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use kube_prestop_e2e::scenario::{
-    HOOK_SKIPPED_KUBELET, HOOK_STARTED, RECORD_HOOK, Records, Scenario, admissions_total,
-    binary_config_map, binary_config_maps, container, container_running, container_status,
-    count_lines, ensure_injected, ensure_records, ensure_sidecar_hooks, ensure_untouched,
-    has_install_container, job, job_pods, kubectl, label_namespace, phase, pod_spec, poll_until,
-    run_scenarios, scale_webhook, set, sidecar_logs, tag_image, wait_injects_from_config_map,
-    wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone, wait_webhook_serving,
-    webhook_log_lines, webhook_replicas, with_scenario, with_scenario_in,
+use kube_prestop_e2e::checks::{
+    HOOK_SKIPPED_KUBELET, HOOK_STARTED, binary_config_map, container_running, container_status,
+    count_lines, ensure_injected, ensure_sidecar_hooks, ensure_untouched, has_install_container,
+    phase, sidecar_logs,
+};
+use kube_prestop_e2e::fixtures::{container, job, label_namespace, pod_spec, set, tag_image};
+use kube_prestop_e2e::metrics::admissions_total;
+use kube_prestop_e2e::records::{RECORD_HOOK, Records, ensure_records};
+use kube_prestop_e2e::scenario::{Scenario, run_scenarios, with_scenario, with_scenario_in};
+use kube_prestop_e2e::waits::{
+    job_pods, poll_until, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
+};
+use kube_prestop_e2e::webhook::{
+    binary_config_maps, scale_webhook, wait_injects_from_config_map, wait_webhook_serving,
+    webhook_log_lines, webhook_replicas,
 };
 use kube_prestop_e2e::{
-    JobOutcome, TestNamespace, client, container_logs, init_tracing, run_job, sidecar_name,
-    test_image, unique_suffix, wait_for_log_line,
+    JobOutcome, TestNamespace, client, container_logs, init_tracing, kubectl, run_job,
+    sidecar_name, test_image, unique_suffix, wait_for_log_line,
 };
 use serde_json::json;
 
@@ -93,10 +104,10 @@ fn create_job(client: &Client, ns: &str) -> Api<Job> {
     Api::<Job>::namespaced(client.clone(), ns)
 }
 
-// 1. exit 0 -> once, Job Complete, pod Succeeded, output in the sidecar's logs.
-async fn s01_exit_zero(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s01", |ns, rec| async move {
-        let token = format!("s01-output-{}", unique_suffix());
+/// Exit 0 -> once, Job Complete, pod Succeeded, output in the sidecar's logs.
+async fn exit_zero_runs_hook_once(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-exit-zero", |ns, rec| async move {
+        let token = format!("exit-zero-output-{}", unique_suffix());
         let hook = format!("{RECORD_HOOK}; echo {token}");
         let j = job(
             "exit-zero",
@@ -124,9 +135,9 @@ async fn s01_exit_zero(client: Client) -> Result<()> {
     .await
 }
 
-// 2. exit 3, backoffLimit 0 -> once, Job Failed, pod Failed.
-async fn s02_exit_three(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s02", |ns, rec| async move {
+/// Exit 3, backoffLimit 0 -> once, Job Failed, pod Failed.
+async fn exit_three_runs_hook_once_and_job_fails(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-exit-three", |ns, rec| async move {
         let j = job(
             "exit-three",
             pod_spec(&rec, vec![container(C, "sleep 2; exit 3", RECORD_HOOK)]),
@@ -146,9 +157,9 @@ async fn s02_exit_three(client: Client) -> Result<()> {
     .await
 }
 
-// 3. OOM-killed -> once.
-async fn s03_oom_killed(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s03", |ns, rec| async move {
+/// OOM-killed -> once.
+async fn oom_kill_runs_hook_once(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-oom", |ns, rec| async move {
         let mut c = container(C, "sleep 2; x=a; while :; do x=$x$x; done", RECORD_HOOK);
         set(
             &mut c,
@@ -170,7 +181,7 @@ async fn s03_oom_killed(client: Client) -> Result<()> {
             term.reason,
             term.exit_code
         );
-        tracing::info!(reason = ?term.reason, code = term.exit_code, "s03 main terminated");
+        tracing::info!(reason = ?term.reason, code = term.exit_code, "OOM: main terminated");
         ensure_records(&rec, "hooks", 1).await?;
         ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
         Ok(())
@@ -178,45 +189,11 @@ async fn s03_oom_killed(client: Client) -> Result<()> {
     .await
 }
 
-// 4. Indexed Job, 20 completions, parallelism 5, `true` -> 20 hooks.
-async fn s04_indexed_twenty(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s04", |ns, rec| async move {
-        let hook = "echo \"$JOB_COMPLETION_INDEX $KUBE_PRESTOP_CONTAINER $KUBE_PRESTOP_INSTANCE\" >> /records/hooks";
-        let mut spec = pod_spec(&rec, vec![container(C, "true", hook)]);
-        set(&mut spec, "terminationGracePeriodSeconds", json!(5));
-        let j = job(
-            "indexed",
-            spec,
-            json!({ "completions": 20, "parallelism": 5, "completionMode": "Indexed", "backoffLimit": 0 }),
-        )?;
-        let outcome = run_job(&client, &ns, &j, Duration::from_secs(400)).await?;
-        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
-        let pods = job_pods(&client, &ns, "indexed").await?;
-        ensure!(pods.len() == 20, "{} pods, expected 20", pods.len());
-        for p in &pods {
-            ensure_injected(p, C)?;
-            wait_pod_finished(&client, &ns, &pod_name(p), POD_TIMEOUT).await?;
-        }
-        let lines = ensure_records(&rec, "hooks", 20).await?;
-        let mut indexes: Vec<u32> = lines
-            .iter()
-            .map(|l| l.split(' ').next().unwrap_or("").parse().unwrap_or(999))
-            .collect();
-        indexes.sort_unstable();
-        ensure!(indexes == (0..20).collect::<Vec<_>>(), "indexes recorded: {indexes:?}");
-        for p in &pods {
-            ensure_sidecar_hooks(&client, &ns, &pod_name(p), C, 1).await?;
-        }
-        Ok(())
-    })
-    .await
-}
-
-// 5. Pod deleted while running -> the kubelet's preStop once, no sidecar run.
-async fn s05_pod_deleted(client: Client) -> Result<()> {
+/// Pod deleted while running -> the kubelet's preStop once, no sidecar run.
+async fn deleted_pod_gets_only_the_kubelets_prestop(client: Client) -> Result<()> {
     use futures::AsyncBufReadExt as _;
     use futures::TryStreamExt as _;
-    with_scenario(&client.clone(), "kpt-s05", |ns, rec| async move {
+    with_scenario(&client.clone(), "kpt-pod-deleted", |ns, rec| async move {
         let j = job(
             "deleted",
             pod_spec(&rec, vec![container(C, "exec sleep 3600", RECORD_HOOK)]),
@@ -266,9 +243,9 @@ async fn s05_pod_deleted(client: Client) -> Result<()> {
     .await
 }
 
-// 6. Job activeDeadlineSeconds exceeded -> exactly once.
-async fn s06_active_deadline(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s06", |ns, rec| async move {
+/// Job activeDeadlineSeconds exceeded -> exactly once.
+async fn active_deadline_runs_hook_once(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-deadline", |ns, rec| async move {
         let j = job(
             "deadline",
             pod_spec(&rec, vec![container(C, "exec sleep 3600", RECORD_HOOK)]),
@@ -306,20 +283,20 @@ async fn s06_active_deadline(client: Client) -> Result<()> {
                 Ok(pods
                     .get_opt(&name)
                     .await?
-                    .is_none_or(|p| kube_prestop_e2e::scenario::pod_finished(&p)))
+                    .is_none_or(|p| kube_prestop_e2e::checks::pod_finished(&p)))
             }
         })
         .await?;
         let recs = ensure_records(&rec, "hooks", 1).await?;
-        tracing::info!(?recs, "s06 record");
+        tracing::info!(?recs, "active deadline: record");
         Ok(())
     })
     .await
 }
 
-// 7. Liveness failure kills the container (restartPolicy Never) -> once.
-async fn s07_liveness(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s07", |ns, rec| async move {
+/// Liveness failure kills the container (restartPolicy Never) -> once.
+async fn liveness_kill_runs_hook_once(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-liveness", |ns, rec| async move {
         let mut c = container(C, "exec sleep 3600", RECORD_HOOK);
         set(
             &mut c,
@@ -355,9 +332,9 @@ async fn s07_liveness(client: Client) -> Result<()> {
     .await
 }
 
-// 8. OnFailure: fails twice then succeeds -> three hooks; sidecar restartCount 0.
-async fn s08_on_failure(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s08", |ns, rec| async move {
+/// OnFailure: fails twice then succeeds -> three hooks; sidecar restartCount 0.
+async fn on_failure_restarts_run_a_hook_each(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-on-failure", |ns, rec| async move {
         let cmd = "n=$(cat /records/attempts 2>/dev/null | wc -l); echo x >> /records/attempts; test \"$n\" -ge 2";
         let mut spec = pod_spec(&rec, vec![container(C, cmd, RECORD_HOOK)]);
         set(&mut spec, "restartPolicy", json!("OnFailure"));
@@ -378,73 +355,77 @@ async fn s08_on_failure(client: Client) -> Result<()> {
     .await
 }
 
-// 9. Two containers, different images and preStop commands.
-async fn s09_two_containers(client: Client) -> Result<()> {
+/// Two containers, different images and preStop commands.
+async fn two_containers_hooks_run_in_own_image_and_env(client: Client) -> Result<()> {
     let second = format!("{}-second", test_image());
     let second = second.replacen(":test-second", ":second", 1);
     tag_image(&test_image(), &second).await?;
-    with_scenario(&client.clone(), "kpt-s09", |ns, rec| async move {
-        let mut a = container(
-            "alpha",
-            "sleep 2; echo a",
-            "echo \"$KUBE_PRESTOP_CONTAINER cmd-alpha $WHO\" >> /records/hooks",
-        );
-        set(
-            &mut a,
-            "env",
-            json!([{ "name": "WHO", "value": "env-alpha" }]),
-        );
-        let mut b = container(
-            "beta",
-            "sleep 2",
-            "echo \"$KUBE_PRESTOP_CONTAINER cmd-beta $WHO\" >> /records/hooks",
-        );
-        set(
-            &mut b,
-            "env",
-            json!([{ "name": "WHO", "value": "env-beta" }]),
-        );
-        set(&mut b, "image", json!(second.clone()));
-        let j = job("two", pod_spec(&rec, vec![a, b]), json!({}))?;
-        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
-        ensure_injected(&pod, "alpha")?;
-        ensure_injected(&pod, "beta")?;
-        let spec = pod.spec.clone().unwrap_or_default();
-        for (c, img) in [("alpha", test_image()), ("beta", second.clone())] {
-            let sc = spec
-                .init_containers
-                .iter()
-                .flatten()
-                .find(|x| x.name == sidecar_name(c))
-                .context("sidecar missing")?;
-            ensure!(
-                sc.image.as_deref() == Some(img.as_str()),
-                "sidecar of {c} runs {:?}, not {img}",
-                sc.image
+    with_scenario(
+        &client.clone(),
+        "kpt-two-containers",
+        |ns, rec| async move {
+            let mut a = container(
+                "alpha",
+                "sleep 2; echo a",
+                "echo \"$KUBE_PRESTOP_CONTAINER cmd-alpha $WHO\" >> /records/hooks",
             );
-        }
-        let mut recs = ensure_records(&rec, "hooks", 2).await?;
-        recs.sort();
-        ensure!(
-            recs == ["alpha cmd-alpha env-alpha", "beta cmd-beta env-beta"],
-            "records {recs:?}"
-        );
-        ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), "alpha", 1).await?;
-        ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), "beta", 1).await?;
-        Ok(())
-    })
+            set(
+                &mut a,
+                "env",
+                json!([{ "name": "WHO", "value": "env-alpha" }]),
+            );
+            let mut b = container(
+                "beta",
+                "sleep 2",
+                "echo \"$KUBE_PRESTOP_CONTAINER cmd-beta $WHO\" >> /records/hooks",
+            );
+            set(
+                &mut b,
+                "env",
+                json!([{ "name": "WHO", "value": "env-beta" }]),
+            );
+            set(&mut b, "image", json!(second.clone()));
+            let j = job("two", pod_spec(&rec, vec![a, b]), json!({}))?;
+            let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
+            ensure_injected(&pod, "alpha")?;
+            ensure_injected(&pod, "beta")?;
+            let spec = pod.spec.clone().unwrap_or_default();
+            for (c, img) in [("alpha", test_image()), ("beta", second.clone())] {
+                let sc = spec
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .find(|x| x.name == sidecar_name(c))
+                    .context("sidecar missing")?;
+                ensure!(
+                    sc.image.as_deref() == Some(img.as_str()),
+                    "sidecar of {c} runs {:?}, not {img}",
+                    sc.image
+                );
+            }
+            let mut recs = ensure_records(&rec, "hooks", 2).await?;
+            recs.sort();
+            ensure!(
+                recs == ["alpha cmd-alpha env-alpha", "beta cmd-beta env-beta"],
+                "records {recs:?}"
+            );
+            ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), "alpha", 1).await?;
+            ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), "beta", 1).await?;
+            Ok(())
+        },
+    )
     .await
 }
 
-// 10. The hook sees env (literal, Secret, ConfigMap), volumes, workingDir, uid.
-async fn s10_environment(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s10", |ns, rec| async move {
+/// The hook sees env (literal, Secret, ConfigMap), volumes, workingDir, uid.
+async fn hook_sees_its_containers_env_volumes_dir_and_uid(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-env", |ns, rec| async move {
         let secret: Secret = serde_json::from_value(json!({
-            "metadata": { "name": "s10" }, "stringData": { "token": "from-secret" }
+            "metadata": { "name": "hook-env" }, "stringData": { "token": "from-secret" }
         }))?;
         Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await?;
         let cm: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
-            "metadata": { "name": "s10" }, "data": { "setting": "from-configmap", "file.txt": "from-volume" }
+            "metadata": { "name": "hook-env" }, "data": { "setting": "from-configmap", "file.txt": "from-volume" }
         }))?;
         Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
             .create(&PostParams::default(), &cm)
@@ -459,11 +440,11 @@ async fn s10_environment(client: Client) -> Result<()> {
             "env",
             json!([
                 { "name": "LITERAL", "value": "literal-value" },
-                { "name": "SECRET_TOKEN", "valueFrom": { "secretKeyRef": { "name": "s10", "key": "token" } } },
-                { "name": "CM_SETTING", "valueFrom": { "configMapKeyRef": { "name": "s10", "key": "setting" } } }
+                { "name": "SECRET_TOKEN", "valueFrom": { "secretKeyRef": { "name": "hook-env", "key": "token" } } },
+                { "name": "CM_SETTING", "valueFrom": { "configMapKeyRef": { "name": "hook-env", "key": "setting" } } }
             ]),
         );
-        set(&mut c, "envFrom", json!([{ "configMapRef": { "name": "s10" } }]));
+        set(&mut c, "envFrom", json!([{ "configMapRef": { "name": "hook-env" } }]));
         set(&mut c, "workingDir", json!("/cfg"));
         set(&mut c, "securityContext", json!({ "runAsUser": 4321, "runAsGroup": 4322 }));
         set(
@@ -475,7 +456,7 @@ async fn s10_environment(client: Client) -> Result<()> {
         set(
             &mut spec,
             "volumes",
-            json!([rec.volume(), { "name": "cfg", "configMap": { "name": "s10" } }]),
+            json!([rec.volume(), { "name": "cfg", "configMap": { "name": "hook-env" } }]),
         );
         let j = job("env", spec, json!({}))?;
         let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
@@ -497,10 +478,10 @@ async fn s10_environment(client: Client) -> Result<()> {
     .await
 }
 
-// 11. Hook longer than the grace period -> cut at the grace period, logged,
-// Job outcome unchanged.
-async fn s11_hook_over_grace(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s11", |ns, rec| async move {
+/// Hook longer than the grace period -> cut at the grace period, logged,
+/// Job outcome unchanged.
+async fn hook_over_grace_period_is_cut(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-over-grace", |ns, rec| async move {
         let hook = "echo start >> /records/hooks; sleep 120; echo end >> /records/hooks";
         let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(&mut spec, "terminationGracePeriodSeconds", json!(4));
@@ -536,9 +517,9 @@ async fn s11_hook_over_grace(client: Client) -> Result<()> {
     .await
 }
 
-// 12. Another native sidecar (HTTP) is still up while our hook runs.
-async fn s12_other_sidecar(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s12", |ns, rec| async move {
+/// Another native sidecar (HTTP) is still up while our hook runs.
+async fn other_native_sidecar_serves_during_hook(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-other-sidecar", |ns, rec| async move {
         let hook = "echo \"$KUBE_PRESTOP_CONTAINER $(wget -q -O - http://127.0.0.1:8080/index.html 2>&1)\" >> /records/hooks";
         let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(
@@ -591,16 +572,16 @@ fn restricted_container(cmd: &str, prestop: &str) -> serde_json::Value {
     c
 }
 
-// 13. Pod Security restricted enforced -> admitted, hook runs.
-async fn s13_restricted(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s13", |ns, _rec| async move {
+/// Pod Security restricted enforced -> admitted, hook runs.
+async fn pod_security_restricted_admits_and_runs_hook(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-restricted", |ns, _rec| async move {
         label_namespace(
             &client,
             &ns,
             json!({ "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest" }),
         )
         .await?;
-        let token = format!("s13-hook-{}", unique_suffix());
+        let token = format!("restricted-hook-{}", unique_suffix());
         // hostPath is not allowed under restricted: the sidecar's logs are the record.
         let hook = format!("echo \"{token} uid=$(id -u)\"");
         let spec = json!({
@@ -622,9 +603,9 @@ async fn s13_restricted(client: Client) -> Result<()> {
     .await
 }
 
-// 14. LimitRange (min/max/defaults) + ResourceQuota on limits -> admitted, hook runs.
-async fn s14_limits(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s14", |ns, rec| async move {
+/// LimitRange (min/max/defaults) + ResourceQuota on limits -> admitted, hook runs.
+async fn limit_range_and_quota_admit_and_run_hook(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-limits", |ns, rec| async move {
         let lr: LimitRange = serde_json::from_value(json!({
             "metadata": { "name": "limits" },
             "spec": { "limits": [{
@@ -693,9 +674,9 @@ async fn s14_limits(client: Client) -> Result<()> {
     .await
 }
 
-// 15. Guaranteed pod stays Guaranteed.
-async fn s15_guaranteed(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s15", |ns, rec| async move {
+/// Guaranteed pod stays Guaranteed.
+async fn guaranteed_pod_stays_guaranteed(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-guaranteed", |ns, rec| async move {
         let mut c = container(C, "sleep 2; echo body", RECORD_HOOK);
         let r = json!({ "cpu": "50m", "memory": "32Mi" });
         set(
@@ -714,9 +695,9 @@ async fn s15_guaranteed(client: Client) -> Result<()> {
     .await
 }
 
-// 18. CronJob -> its Jobs' pods are injected and hooks run.
-async fn s18_cronjob(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s18", |ns, rec| async move {
+/// CronJob -> its Jobs' pods are injected and hooks run.
+async fn cronjob_pods_injected_and_hooks_run(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-cronjob", |ns, rec| async move {
         let hook = "echo \"$KUBE_PRESTOP_CONTAINER $POD_NAME\" >> /records/hooks";
         let mut c = container(C, "sleep 2; echo body", hook);
         set(
@@ -773,9 +754,9 @@ async fn s18_cronjob(client: Client) -> Result<()> {
     .await
 }
 
-// 19. hostPID: true -> hook runs without shareProcessNamespace.
-async fn s19_host_pid(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s19", |ns, rec| async move {
+/// `hostPID: true` -> hook runs without shareProcessNamespace.
+async fn host_pid_hook_runs_without_shared_pid_namespace(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-host-pid", |ns, rec| async move {
         let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]);
         set(&mut spec, "hostPID", json!(true));
         let j = job("hostpid", spec, json!({}))?;
@@ -793,96 +774,100 @@ async fn s19_host_pid(client: Client) -> Result<()> {
     .await
 }
 
-// 20. Sidecar SIGKILLed while watching -> restarted; hook still exactly once.
-async fn s20_sidecar_killed(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s20", |ns, rec| async move {
-        let cmd = "while [ ! -e /records/release ]; do sleep 1; done";
-        let j = job(
-            "killed",
-            pod_spec(&rec, vec![container(C, cmd, RECORD_HOOK)]),
-            json!({}),
-        )?;
-        create_job(&client, &ns)
-            .create(&PostParams::default(), &j)
-            .await?;
-        let pod = wait_watching(&client, &ns, "killed").await?;
-        let name = pod_name(&pod);
-        // The watcher is the process whose argv[1] is `watch` (not PID 1: the
-        // pod shares its PID namespace).
-        let find_kill = "for p in /proc/[0-9]*; do \
+/// Sidecar SIGKILLed while watching -> restarted; hook still exactly once.
+async fn killed_sidecar_restarts_and_hook_runs_once(client: Client) -> Result<()> {
+    with_scenario(
+        &client.clone(),
+        "kpt-sidecar-killed",
+        |ns, rec| async move {
+            let cmd = "while [ ! -e /records/release ]; do sleep 1; done";
+            let j = job(
+                "killed",
+                pod_spec(&rec, vec![container(C, cmd, RECORD_HOOK)]),
+                json!({}),
+            )?;
+            create_job(&client, &ns)
+                .create(&PostParams::default(), &j)
+                .await?;
+            let pod = wait_watching(&client, &ns, "killed").await?;
+            let name = pod_name(&pod);
+            // The watcher is the process whose argv[1] is `watch` (not PID 1: the
+            // pod shares its PID namespace).
+            let find_kill = "for p in /proc/[0-9]*; do \
               a=$(tr '\\0' '\\n' < $p/cmdline 2>/dev/null | sed -n 2p); \
               if [ \"$a\" = watch ]; then echo ${p#/proc/}; kill -9 ${p#/proc/}; fi; done";
-        let killed = kubectl(&[
-            "exec",
-            "-n",
-            &ns,
-            &name,
-            "-c",
-            &sidecar_name(C),
-            "--",
-            "sh",
-            "-c",
-            find_kill,
-        ])
-        .await
-        // Killing the container's main process may end the exec session
-        // with it (137) before kubectl reports the output.
-        .or_else(|e| {
-            if format!("{e:#}").contains("exit code 137") {
-                Ok("(session ended with the container)".to_owned())
-            } else {
-                Err(e)
-            }
-        })?;
-        ensure!(
-            !killed.trim().is_empty(),
-            "found no watcher process to kill"
-        );
-        tracing::info!(pid = killed.trim(), "s20 killed the watcher");
-        let sc = sidecar_name(C);
-        wait_pod(
-            &client,
-            &ns,
-            &name,
-            "sidecar restarted and running",
-            POD_TIMEOUT,
-            |p| {
-                container_status(p, &sc).is_some_and(|s| s.restart_count >= 1)
-                    && container_running(p, &sc)
-            },
-        )
-        .await?;
-        wait_for_log_line(
-            &client,
-            &ns,
-            &name,
-            &sc,
-            "kube-prestop: watching",
-            POD_TIMEOUT,
-        )
-        .await?;
-        ensure!(
-            rec.lines("hooks").is_empty(),
-            "hook ran before the release: {:?}",
-            rec.lines("hooks")
-        );
-        rec.touch("release")?;
-        let pod = wait_pod_finished(&client, &ns, &name, JOB_TIMEOUT).await?;
-        ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
-        let restarts = container_status(&pod, &sc).map(|s| s.restart_count);
-        ensure!(restarts >= Some(1), "sidecar restartCount {restarts:?}");
-        let recs = ensure_records(&rec, "hooks", 1).await?;
-        ensure!(recs[0].starts_with("main "), "records {recs:?}");
-        // The restarted sidecar ran it (its current logs), once.
-        ensure_sidecar_hooks(&client, &ns, &name, C, 1).await?;
-        Ok(())
-    })
+            let killed = kubectl(&[
+                "exec",
+                "-n",
+                &ns,
+                &name,
+                "-c",
+                &sidecar_name(C),
+                "--",
+                "sh",
+                "-c",
+                find_kill,
+            ])
+            .await
+            // Killing the container's main process may end the exec session
+            // with it (137) before kubectl reports the output.
+            .or_else(|e| {
+                if format!("{e:#}").contains("exit code 137") {
+                    Ok("(session ended with the container)".to_owned())
+                } else {
+                    Err(e)
+                }
+            })?;
+            ensure!(
+                !killed.trim().is_empty(),
+                "found no watcher process to kill"
+            );
+            tracing::info!(pid = killed.trim(), "killed the watcher");
+            let sc = sidecar_name(C);
+            wait_pod(
+                &client,
+                &ns,
+                &name,
+                "sidecar restarted and running",
+                POD_TIMEOUT,
+                |p| {
+                    container_status(p, &sc).is_some_and(|s| s.restart_count >= 1)
+                        && container_running(p, &sc)
+                },
+            )
+            .await?;
+            wait_for_log_line(
+                &client,
+                &ns,
+                &name,
+                &sc,
+                "kube-prestop: watching",
+                POD_TIMEOUT,
+            )
+            .await?;
+            ensure!(
+                rec.lines("hooks").is_empty(),
+                "hook ran before the release: {:?}",
+                rec.lines("hooks")
+            );
+            rec.touch("release")?;
+            let pod = wait_pod_finished(&client, &ns, &name, JOB_TIMEOUT).await?;
+            ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
+            let restarts = container_status(&pod, &sc).map(|s| s.restart_count);
+            ensure!(restarts >= Some(1), "sidecar restartCount {restarts:?}");
+            let recs = ensure_records(&rec, "hooks", 1).await?;
+            ensure!(recs[0].starts_with("main "), "records {recs:?}");
+            // The restarted sidecar ran it (its current logs), once.
+            ensure_sidecar_hooks(&client, &ns, &name, C, 1).await?;
+            Ok(())
+        },
+    )
     .await
 }
 
-// 21. Job deleted while its hook runs -> the hook finishes within the grace period.
-async fn s21_job_deleted_during_hook(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s21", |ns, rec| async move {
+/// Job deleted while its hook runs -> the hook finishes within the grace period.
+async fn job_deleted_during_hook_lets_it_finish(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-job-deleted", |ns, rec| async move {
         let hook = "echo start >> /records/hooks; sleep 8; echo end >> /records/hooks";
         let mut spec = pod_spec(&rec, vec![container(C, "sleep 2; echo body", hook)]);
         set(&mut spec, "terminationGracePeriodSeconds", json!(30));
@@ -912,15 +897,15 @@ async fn s21_job_deleted_during_hook(client: Client) -> Result<()> {
     .await
 }
 
-// 22. The sidecar binary from the namespace's ConfigMap (the chart's default
-// `sidecarBinary.source=configMap`): the first pod injected in a namespace
-// gets the install init container and makes the webhook create the
-// ConfigMap; later pods get no install init container. A container that
-// exits runs its hook once from the sidecar, and a deleted pod's preStop
-// (the wrapper, from the same ConfigMap, in the watched container) once
-// from the kubelet.
-async fn s22_binary_from_config_map(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-s22", |ns, rec| async move {
+/// The sidecar binary from the namespace's ConfigMap (the chart's default
+/// `sidecarBinary.source=configMap`): the first pod injected in a namespace
+/// gets the install init container and makes the webhook create the
+/// ConfigMap; later pods get no install init container. A container that
+/// exits runs its hook once from the sidecar, and a deleted pod's preStop
+/// (the wrapper, from the same ConfigMap, in the watched container) once
+/// from the kubelet.
+async fn sidecar_binary_from_namespace_config_map(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-binary-cm", |ns, rec| async move {
         ensure!(
             binary_config_maps(&client, &ns).await?.is_empty(),
             "a sidecar-binary ConfigMap before any pod (is sidecarBinary.createAhead set?)"
@@ -1008,118 +993,154 @@ async fn s22_binary_from_config_map(client: Client) -> Result<()> {
     .await
 }
 
-// 23. A namespace whose ResourceQuota leaves no room for the sidecar-binary
-// ConfigMap: the webhook cannot make it, and pods get the install init
-// container instead, with the same hook exactly once.
-async fn s23_config_map_refused(client: Client) -> Result<()> {
-    with_scenario_in(&client.clone(), "kpt-s23", false, |ns, rec| async move {
-        let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
-        // The quota counts the kube-root-ca.crt ConfigMap the controller
-        // manager publishes in every namespace: wait for it, then allow no
-        // more.
-        poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
-            let config_maps = config_maps.clone();
-            async move { Ok(config_maps.get_opt("kube-root-ca.crt").await?.is_some()) }
-        })
-        .await
-        .context("kube-root-ca.crt never published")?;
-        let quota: ResourceQuota = serde_json::from_value(json!({
-            "metadata": { "name": "no-more-config-maps" },
-            "spec": { "hard": { "count/configmaps": "1" } }
-        }))?;
-        let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
-        quotas.create(&PostParams::default(), &quota).await?;
-        poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
-            let quotas = quotas.clone();
-            async move {
-                let used = quotas
-                    .get("no-more-config-maps")
-                    .await?
-                    .status
-                    .and_then(|s| s.used)
-                    .and_then(|u| u.get("count/configmaps").cloned());
-                Ok(used.is_some_and(|q| q.0 == "1"))
-            }
-        })
-        .await
-        .context("the quota's usage was never computed")?;
-        label_namespace(
-            &client,
-            &ns,
-            json!({ kube_prestop_e2e::INJECT_LABEL: "enabled" }),
-        )
-        .await?;
-        wait_webhook_serving(&client, &ns, POD_TIMEOUT).await?;
+/// A namespace whose ResourceQuota leaves no room for the sidecar-binary
+/// ConfigMap: the webhook cannot make it, and pods get the install init
+/// container instead, with the same hook exactly once.
+async fn config_map_refused_falls_back_to_install_container(client: Client) -> Result<()> {
+    with_scenario_in(
+        &client.clone(),
+        "kpt-cm-refused",
+        false,
+        |ns, rec| async move {
+            let config_maps = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+            // The quota counts the kube-root-ca.crt ConfigMap the controller
+            // manager publishes in every namespace: wait for it, then allow no
+            // more.
+            poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
+                let config_maps = config_maps.clone();
+                async move { Ok(config_maps.get_opt("kube-root-ca.crt").await?.is_some()) }
+            })
+            .await
+            .context("kube-root-ca.crt never published")?;
+            let quota: ResourceQuota = serde_json::from_value(json!({
+                "metadata": { "name": "no-more-config-maps" },
+                "spec": { "hard": { "count/configmaps": "1" } }
+            }))?;
+            let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
+            quotas.create(&PostParams::default(), &quota).await?;
+            poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
+                let quotas = quotas.clone();
+                async move {
+                    let used = quotas
+                        .get("no-more-config-maps")
+                        .await?
+                        .status
+                        .and_then(|s| s.used)
+                        .and_then(|u| u.get("count/configmaps").cloned());
+                    Ok(used.is_some_and(|q| q.0 == "1"))
+                }
+            })
+            .await
+            .context("the quota's usage was never computed")?;
+            label_namespace(
+                &client,
+                &ns,
+                json!({ kube_prestop_e2e::INJECT_LABEL: "enabled" }),
+            )
+            .await?;
+            wait_webhook_serving(&client, &ns, POD_TIMEOUT).await?;
 
-        let j = job(
-            "quota-full",
-            pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
-            json!({}),
-        )?;
-        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
-        ensure_injected(&pod, C)?;
-        ensure!(
-            has_install_container(&pod) && binary_config_map(&pod).is_none(),
-            "pod did not fall back to the install container"
-        );
-        ensure!(
-            binary_config_maps(&client, &ns).await?.is_empty(),
-            "a sidecar-binary ConfigMap exists despite the quota"
-        );
-        ensure_records(&rec, "hooks", 1).await?;
-        ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
-        Ok(())
-    })
+            let j = job(
+                "quota-full",
+                pod_spec(&rec, vec![container(C, "sleep 2; echo body", RECORD_HOOK)]),
+                json!({}),
+            )?;
+            let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
+            ensure_injected(&pod, C)?;
+            ensure!(
+                has_install_container(&pod) && binary_config_map(&pod).is_none(),
+                "pod did not fall back to the install container"
+            );
+            ensure!(
+                binary_config_maps(&client, &ns).await?.is_empty(),
+                "a sidecar-binary ConfigMap exists despite the quota"
+            );
+            ensure_records(&rec, "hooks", 1).await?;
+            ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
+            Ok(())
+        },
+    )
     .await
 }
 
+/// A scenario of the concurrent batch, named after its function.
+macro_rules! scenario {
+    ($client:expr, $f:ident) => {
+        (stringify!($f), Box::pin($f($client.clone())))
+    };
+}
+
+/// The independent scenarios, a few at a time ([`CONCURRENCY`]); one line per
+/// scenario in the summary, named after its function.
 #[tokio::test]
-async fn s00_concurrent_scenarios() -> Result<()> {
+async fn concurrent_scenarios() -> Result<()> {
     init_tracing();
     let client = client().await?;
-    let c = || client.clone();
     let scenarios: Vec<Scenario> = vec![
         // Among other pods whose container is also named `main`: with hostPID
         // their processes are visible too, and only this pod's is ours.
-        ("19-host-pid", Box::pin(s19_host_pid(c()))),
-        ("18-cronjob", Box::pin(s18_cronjob(c()))),
-        ("08-onfailure-3", Box::pin(s08_on_failure(c()))),
-        ("01-exit-0", Box::pin(s01_exit_zero(c()))),
-        ("02-exit-3", Box::pin(s02_exit_three(c()))),
-        ("03-oom", Box::pin(s03_oom_killed(c()))),
-        ("05-pod-deleted", Box::pin(s05_pod_deleted(c()))),
-        ("06-active-deadline", Box::pin(s06_active_deadline(c()))),
-        ("07-liveness", Box::pin(s07_liveness(c()))),
-        ("09-two-containers", Box::pin(s09_two_containers(c()))),
-        ("10-environment", Box::pin(s10_environment(c()))),
-        ("11-hook-over-grace", Box::pin(s11_hook_over_grace(c()))),
-        ("12-other-sidecar", Box::pin(s12_other_sidecar(c()))),
-        ("13-psa-restricted", Box::pin(s13_restricted(c()))),
-        ("14-limitrange-quota", Box::pin(s14_limits(c()))),
-        ("15-guaranteed", Box::pin(s15_guaranteed(c()))),
-        ("20-sidecar-killed", Box::pin(s20_sidecar_killed(c()))),
-        (
-            "21-job-deleted-in-hook",
-            Box::pin(s21_job_deleted_during_hook(c())),
-        ),
-        (
-            "22-binary-from-configmap",
-            Box::pin(s22_binary_from_config_map(c())),
-        ),
-        (
-            "23-configmap-refused",
-            Box::pin(s23_config_map_refused(c())),
-        ),
+        scenario!(client, host_pid_hook_runs_without_shared_pid_namespace),
+        scenario!(client, cronjob_pods_injected_and_hooks_run),
+        scenario!(client, on_failure_restarts_run_a_hook_each),
+        scenario!(client, exit_zero_runs_hook_once),
+        scenario!(client, exit_three_runs_hook_once_and_job_fails),
+        scenario!(client, oom_kill_runs_hook_once),
+        scenario!(client, deleted_pod_gets_only_the_kubelets_prestop),
+        scenario!(client, active_deadline_runs_hook_once),
+        scenario!(client, liveness_kill_runs_hook_once),
+        scenario!(client, two_containers_hooks_run_in_own_image_and_env),
+        scenario!(client, hook_sees_its_containers_env_volumes_dir_and_uid),
+        scenario!(client, hook_over_grace_period_is_cut),
+        scenario!(client, other_native_sidecar_serves_during_hook),
+        scenario!(client, pod_security_restricted_admits_and_runs_hook),
+        scenario!(client, limit_range_and_quota_admit_and_run_hook),
+        scenario!(client, guaranteed_pod_stays_guaranteed),
+        scenario!(client, killed_sidecar_restarts_and_hook_runs_once),
+        scenario!(client, job_deleted_during_hook_lets_it_finish),
+        scenario!(client, sidecar_binary_from_namespace_config_map),
+        scenario!(client, config_map_refused_falls_back_to_install_container),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
 }
 
-// 4 on its own: 20 trivial `true` containers are the sharpest test of the
-// watcher's short-lived container detection.
+/// An Indexed Job, 20 completions, parallelism 5, containers running `true`
+/// -> 20 hooks. On its own, not in the concurrent batch: 20 trivial `true`
+/// containers are the sharpest test of the watcher's short-lived container
+/// detection.
 #[tokio::test]
-async fn s04_indexed_twenty_true() -> Result<()> {
+async fn indexed_twenty_true_runs_twenty_hooks() -> Result<()> {
     init_tracing();
-    s04_indexed_twenty(client().await?).await
+    let client = client().await?;
+    with_scenario(&client.clone(), "kpt-indexed-true", |ns, rec| async move {
+        let hook = "echo \"$JOB_COMPLETION_INDEX $KUBE_PRESTOP_CONTAINER $KUBE_PRESTOP_INSTANCE\" >> /records/hooks";
+        let mut spec = pod_spec(&rec, vec![container(C, "true", hook)]);
+        set(&mut spec, "terminationGracePeriodSeconds", json!(5));
+        let j = job(
+            "indexed",
+            spec,
+            json!({ "completions": 20, "parallelism": 5, "completionMode": "Indexed", "backoffLimit": 0 }),
+        )?;
+        let outcome = run_job(&client, &ns, &j, Duration::from_secs(400)).await?;
+        ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+        let pods = job_pods(&client, &ns, "indexed").await?;
+        ensure!(pods.len() == 20, "{} pods, expected 20", pods.len());
+        for p in &pods {
+            ensure_injected(p, C)?;
+            wait_pod_finished(&client, &ns, &pod_name(p), POD_TIMEOUT).await?;
+        }
+        let lines = ensure_records(&rec, "hooks", 20).await?;
+        let mut indexes: Vec<u32> = lines
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or("").parse().unwrap_or(999))
+            .collect();
+        indexes.sort_unstable();
+        ensure!(indexes == (0..20).collect::<Vec<_>>(), "indexes recorded: {indexes:?}");
+        for p in &pods {
+            ensure_sidecar_hooks(&client, &ns, &pod_name(p), C, 1).await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Creates a Job that completes and returns its (finished) pod.
@@ -1156,15 +1177,15 @@ fn simple_job(name: &str, with_prestop: bool, annotations: serde_json::Value) ->
     }))?)
 }
 
-// 16. Unlabelled namespace, opted-out pod, pod without preStop, kube-system
-// pod -> untouched; the webhook is not even called for pods without an exec
-// preStop (its admissions counter stays still and it logs nothing for them).
+/// Unlabelled namespace, opted-out pod, pod without preStop, kube-system
+/// pod -> untouched; the webhook is not even called for pods without an exec
+/// preStop (its admissions counter stays still and it logs nothing for them).
 #[tokio::test]
-async fn s16_untouched_and_not_called() -> Result<()> {
+async fn unselected_pods_untouched_and_webhook_not_called() -> Result<()> {
     init_tracing();
     let client = client().await?;
     // (a) unlabelled namespace
-    let plain = TestNamespace::create(&client, "kpt-s16-plain", false).await?;
+    let plain = TestNamespace::create(&client, "kpt-untouched-plain", false).await?;
     kube_prestop_e2e::with_namespace(plain, |ns| {
         let client = client.clone();
         async move {
@@ -1180,7 +1201,7 @@ async fn s16_untouched_and_not_called() -> Result<()> {
     })
     .await?;
     // (b) opted out and (c) no preStop, in a labelled namespace
-    with_scenario(&client.clone(), "kpt-s16", |ns, _rec| {
+    with_scenario(&client.clone(), "kpt-untouched", |ns, _rec| {
         let client = client.clone();
         async move {
             let pod = plain_job_pod(
@@ -1255,7 +1276,7 @@ async fn s16_untouched_and_not_called() -> Result<()> {
         json!({ "kube-prestop.io/inject": "enabled" }),
     )
     .await?;
-    let name = format!("kpt-s16-{}", unique_suffix());
+    let name = format!("kpt-untouched-{}", unique_suffix());
     let result = async {
         let pod =
             plain_job_pod(&client, system, &name, &simple_job(&name, true, json!({}))?).await?;
@@ -1269,59 +1290,60 @@ async fn s16_untouched_and_not_called() -> Result<()> {
     result
 }
 
-// 17. Webhook scaled to 0 -> Job pods still created promptly, not injected.
-// Restores the replicas whatever happens.
+/// Webhook scaled to 0 -> Job pods still created promptly, not injected.
+/// Restores the replicas whatever happens.
 #[tokio::test]
-async fn s17_webhook_scaled_to_zero() -> Result<()> {
+async fn webhook_scaled_to_zero_pods_start_uninjected() -> Result<()> {
     init_tracing();
     let client = client().await?;
     let replicas = webhook_replicas(&client).await?;
     ensure!(replicas > 0, "webhook already at 0 replicas");
-    let result = with_scenario(&client.clone(), "kpt-s17", |ns, _rec| {
-        let client = client.clone();
-        async move {
-            scale_webhook(&client, 0).await?;
-            poll_until(Duration::from_secs(90), Duration::from_millis(500), || {
-                let client = client.clone();
-                async move {
-                    Ok(Api::<Pod>::namespaced(
-                        client,
-                        kube_prestop_e2e::scenario::WEBHOOK_NAMESPACE,
-                    )
-                    .list(&ListParams::default().labels("app.kubernetes.io/name=kube-prestop"))
-                    .await?
-                    .items
-                    .is_empty())
-                }
-            })
-            .await
-            .context("webhook pods did not go away")?;
-            let j = simple_job("no-webhook", true, json!({}))?;
-            let t = Instant::now();
-            Api::<Job>::namespaced(client.clone(), &ns)
-                .create(&PostParams::default(), &j)
-                .await?;
-            let pod = wait_job_pod(&client, &ns, "no-webhook", Duration::from_secs(30)).await?;
-            let took = t.elapsed();
-            ensure!(
-                took < Duration::from_secs(15),
-                "pod created only after {took:?}"
-            );
-            ensure_untouched(&pod, &[C])?;
-            let pod = wait_pod_finished(&client, &ns, &pod_name(&pod), JOB_TIMEOUT).await?;
-            ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
-            let logs = container_logs(&client, &ns, &pod_name(&pod), C).await?;
-            ensure!(logs.contains("body"), "logs {logs:?}");
-            tracing::info!(?took, "pod created without the webhook");
-            Ok(())
-        }
-    })
-    .await;
+    let result =
+        with_scenario(&client.clone(), "kpt-no-webhook", |ns, _rec| {
+            let client = client.clone();
+            async move {
+                scale_webhook(&client, 0).await?;
+                poll_until(Duration::from_secs(90), Duration::from_millis(500), || {
+                    let client = client.clone();
+                    async move {
+                        Ok(Api::<Pod>::namespaced(
+                            client,
+                            kube_prestop_e2e::webhook::WEBHOOK_NAMESPACE,
+                        )
+                        .list(&ListParams::default().labels("app.kubernetes.io/name=kube-prestop"))
+                        .await?
+                        .items
+                        .is_empty())
+                    }
+                })
+                .await
+                .context("webhook pods did not go away")?;
+                let j = simple_job("no-webhook", true, json!({}))?;
+                let t = Instant::now();
+                Api::<Job>::namespaced(client.clone(), &ns)
+                    .create(&PostParams::default(), &j)
+                    .await?;
+                let pod = wait_job_pod(&client, &ns, "no-webhook", Duration::from_secs(30)).await?;
+                let took = t.elapsed();
+                ensure!(
+                    took < Duration::from_secs(15),
+                    "pod created only after {took:?}"
+                );
+                ensure_untouched(&pod, &[C])?;
+                let pod = wait_pod_finished(&client, &ns, &pod_name(&pod), JOB_TIMEOUT).await?;
+                ensure!(phase(&pod) == "Succeeded", "pod phase {}", phase(&pod));
+                let logs = container_logs(&client, &ns, &pod_name(&pod), C).await?;
+                ensure!(logs.contains("body"), "logs {logs:?}");
+                tracing::info!(?took, "pod created without the webhook");
+                Ok(())
+            }
+        })
+        .await;
     // Restore, and wait until the webhook injects again (dry run) so later
     // tests and other users see a working webhook.
     let restored = async {
         scale_webhook(&client, replicas).await?;
-        let probe_ns = TestNamespace::create(&client, "kpt-s17-probe", true).await?;
+        let probe_ns = TestNamespace::create(&client, "kpt-no-webhook-probe", true).await?;
         let name = probe_ns.name.clone();
         let served = wait_webhook_serving(&client, &name, Duration::from_secs(180)).await;
         probe_ns.delete().await?;

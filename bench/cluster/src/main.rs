@@ -1,8 +1,9 @@
 //! On-cluster benchmarks of kube-prestop (issue 7), run by `make bench`
 //! (bench/run.sh) against the running local cluster with the chart
 //! installed. Nothing here asserts a time: it measures and prints
-//! `key=value` lines on stdout for bench/run.sh's table; progress goes to
-//! stderr; `--raw FILE` keeps the samples as JSON.
+//! `key=value` lines on stdout for the table (bench/report.py); progress
+//! goes to stderr; `--raw FILE` keeps the samples as JSON. Built on the e2e
+//! suite's helpers (the `kube-prestop-e2e` library).
 //!
 //! `start [--pods N]`: pod start overhead. The same Job (one container that
 //! prints its own start time and sleeps 1.5 s, an exec preStop) N times in a
@@ -43,14 +44,17 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
+use kube_prestop_e2e::checks::{
+    HOOK_FINISHED, INSTALL_CONTAINER, binary_config_map, container_status, count_lines, injected,
+    job_name, pod_finished, sidecar_logs,
+};
+use kube_prestop_e2e::fixtures::{container, tiny_resources};
 use kube_prestop_e2e::metrics::{
     ApiserverWebhookStats, Histogram, WEBHOOK_DURATION, percentile, webhook_replica_metrics,
 };
-use kube_prestop_e2e::scenario::{
-    HOOK_FINISHED, INSTALL_CONTAINER, Records, WEBHOOK_NAMESPACE, binary_config_map, container,
-    container_status, count_lines, injected, job_name, pod_finished, poll_until, sidecar_logs,
-    tiny_resources, wait_injects_from_config_map, webhook_pods,
-};
+use kube_prestop_e2e::records::Records;
+use kube_prestop_e2e::waits::poll_until;
+use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, wait_injects_from_config_map, webhook_pods};
 use kube_prestop_e2e::{
     JOB_NAME_LABEL, TestNamespace, container_logs, run_job, sidecar_name, test_image, unique_suffix,
 };

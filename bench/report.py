@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Inputs and the report of `make bench` (bench/run.sh).
+
+  report.py review POD_YAML OUT_JSON
+      The AdmissionReview the webhook load runs POST: a CREATE of the pod in
+      POD_YAML (webhook/tests/golden/simple-job/input.yaml) by the Job
+      controller, written as compact JSON to OUT_JSON.
+
+  report.py table WORK REPEAT DURATION CONNECTIONS STARTED LOAD_START LOAD_END
+      The results table (Markdown, on stdout) from the figures the bench's
+      parts left in the directory WORK; it has the rows of the parts that ran:
+      - webhook: webhook-proc.txt (key=value: peak/hwm/rss_after and the
+        ceiling's ce_peak/ce_hwm in KiB, ticks and reqs at saturation,
+        startup in ms, req_bytes/resp_bytes), oha's JSON of each load run
+        (wh-sat-N, ce-sat-N, mu-sat-N for N in 1..REPEAT; wh-1000, ce-1000,
+        wh-5000, ce-5000), floor.txt (webhook/benches/admission.rs) and, when
+        the static musl binary ran, webhook-musl.txt (ticks, reqs);
+      - sidecar: sidecar-paths.txt (bin, tar), sidecar-idle.txt and
+        sidecar-lat.txt (bench/sidecar.py);
+      - cluster: cluster-start.txt, cluster-burst.txt (kube-prestop-cluster-bench,
+        bench/cluster) and cluster-install.txt (image, replicas).
+      REPEAT, DURATION (s) and CONNECTIONS describe the load runs; STARTED is
+      the run's start time and LOAD_START/LOAD_END the 1/5/15-minute load
+      averages at its start and end.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tarfile
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+# --- review ---------------------------------------------------------------------
+
+def write_review(pod_yaml, out_json):
+    """Writes the AdmissionReview (CREATE of the pod by the Job controller)."""
+    import yaml  # python3-yaml; bench/run.sh installs it when missing
+
+    with open(pod_yaml) as f:
+        pod = yaml.safe_load(f)
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    review = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b4bd6a4-9d0c-4a4e-8f1e-6f1b2a3c4d5e",
+            "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "namespace": pod["metadata"].get("namespace", "default"),
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:job-controller"},
+            "object": pod, "oldObject": None, "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }
+    with open(out_json, "w") as f:
+        json.dump(review, f, separators=(",", ":"))
+
+
+# --- table ----------------------------------------------------------------------
+
+class Figures:
+    """The files one bench run left in its work directory."""
+
+    def __init__(self, work):
+        self.work = work
+
+    def path(self, name):
+        return os.path.join(self.work, name)
+
+    def have(self, name):
+        return os.path.exists(self.path(name))
+
+    def json(self, name):
+        """NAME.json (oha's output of one load run)."""
+        with open(self.path(name + ".json")) as f:
+            return json.load(f)
+
+    def kv(self, name):
+        """The key=value lines of a file, as a dict of strings."""
+        with open(self.path(name)) as f:
+            return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+def mib(kib):
+    return f"{int(kib) / 1024:.1f} MiB"
+
+
+def f1(v):
+    """A number of milliseconds, to the unit, with thousands separators."""
+    return f"{float(v):,.0f}"
+
+
+def rps(run):
+    return run["summary"]["requestsPerSec"]
+
+
+def lat_pct(run):
+    """p50 / p99 / p99.9 of an oha run, in ms."""
+    ms = [run["latencyPercentiles"][q] * 1000 for q in ("p50", "p99", "p99.9")]
+    return f"{ms[0]:.2f} / {ms[1]:.2f} / {ms[2]:.2f} ms"
+
+
+def webhook_rows(fig, repeat, dur, conns, rows, notes):
+    p = fig.kv("webhook-proc.txt")
+    wh_sat = [rps(fig.json(f"wh-sat-{i}")) for i in range(1, repeat + 1)]
+    ce_sat = [rps(fig.json(f"ce-sat-{i}")) for i in range(1, repeat + 1)]
+    whs, ces = statistics.median(wh_sat), statistics.median(ce_sat)
+    floor = fig.kv("floor.txt")
+    cpu_us = int(p["ticks"]) / HZ / max(1, int(p["reqs"])) * 1e6
+    st = sorted(float(x) for x in p["startup"].split())
+    rows.append((
+        "webhook throughput at saturation (median of %d x %s s, %s conns)" % (repeat, dur, conns),
+        f"{whs:,.0f} req/s", "≥ 70% of ceiling",
+        f"ceiling {ces:,.0f} req/s → **{100 * whs / ces:.0f}%** (runs: webhook "
+        f"{', '.join(f'{x:,.0f}' for x in wh_sat)}; ceiling {', '.join(f'{x:,.0f}' for x in ce_sat)})"))
+    if fig.have("webhook-musl.txt"):
+        m = fig.kv("webhook-musl.txt")
+        mu_sat = [rps(fig.json(f"mu-sat-{i}")) for i in range(1, repeat + 1)]
+        mus = statistics.median(mu_sat)
+        mu_cpu = int(m["ticks"]) / HZ / max(1, int(m["reqs"])) * 1e6
+        rows.append((
+            "webhook, static musl binary (what the images ship), throughput at saturation (same runs, third in turn)",
+            f"{mus:,.0f} req/s", "≥ 70% of ceiling",
+            f"**{100 * mus / ces:.0f}%** of the ceiling; CPU {mu_cpu:.0f} µs/request "
+            f"(runs: {', '.join(f'{x:,.0f}' for x in mu_sat)})"))
+    for rate in (1000, 5000):
+        w, c = fig.json(f"wh-{rate}"), fig.json(f"ce-{rate}")
+        rows.append((
+            f"webhook p50 / p99 / p99.9 at {rate:,} req/s ({dur} s)",
+            lat_pct(w) + f" ({rps(w):,.0f} req/s achieved, {100 * w['summary']['successRate']:.1f}% ok)",
+            "p99 ≤ 2 ms" if rate == 1000 else "—",
+            f"ceiling {lat_pct(c)} ({rps(c):,.0f} req/s)"))
+    rows.append((
+        "webhook resident memory under load (peak VmRSS / VmHWM)", f"{mib(p['peak'])} / {mib(p['hwm'])}", "—",
+        f"ceiling {mib(p['ce_peak'])} / {mib(p['ce_hwm'])}; webhook after load {mib(p['rss_after'])}"))
+    # CPU time per review (the bench's floor_cpu_us) compares with the
+    # server's CPU per request; wall time on a shared machine does not.
+    floor_cpu = float(floor.get("floor_cpu_us", floor["floor_median_us"]))
+    rows.append((
+        "webhook CPU per request at saturation (server process)", f"{cpu_us:.0f} µs", "—",
+        f"compute floor (CPU) {floor_cpu:.0f} µs = {100 * floor_cpu / cpu_us:.0f}% of it"))
+    rows.append((
+        "compute floor: review() alone (parse + engine + serialise; median of %s batches)" % floor["floor_batches"],
+        f"{float(floor['floor_median_us']):.1f} µs/review", "—",
+        f"min {float(floor['floor_min_us']):.1f} µs; CPU {floor_cpu:.1f} µs/review; "
+        f"≈ {int(floor['floor_per_core_per_s']):,} reviews/s per core; "
+        f"request {int(p['req_bytes']):,} B, response {int(p['resp_bytes']):,} B"))
+    rows.append((
+        "webhook start-up: exec → /readyz 200 (median of %d)" % len(st), f"{statistics.median(st):.1f} ms", "—",
+        f"min {st[0]:.1f} ms, max {st[-1]:.1f} ms (--no-cluster: no API server sync)"))
+    notes.append(
+        "Webhook: oha over HTTPS (HTTP/1.1 keep-alive, --insecure: no certificate check on the client), "
+        "POST of a %s-byte AdmissionReview built from webhook/tests/golden/simple-job/input.yaml; "
+        "fixed-rate runs use oha's latency correction (coordinated omission). The ceiling (bench/ceiling) "
+        "is the same tokio/rustls(ring)/hyper-util/axum stack reading the body and answering the webhook's own "
+        "%s-byte response, alternating with the webhook. The webhook logs one line per request (to a file here)."
+        % (p["req_bytes"], p["resp_bytes"]))
+
+
+def oci_layer(tar_path):
+    """Compressed size of the image's layers and the first layer's compression."""
+    with tarfile.open(tar_path) as t:
+        members = {m.name.removeprefix("./"): m for m in t.getmembers()}
+
+        def read(name):
+            return json.load(t.extractfile(members[name]))
+
+        def blob(digest):
+            return read("blobs/" + digest.replace(":", "/"))
+
+        manifest = blob(read("index.json")["manifests"][0]["digest"])
+        layer = sum(lay["size"] for lay in manifest["layers"])
+        layer_type = manifest["layers"][0]["mediaType"].rsplit(".", 1)[-1]
+    return layer, layer_type
+
+
+def sidecar_rows(fig, rows, notes):
+    sp, idle, lat = fig.kv("sidecar-paths.txt"), fig.kv("sidecar-idle.txt"), fig.kv("sidecar-lat.txt")
+    layer, layer_type = oci_layer(sp["tar"])
+    tar_size, bin_size = os.path.getsize(sp["tar"]), os.path.getsize(sp["bin"])
+    rows.append(("sidecar binary (static musl, release-small)", f"{bin_size / 1024:.0f} KiB ({bin_size:,} B)",
+                 "≤ 2 MiB", f"{100 * bin_size / 2097152:.0f}% of the goal"))
+    rows.append(("sidecar install image: compressed layer", f"{layer / 1024:.0f} KiB ({layer_type})", "≤ 2 MiB",
+                 f"OCI archive {tar_size / 1024:.0f} KiB"))
+    rows.append((f"sidecar resident memory while watching ({idle['idle_seconds']} s)",
+                 f"{int(idle['idle_rss_kib'])} KiB", "—", f"VmHWM {int(idle['idle_hwm_kib'])} KiB"))
+    rows.append((f"sidecar CPU while watching ({idle['idle_seconds']} s)", f"{float(idle['idle_cpu_percent']):.3f}%",
+                 "—", f"{idle['idle_cpu_ticks']} clock ticks (1 tick = {1000 // HZ} ms)"))
+    rows.append(("sidecar wake-ups while the container runs (ctxt switches)",
+                 f"{float(idle['idle_wakeups_per_s']):.3f} /s", "0",
+                 f"{idle['idle_ctxt_switches']} switches in {idle['idle_seconds']} s"))
+    n_runs, n_req = int(lat.get("latency_runs", 0)), int(lat.get("latency_requested", 0))
+    runs_note = f"{n_runs} runs" + ("" if n_runs == n_req else f" of {n_req} asked (time budget hit)")
+    rows.append((
+        f"sidecar exit → hook first output, p50 / p99 ({runs_note})",
+        f"{float(lat['latency_p50_ms']):.2f} / {float(lat['latency_p99_ms']):.2f} ms", "p99 ≤ 10 ms",
+        f"kubelet relist 1,000 ms → p99 is {100 * float(lat['latency_p99_ms']) / 1000:.1f}% of it; "
+        f"min {float(lat['latency_min_ms']):.2f}, max {float(lat['latency_max_ms']):.2f} ms"))
+    notes.append(
+        "Sidecar: the image's binary is built by images/build-oci.sh (profile release), the binary row by "
+        "sidecar/build-static.sh (release-small). The exit → hook latency includes the sidecar's fork+exec of "
+        "`date` and date's dynamic loading (the hook is `date +%s%N`, the container's payload is `date +%s%N` "
+        "too), measured on a pod stand-in made of namespaces (bench/sidecar.py).")
+
+
+def start_rows(fig, rows):
+    s = fig.kv("cluster-start.txt")
+    n = s["start_pods_each"]
+
+    def pair(m):
+        return (f"injected {f1(s[f'{m}_inj_p50_ms'])} / {f1(s[f'{m}_inj_p90_ms'])} ms; "
+                f"not injected {f1(s[f'{m}_plain_p50_ms'])} / {f1(s[f'{m}_plain_p90_ms'])} ms")
+
+    def diff(m, q, k="inj"):
+        return float(s[f"{m}_{k}_{q}_ms"]) - float(s[f"{m}_plain_{q}_ms"])
+
+    d50 = diff("start", "p50")
+    rows.append((
+        f"pod start: pod added (watch) → main container's first instruction, p50 / p90 "
+        f"({n} pods injected, {n} not, interleaved)",
+        pair("start"), "≤ +300 ms (median)",
+        f"**{d50:+,.0f} ms** median ({diff('start', 'p90'):+,.0f} ms p90): goal {'met' if d50 <= 300 else '**missed**'}; "
+        f"sidecar binary from the namespace's ConfigMap in {s.get('start_inj_from_config_map', '0')} of {n} injected pods "
+        f"(the rest: install init container); "
+        f"injected, as the API reported it (p50 from pod added): install container done "
+        f"{f1(s['start_inj_install_done_p50_ms'])} ms, "
+        f"sidecar started (running, postStart done) {f1(s['start_inj_sidecar_started_p50_ms'])} ms"))
+    rows.append((
+        f"reference, same run: the not-injected Job plus one do-nothing native sidecar "
+        f"(no probe, no install step; {n} pods)",
+        f"{f1(s['start_ref_p50_ms'])} / {f1(s['start_ref_p90_ms'])} ms", "—",
+        f"{diff('start', 'p50', 'ref'):+,.0f} ms median: what the kubelet charges any native sidecar "
+        f"(one more pod sync, after a 1 s relist); kube-prestop's overhead beyond it: "
+        f"{float(s['start_inj_p50_ms']) - float(s['start_ref_p50_ms']):+,.0f} ms"))
+    rows.append(("pod start as the API reports it: pod added → main container Running (watch), p50 / p90",
+                 pair("start_api"), "—",
+                 f"{diff('start_api', 'p50'):+,.0f} ms median ({diff('start_api', 'p90'):+,.0f} ms p90)"))
+    rows.append(("pod start from the Job: Job create call → main container's first instruction, p50 / p90",
+                 pair("start_job"), "—",
+                 f"{diff('start_job', 'p50'):+,.0f} ms median (includes the Job controller and the admission call)"))
+
+
+def burst_rows(fig, rows, notes):
+    b = fig.kv("cluster-burst.txt")
+    pods, comp = int(b["burst_pods"]), int(b["burst_completions"])
+    secs = float(b["burst_seconds"])
+
+    def ms3(k):
+        return " / ".join(f"{float(b[f'burst_{k}_{q}_ms']):.1f}" for q in ("p50", "p90", "p99")) + " ms"
+
+    def lg(q):
+        return f"{float(b[f'burst_log_{q}_ms']):.2f}"
+
+    rows.append((
+        f"burst: Indexed Job of {comp} completions, parallelism {b['burst_parallelism']}: Job created → Complete",
+        f"{secs:.1f} s ({comp / secs:.1f} completions/s)", "—",
+        f"Job {b['burst_outcome']}; {pods} pods, {b['burst_succeeded']} Succeeded"))
+    same = b["burst_wh_replicas_same"] == "1"
+    rows.append((
+        "burst: admission latency p50 / p90 / p99 / max, this namespace's reviews (webhook's log lines, exact)",
+        f"{lg('p50')} / {lg('p90')} / {lg('p99')} / {lg('max')} ms", "—",
+        f"{b['burst_log_count']} reviews for {pods} pods ({b['burst_log_reasons']}); "
+        f"webhook histogram, all replicas, everyone's reviews meanwhile ({f1(b['burst_wh_count'])}): {ms3('wh')}"
+        + ("" if same else " (**the replicas changed during the burst: partial**)")))
+    rows.append((
+        "burst: the same calls as the API server saw them (network, TLS, queueing), p50 / p90 / p99",
+        ms3("api"), "—",
+        f"its histogram for our webhook, everyone's calls meanwhile ({f1(b['burst_api_count'])}); "
+        f"means: webhook {float(b['burst_wh_mean_ms']):.1f} ms, API server {float(b['burst_api_mean_ms']):.1f} ms"))
+    rows.append((
+        "burst: pods injected (sidecar + status annotation)", f"{b['burst_injected']} / {pods}", f"{pods} / {pods}",
+        f"API server for our webhook: {f1(b['burst_api_fail_open'])} fail-open, "
+        f"{f1(b['burst_api_rejections'])} rejections, {f1(b['burst_api_not_200'])} answers other than 200"))
+    rows.append((
+        "burst: hooks run (record lines by completion index; sidecars logging one `hook finished`)",
+        f"{b['burst_hook_record_indexes']} / {comp} indexes; {b['burst_sidecar_one_hook']} / {pods} sidecars",
+        f"{comp} / {comp}",
+        f"{b['burst_hook_record_lines']} record lines; sidecars with no hook {b['burst_sidecar_no_hook']}, "
+        f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"))
+    inst = fig.kv("cluster-install.txt") if fig.have("cluster-install.txt") else {}
+    notes.append(
+        "Cluster: the local single-node cluster (tests/cluster; 2 cores shared with whatever else runs "
+        f"on it) with kube-prestop installed ({inst.get('image', '?')}, {inst.get('replicas', '?')} replicas), "
+        "driven by kube-prestop-cluster-bench (bench/cluster). Pod start: the same Job (busybox; `adjtimex` prints the "
+        "clock in µs as the container's first instruction, then `sleep 1.5`; an exec preStop) in a labelled and "
+        "an unlabelled namespace, and as the reference the unlabelled Job plus one do-nothing native sidecar "
+        "(busybox, no probe, no lifecycle handler), A B C C B A, one pod at a time, each to its end; "
+        "all times from the host's clock "
+        "(pod added and Running: when a watch delivered them; the API's own timestamps have 1 s resolution). "
+        "Pod added is after admission; the webhook's own time is in the burst rows. Burst: the main container "
+        "runs `echo` and exits at once; its preStop appends the completion index to a hostPath record. "
+        "Admission latency: exact from the webhook's own log line per review of the burst's namespace "
+        "(time from the request to the answer inside the webhook); histogram quantiles are interpolated inside "
+        "buckets (webhook: 0.5, 1, 2.5, 5, 10, 25, 50 ms...; API server: 5, 25, 100, 500 ms...) from before/after "
+        "scrapes, so other users' pods admitted meanwhile are in them. The API server calls the webhook twice "
+        "per pod (reinvocationPolicy IfNeeded: the pod still changed after our patch, e.g. by the API server's "
+        "own admission plugins run again; the second review finds it injected). Raw samples in "
+        "bench/out/raw/cluster-*.json.")
+
+
+def table(work, repeat, dur, conns, started, load_start, load_end):
+    """The whole report, as Markdown."""
+    fig = Figures(work)
+    rows, notes = [], []
+    if fig.have("webhook-proc.txt"):
+        webhook_rows(fig, repeat, dur, conns, rows, notes)
+    if fig.have("sidecar-idle.txt"):
+        sidecar_rows(fig, rows, notes)
+    if fig.have("cluster-start.txt"):
+        start_rows(fig, rows)
+    if fig.have("cluster-burst.txt"):
+        burst_rows(fig, rows, notes)
+    out = [
+        f"# kube-prestop bench ({started})\n",
+        f"Machine: {os.cpu_count()} CPUs (nproc), load average (1/5/15 min) at start {load_start}, "
+        f"at end {load_end}. "
+        "The load average includes the bench's own work (load generator, the burst's pods on the local "
+        "cluster) and anything else running on the machine; absolute figures are noisy, "
+        "the ratios come from the same run. Everything on the bench's side ran under nice.\n",
+        "| what | value | goal | reference / ratio |",
+        "|---|---|---|---|",
+    ]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out.append("\nNotes:\n")
+    out += [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("review", help="write the AdmissionReview the load runs POST")
+    r.add_argument("pod_yaml")
+    r.add_argument("out_json")
+    t = sub.add_parser("table", help="print the results table from a work directory")
+    t.add_argument("work")
+    t.add_argument("repeat", type=int)
+    t.add_argument("duration")
+    t.add_argument("connections")
+    t.add_argument("started")
+    t.add_argument("load_start")
+    t.add_argument("load_end")
+    a = ap.parse_args()
+    if a.cmd == "review":
+        write_review(a.pod_yaml, a.out_json)
+    else:
+        sys.stdout.write(table(a.work, a.repeat, a.duration, a.connections, a.started, a.load_start, a.load_end))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+//! Waits on conditions with deadlines (never fixed sleeps): a generic poll,
+//! and the pods of a Job appearing, reaching a state or going away.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::checks::pod_finished;
+
+/// Polls `check` every `every` until it returns true or `timeout` passes.
+pub async fn poll_until<F, Fut>(timeout: Duration, every: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_err {
+                Some(e) => bail!("condition not met within {timeout:?} (last error: {e:#})"),
+                None => bail!("condition not met within {timeout:?}"),
+            }
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Pods of a Job (any number).
+pub async fn job_pods(client: &Client, ns: &str, job: &str) -> Result<Vec<Pod>> {
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{}={job}", crate::JOB_NAME_LABEL)))
+        .await?
+        .items)
+}
+
+/// Waits for the first pod of a Job to exist; returns it.
+pub async fn wait_job_pod(client: &Client, ns: &str, job: &str, timeout: Duration) -> Result<Pod> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Ok(pods) = job_pods(client, ns, job).await
+            && let Some(p) = pods.into_iter().next()
+        {
+            return Ok(p);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("no pod of Job {ns}/{job} within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until `pred` holds for the pod; returns the pod.
+pub async fn wait_pod<P>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: P,
+) -> Result<Pod>
+where
+    P: Fn(&Pod) -> bool,
+{
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last: Option<Pod> = None;
+    loop {
+        match pods.get(name).await {
+            Ok(pod) if pred(&pod) => return Ok(pod),
+            Ok(pod) => last = Some(pod),
+            Err(e) => tracing::debug!(error = %e, "get pod"),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let state = last
+                .as_ref()
+                .and_then(|p| p.status.as_ref())
+                .map(|s| format!("{s:?}"));
+            bail!("pod {ns}/{name}: not {what} within {timeout:?}; last status {state:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Waits until the pod no longer exists.
+pub async fn wait_pod_gone(client: &Client, ns: &str, name: &str, timeout: Duration) -> Result<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    poll_until(timeout, Duration::from_millis(300), || {
+        let pods = pods.clone();
+        async move { Ok(pods.get_opt(name).await?.is_none()) }
+    })
+    .await
+    .with_context(|| format!("pod {ns}/{name} still exists"))
+}
+
+/// Waits until the pod is finished (see [`pod_finished`]).
+pub async fn wait_pod_finished(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<Pod> {
+    wait_pod(client, ns, name, "finished", timeout, pod_finished).await
+}
