@@ -106,8 +106,9 @@ EOF
 # containerd 2.x: configuration version 3, where the CRI plugin is split into
 # io.containerd.cri.v1.images (snapshotter, pinned sandbox image) and
 # io.containerd.cri.v1.runtime (runtimes, CNI, security settings); field names
-# from internal/cri/config/config.go of containerd v2.4. Same settings as
-# version 2 above; NRI is off too (nothing here uses it).
+# from internal/cri/config/config.go of containerd v2.4 (which migrates it to
+# its version 4 at start, with a warning in its log; 2.0-2.3 read it as is).
+# Same settings as version 2 above; NRI is off too (nothing here uses it).
 _containerd_config_v3() {
   cat <<EOF
 version = 3
@@ -207,11 +208,14 @@ staticPodPath: ""
 # only when the disk is really full (the disk is shared with other work).
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# Absolute sizes, not percentages: on a large disk shared with builds, 2% is
+# gigabytes, and a node under DiskPressure evicts and refuses every pod (seen:
+# 3 GB free of 252 GB made the webhook's rollout time out).
 evictionHard:
   memory.available: 200Mi
-  nodefs.available: 2%
+  nodefs.available: 512Mi
   nodefs.inodesFree: 2%
-  imagefs.available: 2%
+  imagefs.available: 512Mi
 serializeImagePulls: false
 maxPods: 110
 EOF

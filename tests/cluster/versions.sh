@@ -64,6 +64,9 @@ case "$RUNTIME" in
     CONTAINERD_MAJOR=1
     ;;
 esac
+# For debugging a runtime: another OCI runtime binary (e.g. a wrapper that adds
+# --debug and keeps its stderr), used in place of the runtime's own.
+OCI_RUNTIME_BINARY="${KUBE_PRESTOP_OCI_RUNTIME:-$OCI_RUNTIME_BINARY}"
 CTR="$RUNTIME_BIN/ctr"
 CONTAINERD="$RUNTIME_BIN/containerd"
 
