@@ -7,7 +7,8 @@
 #   target/matrix/<k8s>_<runtime>.json   result: cell, date, counts, failed tests/scenarios
 #   target/matrix/<k8s>_<runtime>.log    everything the cell printed
 # and the run ends with one table over all result files (`tests/matrix.sh table`
-# prints it again).
+# prints it again). Tests run with --nocapture, so that the log shows every
+# scenario's result (the concurrent batch reports each one) and skip reasons.
 #
 # The default cell (v1.37.2, containerd2-runc) runs what `make e2e-all` runs; every other
 # cell runs the concurrent scenario batch, the twenty-`true` burst and the
@@ -71,12 +72,12 @@ check_cells() {
 cell_tests() {
   if [[ "$1" == "$DEFAULT_CELL" ]]; then
     # What `make e2e-all` runs.
-    echo "cargo test -p kube-prestop-e2e -- --test-threads=1"
+    echo "cargo test -p kube-prestop-e2e -- --test-threads=1 --nocapture"
     echo "tests/chart/install-check.sh"
     echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-webhook --lib certmanager::cluster_tests -- --ignored"
   else
-    echo "cargo test -p kube-prestop-e2e --test scenarios -- --test-threads=1 --exact concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
-    echo "cargo test -p kube-prestop-e2e --test kubelet_restarts -- --test-threads=1"
+    echo "cargo test -p kube-prestop-e2e --test scenarios -- --test-threads=1 --exact --nocapture concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
+    echo "cargo test -p kube-prestop-e2e --test kubelet_restarts -- --test-threads=1 --nocapture"
   fi
 }
 

@@ -120,14 +120,16 @@ ensure_runc() {
 }
 
 # youki (Rust, crates.io) with its cgroup v1 support (cargo feature `v1`; the
-# default build only has cgroup v2 and systemd) and seccomp (libseccomp).
+# default build only has cgroup v2 and systemd) and seccomp (feature `seccomp`,
+# against Debian's libseccomp; without it youki warns "seccomp not available"
+# and runs containers without their seccomp profile).
 ensure_youki() {
   local bin="$YOUKI_DIR/bin/youki"
   if [[ ! -x "$bin" ]]; then
     ensure_apt_packages gcc libc6-dev pkg-config libseccomp-dev
     echo "youki $YOUKI_VERSION: building into $YOUKI_DIR/bin" >&2
     local start=$SECONDS
-    cargo install --locked --root "$YOUKI_DIR" --version "$YOUKI_VERSION" --features v1 youki >&2
+    cargo install --locked --root "$YOUKI_DIR" --version "$YOUKI_VERSION" --features v1,seccomp youki >&2
     echo "youki $YOUKI_VERSION: built in $((SECONDS - start))s" >&2
   fi
   echo "$bin"

@@ -41,7 +41,8 @@ HELM_BUILD=2
 HELM_DIR="$KUBE_PRESTOP_CACHE/helm-$HELM_VERSION-build$HELM_BUILD"
 CONTAINERD_DIR="$KUBE_PRESTOP_CACHE/containerd-$CONTAINERD_VERSION"
 RUNC_DIR="$KUBE_PRESTOP_CACHE/runc-$RUNC_VERSION"
-YOUKI_DIR="$KUBE_PRESTOP_CACHE/youki-$YOUKI_VERSION"
+# -seccomp: built with the features v1 and seccomp (the default features have no seccomp).
+YOUKI_DIR="$KUBE_PRESTOP_CACHE/youki-$YOUKI_VERSION-seccomp"
 
 # The runtime's binaries: RUNTIME_BIN goes first on the PATH of containerd (so it
 # finds its own containerd-shim-runc-v2, not Debian's) and of the clients (ctr);
