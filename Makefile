@@ -79,8 +79,13 @@ e2e-all: ## Cluster up, install, the e2e suite and the chart install check, clus
 	$(CLUSTER)/check-clean.sh || rc=1; \
 	exit $$rc
 
+.PHONY: e2e-matrix
+e2e-matrix: ## The e2e suite over Kubernetes versions x runtimes, cell by cell (root; cached builds; results in target/matrix, one table at the end; see tests/matrix.sh)
+	tests/matrix.sh
+
 .PHONY: test
-test: ## Everything CI runs: lint, unit, chart and deny checks, then the e2e suite on a real cluster
+test: ## Everything CI runs: installs what is missing (.ci/install-deps.sh), lint, unit, chart and deny checks, then the e2e suite on a real cluster
+	.ci/install-deps.sh
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory chart-test

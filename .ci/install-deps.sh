@@ -12,8 +12,10 @@ packages=(
   musl-tools
   # images without Docker
   umoci
-  # local cluster: runtime, network, pause and workload images
-  containerd runc containernetworking-plugins iproute2 iptables conntrack
+  # local cluster: Debian's containerd 1.6 and runc 1.1 (RUNTIME=containerd1.6-runc1.1),
+  # runc 1.5's seccomp build (cgo, libseccomp), network, pause and workload images
+  containerd runc gcc libc6-dev pkg-config libseccomp-dev
+  containernetworking-plugins iproute2 iptables conntrack
   catatonit busybox-static openssl socat curl
   # script lint
   shellcheck

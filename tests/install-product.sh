@@ -26,6 +26,8 @@ log() { printf '[install] %s\n' "$*" >&2; }
 [[ -f "${state_env}" ]] || { log "no cluster: run 'make cluster-up' first"; exit 1; }
 # shellcheck source=/dev/null
 source "${state_env}"
+# ctr of the running cluster's runtime, whatever RUNTIME the caller has.
+use_running_platform
 chart_tools_install >/dev/null
 
 if [[ -z "${SKIP_IMAGE_BUILD:-}" ]]; then

@@ -48,28 +48,31 @@ write_module() {
 }
 
 build() {
-  local src="$K8S_DIR/src" pkgs=() c
+  local src="$K8S_DIR/src" pkgs=() c minor="${K8S_VERSION#v1.}"
+  minor="${minor%%.*}"
   for c in "${K8S_COMMANDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   # Fills go.sum; errors surface in the build below.
   (cd "$src" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1) || true
   mkdir -p "$K8S_BIN.tmp"
   # CGO off: static binaries, no dependence on the host's libc headers.
   (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
-    -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${K8S_VERSION#v1.} -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION" \
+    -ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION" \
     -o "$K8S_BIN.tmp/" "${pkgs[@]}")
   rm -rf "$K8S_BIN"
   mv "$K8S_BIN.tmp" "$K8S_BIN"
 }
 
 main() {
+  check_platform || exit 2
   if all_built; then
     echo "kubernetes $K8S_VERSION: cached in $K8S_BIN"
     return 0
   fi
   echo "kubernetes $K8S_VERSION: building into $K8S_BIN (takes a while on 2 cores)"
+  local start=$SECONDS
   write_module
   build
-  echo "kubernetes $K8S_VERSION: built"
+  echo "kubernetes $K8S_VERSION: built in $((SECONDS - start))s"
 }
 
 main "$@"

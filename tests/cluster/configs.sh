@@ -14,7 +14,44 @@ commit_file() {
 
 write_containerd_config() {
   mkdir -p "$CONF" "$STATE/containerd" "$STATE/cni/net.d"
-  cat >"$CONF/containerd.toml.new" <<EOF
+  if ((CONTAINERD_MAJOR >= 2)); then
+    _containerd_config_v3 >"$CONF/containerd.toml.new"
+  else
+    _containerd_config_v2 >"$CONF/containerd.toml.new"
+  fi
+  # bridge + host-local IPAM inside the node's network namespace; no masquerade,
+  # as nothing may leave the namespace anyway. Pods get a default route to the
+  # bridge; the node's namespace itself has none, so anything beyond the node,
+  # pod and service ranges is unreachable.
+  cat >"$STATE/cni/net.d/10-kpt.conflist.new" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "kpt-pods",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "kpt-cni0",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$STATE/cni/ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  commit_file "$CONF/containerd.toml"
+  commit_file "$STATE/cni/net.d/10-kpt.conflist"
+}
+
+# containerd 1.x: configuration version 2 (the CRI plugin in one section).
+_containerd_config_v2() {
+  cat <<EOF
 version = 2
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
@@ -55,7 +92,7 @@ disabled_plugins = [
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = "$OCI_RUNTIME_BINARY"
         Root = "$STATE/runc"
         # cgroup v1 via cgroupfs, matching the kubelet; no systemd involvement.
         SystemdCgroup = false
@@ -64,34 +101,65 @@ disabled_plugins = [
     conf_dir = "$STATE/cni/net.d"
     max_conf_num = 1
 EOF
-  # bridge + host-local IPAM inside the node's network namespace; no masquerade,
-  # as nothing may leave the namespace anyway. Pods get a default route to the
-  # bridge; the node's namespace itself has none, so anything beyond the node,
-  # pod and service ranges is unreachable.
-  cat >"$STATE/cni/net.d/10-kpt.conflist.new" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "kpt-pods",
-  "plugins": [
-    {
-      "type": "bridge",
-      "bridge": "kpt-cni0",
-      "isGateway": true,
-      "ipMasq": false,
-      "hairpinMode": true,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "$STATE/cni/ipam",
-        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$POD_GATEWAY"}]],
-        "routes": [{"dst": "0.0.0.0/0"}]
-      }
-    },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
 }
+
+# containerd 2.x: configuration version 3, where the CRI plugin is split into
+# io.containerd.cri.v1.images (snapshotter, pinned sandbox image) and
+# io.containerd.cri.v1.runtime (runtimes, CNI, security settings); field names
+# from internal/cri/config/config.go of containerd v2.4 (which migrates it to
+# its version 4 at start, with a warning in its log; 2.0-2.3 read it as is).
+# Same settings as version 2 above; NRI is off too (nothing here uses it).
+_containerd_config_v3() {
+  cat <<EOF
+version = 3
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+disabled_plugins = [
+  "io.containerd.internal.v1.opt",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.differ.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+  "io.containerd.nri.v1.nri",
+]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  enable_selinux = false
+  restrict_oom_score_adj = true
+  enable_unprivileged_ports = true
+  enable_unprivileged_icmp = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$OCI_RUNTIME_BINARY"
+        Root = "$STATE/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
 EOF
-  commit_file "$CONF/containerd.toml"
-  commit_file "$STATE/cni/net.d/10-kpt.conflist"
 }
 
 write_kubelet_config() {
@@ -140,11 +208,14 @@ staticPodPath: ""
 # only when the disk is really full (the disk is shared with other work).
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# Absolute sizes, not percentages: on a large disk shared with builds, 2% is
+# gigabytes, and a node under DiskPressure evicts and refuses every pod (seen:
+# 3 GB free of 252 GB made the webhook's rollout time out).
 evictionHard:
   memory.available: 200Mi
-  nodefs.available: 2%
+  nodefs.available: 512Mi
   nodefs.inodesFree: 2%
-  imagefs.available: 2%
+  imagefs.available: 512Mi
 serializeImagePulls: false
 maxPods: 110
 EOF

@@ -33,7 +33,7 @@ drain_pods() {
 # Kills every container task left in containerd's k8s.io namespace.
 kill_tasks() {
   component_running containerd || return 0
-  local c=(ctr --address "$CONTAINERD_SOCK" -n k8s.io) id
+  local c=("$CTR" --address "$CONTAINERD_SOCK" -n k8s.io) id
   for id in $("${c[@]}" tasks ls -q 2>/dev/null); do
     "${c[@]}" tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
   done
@@ -130,5 +130,6 @@ main() {
   log "cluster down in $((SECONDS - start))s"
 }
 
+use_running_platform
 take_lock
 main "$@"

@@ -56,17 +56,6 @@ _populate_busybox() {
   printf 'root:x:0:\nnobody:x:65534:\n' >"$root/etc/group"
 }
 
-ensure_apt_packages() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  ((${#missing[@]} == 0)) && return 0
-  log "installing Debian packages: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-}
-
 # Prints the archive paths, one a line: pause then busybox.
 build_base_images() {
   ensure_apt_packages umoci catatonit busybox-static
@@ -96,7 +85,7 @@ import_oci_archive() {
   local path="$1" base="${2:-}" args=()
   [[ -f "$path" ]] || die "no such archive: $path"
   [[ -n "$base" ]] && args+=(--base-name "$base")
-  ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "${args[@]}" "$path" >&2
+  "$CTR" --address "$CONTAINERD_SOCK" -n k8s.io images import "${args[@]}" "$path" >&2
 }
 
 import_base_images() {

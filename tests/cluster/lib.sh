@@ -36,6 +36,8 @@ HOST_API_PORT="${KUBE_PRESTOP_API_PORT:-36443}"
 CGROUP_ROOT="/kube-prestop"
 
 MNTNS="$STATE/ns/mnt"
+# K8S_VERSION=... RUNTIME=... of the cluster that up.sh started (see use_running_platform).
+PLATFORM_FILE="$STATE/platform"
 CONTAINERD_SOCK="$STATE/containerd/containerd.sock"
 KUBECONFIG_HOST="$STATE/kubeconfig"
 KUBECTL="$K8S_BIN/kubectl"
@@ -208,4 +210,21 @@ mntns_exists() {
 
 netns_exists() {
   [[ -e "/run/netns/$NETNS" ]]
+}
+
+# use_running_platform: for scripts that act on the running cluster (down, status):
+# its K8S_VERSION and RUNTIME (kubectl, ctr), whatever the caller's environment says.
+use_running_platform() {
+  [[ -f "$PLATFORM_FILE" ]] || return 0
+  local kv kvs
+  read -r -a kvs <"$PLATFORM_FILE"
+  for kv in "${kvs[@]}"; do
+    case "$kv" in
+      K8S_VERSION=*) K8S_VERSION="${kv#*=}" ;;
+      RUNTIME=*) RUNTIME="${kv#*=}" ;;
+    esac
+  done
+  # shellcheck source=tests/cluster/versions.sh
+  source "$_lib_here/versions.sh"
+  KUBECTL="$K8S_BIN/kubectl"
 }

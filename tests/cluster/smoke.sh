@@ -125,4 +125,5 @@ main() {
   log "smoke: all passed in $((SECONDS - start))s"
 }
 
+use_running_platform
 main "$@"

@@ -5,6 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=tests/cluster/lib.sh
 source "$here/lib.sh"
+use_running_platform
 
 if [[ ! -d "$STATE/pids" ]]; then
   echo "cluster: down (no state in $STATE)"

@@ -3,6 +3,8 @@
 # their paths. Others may source this file and call the functions, or run it:
 #   tests/cluster/tools.sh helm    -> prints the path of a cached helm binary
 #   tests/cluster/tools.sh etcd    -> prints the path of a cached etcd binary
+#   tests/cluster/tools.sh runtime -> builds $RUNTIME's containerd and OCI runtime,
+#                                     prints the OCI runtime's path
 # Build output goes to stderr so that stdout is only the path.
 set -euo pipefail
 
@@ -73,10 +75,96 @@ MOD
   echo "$bin"
 }
 
+# containerd 2.x: containerd, its runc shim and ctr, static (CGO off: the
+# btrfs snapshotter, the only cgo part, is left out by its build tag; the
+# harness disables it anyway). containerd's go.mod has no replace directives,
+# so `go install` builds the released module as is; the -X flags are those of
+# its Makefile, so `containerd --version` names the release.
+ensure_containerd() {
+  local c absent=0
+  for c in containerd containerd-shim-runc-v2 ctr; do
+    [[ -x "$CONTAINERD_DIR/bin/$c" ]] || absent=1
+  done
+  if ((absent)); then
+    echo "containerd $CONTAINERD_VERSION: building into $CONTAINERD_DIR/bin" >&2
+    local pkg=github.com/containerd/containerd/v2 start=$SECONDS
+    mkdir -p "$CONTAINERD_DIR/bin.tmp"
+    CGO_ENABLED=0 GOBIN="$CONTAINERD_DIR/bin.tmp" go install -trimpath \
+      -ldflags="-s -w -X $pkg/version.Version=$CONTAINERD_VERSION -X $pkg/version.Package=$pkg" \
+      "$pkg/cmd/containerd@$CONTAINERD_VERSION" "$pkg/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+      "$pkg/cmd/ctr@$CONTAINERD_VERSION" >&2
+    rm -rf "${CONTAINERD_DIR:?}/bin"
+    mv "$CONTAINERD_DIR/bin.tmp" "$CONTAINERD_DIR/bin"
+    echo "containerd $CONTAINERD_VERSION: built in $((SECONDS - start))s" >&2
+  fi
+  echo "$CONTAINERD_DIR/bin/containerd"
+}
+
+# runc 1.5.x with seccomp: cgo against Debian's libseccomp (the `seccomp` build
+# tag of runc's Makefile); the -X flag is its Makefile's, for `runc --version`.
+ensure_runc() {
+  local bin="$RUNC_DIR/bin/runc"
+  if [[ ! -x "$bin" ]]; then
+    ensure_apt_packages gcc libc6-dev pkg-config libseccomp-dev
+    echo "runc $RUNC_VERSION: building into $RUNC_DIR/bin" >&2
+    local start=$SECONDS
+    mkdir -p "$RUNC_DIR/bin.tmp"
+    CGO_ENABLED=1 GOBIN="$RUNC_DIR/bin.tmp" go install -trimpath -tags seccomp \
+      -ldflags="-X main.version=${RUNC_VERSION#v}" \
+      "github.com/opencontainers/runc@$RUNC_VERSION" >&2
+    rm -rf "${RUNC_DIR:?}/bin"
+    mv "$RUNC_DIR/bin.tmp" "$RUNC_DIR/bin"
+    echo "runc $RUNC_VERSION: built in $((SECONDS - start))s" >&2
+  fi
+  echo "$bin"
+}
+
+# youki (Rust, crates.io) with its cgroup v1 support (cargo feature `v1`; the
+# default build only has cgroup v2 and systemd) and seccomp (feature `seccomp`,
+# against Debian's libseccomp; without it youki warns "seccomp not available"
+# and runs containers without their seccomp profile).
+ensure_youki() {
+  local bin="$YOUKI_DIR/bin/youki"
+  if [[ ! -x "$bin" ]]; then
+    ensure_apt_packages gcc libc6-dev pkg-config libseccomp-dev
+    echo "youki $YOUKI_VERSION: building into $YOUKI_DIR/bin" >&2
+    local start=$SECONDS
+    cargo install --locked --root "$YOUKI_DIR" --version "$YOUKI_VERSION" --features v1,seccomp youki >&2
+    echo "youki $YOUKI_VERSION: built in $((SECONDS - start))s" >&2
+  fi
+  echo "$bin"
+}
+
+# The container runtime of $RUNTIME: builds what is missing, prints the OCI
+# runtime binary's path.
+ensure_runtime() {
+  case "$RUNTIME" in
+    containerd2-runc)
+      ensure_containerd >/dev/null
+      ensure_runc
+      ;;
+    containerd2-youki)
+      ensure_containerd >/dev/null
+      ensure_youki
+      ;;
+    containerd1.6-runc1.1)
+      ensure_apt_packages containerd runc
+      echo "$OCI_RUNTIME_BINARY"
+      ;;
+    *)
+      check_platform
+      ;;
+  esac
+}
+
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   case "${1:-}" in
     helm) ensure_helm ;;
     etcd) ensure_etcd ;;
-    *) echo "usage: $0 helm|etcd" >&2; exit 2 ;;
+    containerd) ensure_containerd ;;
+    runc) ensure_runc ;;
+    youki) ensure_youki ;;
+    runtime) check_platform && ensure_runtime ;;
+    *) echo "usage: $0 helm|etcd|containerd|runc|youki|runtime" >&2; exit 2 ;;
   esac
 fi

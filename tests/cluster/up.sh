@@ -21,11 +21,26 @@ source "$here/configs.sh"
 ETCD=""
 
 preflight() {
+  check_platform || die "no such platform (K8S_VERSION, RUNTIME): nothing was built or started"
   [[ $EUID -eq 0 ]] || die "must run as root (namespaces, mounts, cgroups)"
-  ensure_apt_packages containerd runc containernetworking-plugins iptables conntrack \
+  check_running_platform
+  log "platform: Kubernetes $K8S_VERSION, runtime $RUNTIME"
+  ensure_apt_packages containernetworking-plugins iptables conntrack \
     socat umoci catatonit busybox-static openssl iproute2 util-linux curl
+  ensure_runtime >/dev/null
   "$here/build-k8s.sh" >&2
   ETCD="$(ensure_etcd)"
+}
+
+# A running cluster of another platform is not changed under its users.
+check_running_platform() {
+  [[ -f "$PLATFORM_FILE" ]] || return 0
+  local running
+  running="$(cat "$PLATFORM_FILE")"
+  if [[ "$running" != "K8S_VERSION=$K8S_VERSION RUNTIME=$RUNTIME" ]] &&
+    mntns_exists && component_running containerd; then
+    die "a cluster of another platform is up ($running): make cluster-down first"
+  fi
 }
 
 # A state dir whose namespaces are gone (reboot, crash, manual kill) is stale.
@@ -101,8 +116,10 @@ start_controllers() {
 
 start_containerd() {
   write_containerd_config
-  start_component containerd containerd --config "$CONF/containerd.toml"
-  wait_component containerd "containerd" 60 ctr --address "$CONTAINERD_SOCK" version
+  # RUNTIME_BIN first: containerd 2 looks its shim up on PATH (then next to itself),
+  # which must be the one built with it, not Debian's.
+  start_component containerd env PATH="$RUNTIME_BIN:$PATH" "$CONTAINERD" --config "$CONF/containerd.toml"
+  wait_component containerd "containerd" 60 "$CTR" --address "$CONTAINERD_SOCK" version
 }
 
 # The kubelet requires its cgroupRoot to exist in every v1 hierarchy. These are
@@ -148,7 +165,9 @@ write_env() {
   mkdir -p "$STATE/hostpath"
   cat >"$STATE/env.sh" <<EOF
 export KUBECONFIG=$KUBECONFIG_HOST
-export PATH=$K8S_BIN:$HELM_DIR/bin:\$PATH
+export PATH=$K8S_BIN:$HELM_DIR/bin:$RUNTIME_BIN:\$PATH
+export K8S_VERSION=$K8S_VERSION
+export RUNTIME=$RUNTIME
 # A directory on the node for hostPath volumes that tests read from the host.
 export KUBE_PRESTOP_NODE_HOSTPATH=$STATE/hostpath
 export KUBE_PRESTOP_E2E_IMAGE=$BUSYBOX_IMAGE
@@ -169,6 +188,7 @@ main() {
   preflight
   clean_stale_state
   mkdir -p "$STATE"
+  echo "K8S_VERSION=$K8S_VERSION RUNTIME=$RUNTIME" >"$PLATFORM_FILE"
   record_preexisting_paths
   setup_netns
   setup_mntns

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# `make e2e-matrix`: the e2e suite over Kubernetes versions x container
+# runtimes, one cell after another (one cluster per machine). Per cell:
+# build what is missing (cached by version, so a re-run skips it), cluster up,
+# install kube-prestop, the cell's tests, cluster down, check-clean. A failing
+# cell does not stop the others. Each cell writes
+#   target/matrix/<k8s>_<runtime>.json   result: cell, date, counts, failed tests/scenarios
+#   target/matrix/<k8s>_<runtime>.log    everything the cell printed
+# and the run ends with one table over all result files (`tests/matrix.sh table`
+# prints it again). Tests run with --nocapture, so that the log shows every
+# scenario's result (the concurrent batch reports each one) and skip reasons.
+#
+# The default cell (v1.37.2, containerd2-runc) runs what `make e2e-all` runs; every other
+# cell runs the concurrent scenario batch, the twenty-`true` burst and the
+# kubelet restart scenarios (issue 14).
+#
+# Environment:
+#   MATRIX_K8S       Kubernetes versions (default: all of versions.sh's K8S_VERSIONS, newest first)
+#   MATRIX_RUNTIMES  runtimes (default: all of versions.sh's RUNTIMES)
+#   MATRIX_CELLS     explicit cells "k8s/runtime ..." instead of the product of the two
+#   MATRIX_RERUN=1   run cells again that already have a passing result (default: skip them)
+#   MATRIX_LOCK      a file to flock(1) around each cell's cluster use (machines shared by several users)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cluster="$repo/tests/cluster"
+out="$repo/target/matrix"
+# shellcheck source=tests/cluster/versions.sh
+source "$cluster/versions.sh"
+
+DEFAULT_CELL="v1.37.2/containerd2-runc"
+
+log() { printf '[matrix %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+cells() {
+  if [[ -n "${MATRIX_CELLS:-}" ]]; then
+    local c
+    read -r -a c <<<"$MATRIX_CELLS"
+    printf '%s\n' "${c[@]}"
+    return
+  fi
+  local k r ks rs
+  read -r -a ks <<<"${MATRIX_K8S:-$(printf '%s\n' "${K8S_VERSIONS[@]}" | sort -rV | tr '\n' ' ')}"
+  read -r -a rs <<<"${MATRIX_RUNTIMES:-${RUNTIMES[*]}}"
+  # The default cell first: it is the one everybody else relies on.
+  for k in "${ks[@]}"; do
+    for r in "${rs[@]}"; do
+      [[ "$k/$r" == "$DEFAULT_CELL" ]] && echo "$k/$r"
+    done
+  done
+  for k in "${ks[@]}"; do
+    for r in "${rs[@]}"; do
+      [[ "$k/$r" == "$DEFAULT_CELL" ]] || echo "$k/$r"
+    done
+  done
+}
+
+# Every cell is checked before anything is built or started.
+check_cells() {
+  local cell bad=0
+  while read -r cell; do
+    K8S_VERSION="${cell%%/*}" RUNTIME="${cell#*/}" bash -c \
+      "source '$cluster/versions.sh' && check_platform" || bad=1
+  done < <(cells)
+  ((bad == 0)) || {
+    log "unknown cell(s): nothing was run"
+    exit 2
+  }
+}
+
+# The tests of a cell, as cargo test invocations (one a line).
+cell_tests() {
+  if [[ "$1" == "$DEFAULT_CELL" ]]; then
+    # What `make e2e-all` runs.
+    echo "cargo test -p kube-prestop-e2e -- --test-threads=1 --nocapture"
+    echo "tests/chart/install-check.sh"
+    echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-webhook --lib certmanager::cluster_tests -- --ignored"
+  else
+    echo "cargo test -p kube-prestop-e2e --test scenarios -- --test-threads=1 --exact --nocapture concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
+    echo "cargo test -p kube-prestop-e2e --test kubelet_restarts -- --test-threads=1 --nocapture"
+  fi
+}
+
+# write_result FILE CELL STATUS LOG: the cell's result as JSON, counted from its log.
+write_result() {
+  local file="$1" cell="$2" status="$3" logf="$4"
+  python3 - "$file" "$cell" "$status" "$logf" <<'PY'
+import json, re, sys, datetime
+file, cell, status, logf = sys.argv[1:5]
+text = open(logf, errors="replace").read()
+passed = failed = ignored = 0
+for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
+    passed += int(m.group(1)); failed += int(m.group(2)); ignored += int(m.group(3))
+failed_tests = sorted(set(re.findall(r"^test (\S+) \.\.\. FAILED", text, re.M)))
+sc_passed = len(re.findall(r"^scenario \S+: passed", text, re.M))
+sc_failed = sorted(set(re.findall(r"^scenario (\S+): FAILED", text, re.M)))
+skipped = re.findall(r"^SKIPPED: (.*)$", text, re.M)
+k8s, runtime = cell.split("/", 1)
+json.dump({
+    "cell": cell, "kubernetes": k8s, "runtime": runtime,
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "status": status,
+    "tests_passed": passed, "tests_failed": failed, "tests_ignored": ignored,
+    "scenarios_passed": sc_passed, "scenarios_failed": len(sc_failed),
+    "failed": failed_tests + ["scenario " + s for s in sc_failed],
+    "skipped": skipped,
+    "log": logf,
+}, open(file, "w"), indent=1)
+PY
+}
+
+run_cell() {
+  local cell="$1" k8s="${1%%/*}" runtime="${1#*/}" name logf res status=pass
+  name="${k8s}_${runtime}"
+  logf="$out/$name.log"
+  res="$out/$name.json"
+  if [[ -z "${MATRIX_RERUN:-}" && -f "$res" ]] &&
+    python3 -c 'import json,sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "pass")' "$res"; then
+    log "$cell: passed before ($res), skipped (MATRIX_RERUN=1 runs it again)"
+    return 0
+  fi
+  log "$cell: log $logf"
+  : >"$logf"
+  export K8S_VERSION="$k8s" RUNTIME="$runtime"
+  {
+    echo "==> cell $cell: $(date -u +%FT%TZ)"
+    local start=$SECONDS
+    # Builds outside the cluster lock: they take long and touch no cluster.
+    if ! "$cluster/build-k8s.sh" || ! "$cluster/tools.sh" runtime; then
+      status=build-failed
+    fi
+    echo "==> build step: $((SECONDS - start))s"
+  } >>"$logf" 2>&1
+  if [[ "$status" == pass ]]; then
+    local lock_cmd=()
+    [[ -n "${MATRIX_LOCK:-}" ]] && lock_cmd=(flock "$MATRIX_LOCK")
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    if ! "${lock_cmd[@]}" bash -c '
+      set -uo pipefail
+      repo="$1" cell="$2" status=pass
+      shift 2
+      if ! "$repo/tests/cluster/up.sh"; then
+        echo "==> cluster-up failed"; status=cluster-failed
+      elif ! SKIP_IMAGE_BUILD="${MATRIX_SKIP_IMAGE_BUILD:-}" "$repo/tests/install-product.sh"; then
+        echo "==> install failed"; status=install-failed
+      else
+        source /var/lib/kube-prestop/cluster/env.sh
+        for t in "$@"; do
+          echo "==> $t"
+          (cd "$repo" && $t) || status=fail
+        done
+      fi
+      "$repo/tests/cluster/down.sh" || status=down-failed
+      "$repo/tests/cluster/check-clean.sh" || status=not-clean
+      echo "==> cell status: $status"
+      [[ "$status" == pass ]]
+    ' matrix-cell "$repo" "$cell" "${tests[@]}" >>"$logf" 2>&1; then
+      status="$(sed -n 's/^==> cell status: //p' "$logf" | tail -n 1)"
+      [[ -n "$status" ]] || status=fail
+    fi
+  fi
+  write_result "$res" "$cell" "$status" "$logf"
+  log "$cell: $status"
+}
+
+table() {
+  python3 - "$out" <<'PY'
+import glob, json, os, sys
+rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json")))]
+order = {"v1.37.2/containerd2-runc": 0}
+rows.sort(key=lambda r: (order.get(r["cell"], 1), [-int(x) for x in r["kubernetes"][1:].split(".")], r["runtime"]))
+print("| Kubernetes | runtime | date | result | tests passed / failed | scenarios passed / failed | failed (log) |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    failed = ", ".join(r["failed"]) or "-"
+    if r["status"] != "pass":
+        failed += f" ({os.path.relpath(r['log'])})"
+    if r.get("skipped"):
+        failed += "; skipped: " + "; ".join(r["skipped"])
+    print(f"| {r['kubernetes']} | {r['runtime']} | {r['date']} | {r['status']} | "
+          f"{r['tests_passed']} / {r['tests_failed']} | {r['scenarios_passed']} / {r['scenarios_failed']} | {failed} |")
+PY
+}
+
+main() {
+  if [[ "${1:-}" == table ]]; then
+    table
+    return
+  fi
+  [[ $EUID -eq 0 ]] || {
+    log "must run as root (the cluster harness)"
+    exit 1
+  }
+  check_cells
+  mkdir -p "$out"
+  local cell
+  mapfile -t all < <(cells)
+  # The images are the same for every cell: built once, by the first install.
+  for cell in "${all[@]}"; do
+    mapfile -t tests < <(cell_tests "$cell")
+    run_cell "$cell"
+    [[ -f "$repo/target/oci/kube-prestop-sidecar.tar" ]] && export MATRIX_SKIP_IMAGE_BUILD=1
+  done
+  echo
+  table
+}
+
+main "$@"
