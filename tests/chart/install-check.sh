@@ -13,7 +13,8 @@
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
 # Needs the images localhost/kube-prestop/{webhook,sidecar}:<appVersion> in
-# the cluster's containerd (images/build-oci.sh, then ctr images import), and
+# the cluster's containerd (images/build-oci.sh, then ctr images import; the
+# chart is given these names by LOCAL_IMAGE_VALUES of tools.sh), and
 # kubectl on PATH or in $KUBECTL. Uses release and namespace
 # kube-prestop-chart-check (override with CHECK_NAMESPACE).
 set -euo pipefail
@@ -45,7 +46,7 @@ k create namespace "${ns}" >/dev/null
 k label namespace "${ns}" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null
 
-if "${HELM}" install "${release}" "${chart}" -n "${ns}" --wait --timeout 180s >/dev/null; then
+if "${HELM}" install "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s >/dev/null; then
     pass "helm install --wait (rollout under Pod Security restricted)"
 else
     k -n "${ns}" get pods,events 2>&1 | tail -20
@@ -82,7 +83,7 @@ for _ in $(seq 1 45); do
 done
 if [[ -n "${repaired}" ]]; then pass "overwritten caBundle repaired"; else fail "caBundle not repaired in 90 s"; fi
 
-if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s --set server.logLevel=debug >/dev/null &&
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s --set server.logLevel=debug >/dev/null &&
     [[ "$(secret_key 'tls\.crt')" == "${crt}" ]] &&
     [[ "$(k get mutatingwebhookconfiguration "${name}" -o 'jsonpath={.webhooks[0].clientConfig.caBundle}')" == "${bundle}" ]]; then
     pass "helm upgrade keeps the certificate and caBundle"
@@ -92,7 +93,7 @@ fi
 
 # createAhead: a labelled namespace gets the ConfigMap without any pod.
 ahead="${ns}-ahead"
-if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s \
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
     --set sidecarBinary.createAhead=true >/dev/null; then
     k create namespace "${ahead}" >/dev/null
     k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null

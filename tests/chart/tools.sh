@@ -22,6 +22,15 @@ KUBECONFORM_VERSION="${KUBECONFORM_VERSION:-v0.7.0}"
 K8S_SCHEMA_VERSIONS="${K8S_SCHEMA_VERSIONS:-v1.29.6 v1.34.4}"
 
 CHART_TOOLS_CACHE="${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools"
+
+# Helm values for the images images/build-oci.sh builds and the local
+# cluster's scripts import (the chart defaults to the published names,
+# ghcr.io/kube-prestop/kube-prestop-{webhook,sidecar}).
+# shellcheck disable=SC2034  # used by the scripts that source this file
+LOCAL_IMAGE_VALUES=(
+    --set image.repository=localhost/kube-prestop/webhook
+    --set installImage.repository=localhost/kube-prestop/sidecar
+)
 CHART_TOOLS_SELF_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 chart_tools_log() { printf '[chart-tools] %s\n' "$*" >&2; }
