@@ -49,6 +49,7 @@ cases=(
     "custom-k8s1.34|values-custom.yaml|1.34.0"
     "createahead-k8s1.34|values-createahead.yaml|1.34.0"
     "monitoring-k8s1.34|values-monitoring.yaml|1.34.0"
+    "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -164,6 +165,7 @@ expect_refused "a timeout over 30 s" --set webhook.timeoutSeconds=31
 expect_refused "a malformed duration" --set certificates.selfManaged.validity=1year
 expect_refused "an unknown sidecar binary source" --set sidecarBinary.source=image
 expect_refused "createAhead without ConfigMaps" --set sidecarBinary.source=installContainer --set sidecarBinary.createAhead=true
+expect_refused "a privileged host port" --set hostNetwork.enabled=true --set hostNetwork.port=443
 expect_refused "a malformed scrape interval" --set monitoring.serviceMonitor.interval=often
 expect_refused "an unknown monitoring value" --set monitoring.prometheusRule.unknownKey=1
 expect_refused "a certificate expiry alert of 0 days" --set monitoring.prometheusRule.certificateExpiryDays=0
@@ -196,6 +198,14 @@ check_render "install container only: no ConfigMap permission" custom-k8s1.34 "c
 check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
 check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
+check_render "pod network by default: no hostNetwork" selfmanaged-k8s1.34 "hostNetwork: true" 0
+check_render "hostNetwork: on the node's network" hostnetwork-k8s1.34 "      hostNetwork: true" 1
+check_render "hostNetwork: cluster DNS kept" hostnetwork-k8s1.34 "      dnsPolicy: ClusterFirstWithHostNet" 1
+check_render "hostNetwork: HTTPS on the configured node port" hostnetwork-k8s1.34 "listen-addr=0.0.0.0:10270" 1
+check_render "hostNetwork: metrics on the configured node port" hostnetwork-k8s1.34 "metrics-addr=0.0.0.0:10271" 1
+check_render "hostNetwork: container ports are the node ports" hostnetwork-k8s1.34 "containerPort: 1027[01]" 2
+check_render "hostNetwork: no surge pod during a rollout" hostnetwork-k8s1.34 "maxSurge: 0" 1
+check_render "hostNetwork: the Service still targets the named port" hostnetwork-k8s1.34 "targetPort: https" 1
 check_render "monitoring off by default: no ServiceMonitor" selfmanaged-k8s1.34 "kind: ServiceMonitor" 0
 check_render "monitoring off by default: no PrometheusRule" selfmanaged-k8s1.34 "kind: PrometheusRule" 0
 check_render "monitoring: ServiceMonitor on the metrics port" monitoring-k8s1.34 "    - port: metrics" 1
