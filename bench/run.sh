@@ -162,7 +162,7 @@ if want webhook; then
     # --- inputs ---------------------------------------------------------------------
     certs/gen.sh -o "${work}/certs" >/dev/null 2>&1
     body="${work}/review.json"
-    python3 - "${repo}/webhook/tests/golden/simple-job/input.yaml" "${body}" <<'PY'
+    python3 - "${repo}/engine/tests/golden/simple-job/input.yaml" "${body}" <<'PY'
 import json, sys, yaml
 pod = yaml.safe_load(open(sys.argv[1]))
 gvk = {"group": "", "version": "v1", "kind": "Pod"}
@@ -374,7 +374,7 @@ if have("webhook-proc.txt"):
     R("webhook start-up: exec → /readyz 200 (median of %d)" % len(st), f"{statistics.median(st):.1f} ms", "—",
       f"min {st[0]:.1f} ms, max {st[-1]:.1f} ms (--no-cluster: no API server sync)")
     notes.append("Webhook: oha over HTTPS (HTTP/1.1 keep-alive, --insecure: no certificate check on the client), "
-        "POST of a %s-byte AdmissionReview built from webhook/tests/golden/simple-job/input.yaml; "
+        "POST of a %s-byte AdmissionReview built from engine/tests/golden/simple-job/input.yaml; "
         "fixed-rate runs use oha's latency correction (coordinated omission). The ceiling (bench/ceiling) "
         "is the same tokio/rustls(ring)/hyper-util/axum stack reading the body and answering the webhook's own "
         "%s-byte response, alternating with the webhook. The webhook logs one line per request (to a file here)."

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seed corpora for the fuzz targets from the golden inputs.
 
-admission/        one AdmissionReview (JSON) per webhook/tests/golden/*/input.yaml,
+admission/        one AdmissionReview (JSON) per engine/tests/golden/*/input.yaml,
                   as the API server sends it for a pod CREATE, plus a few
                   reviews for other resources and operations;
 admission_pod/    the same pods alone (JSON);
@@ -48,7 +48,7 @@ def main():
     docs = out / "inject_documents"
     for d in (adm, pods, docs):
         d.mkdir(parents=True, exist_ok=True)
-    inputs = sorted((ROOT / "webhook/tests/golden").glob("*/input.yaml"))
+    inputs = sorted((ROOT / "engine/tests/golden").glob("*/input.yaml"))
     stream = []
     for i, path in enumerate(inputs):
         case = path.parent.name

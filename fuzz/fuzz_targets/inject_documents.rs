@@ -4,7 +4,7 @@
 //! parses again as a stream with as many documents as the input had.
 #![no_main]
 
-use kube_prestop_webhook::engine::EngineConfig;
+use kube_prestop_engine::EngineConfig;
 use kube_prestop_webhook::inject_cmd::{InjectError, OutputFormat, parse_stream, run};
 use libfuzzer_sys::fuzz_target;
 

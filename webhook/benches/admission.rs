@@ -7,7 +7,7 @@
 //!
 //! The body is the file named by `KPS_BENCH_BODY` (bench/run.sh passes the
 //! same AdmissionReview it sends over HTTPS), else one built from the golden
-//! `tests/golden/simple-job/input.yaml` pod.
+//! `engine/tests/golden/simple-job/input.yaml` pod.
 //!
 //! Besides wall time per call (median and minimum over the batches), it
 //! prints the process CPU time per call over all batches (`floor_cpu_us`,
@@ -23,8 +23,8 @@ use std::error::Error;
 use std::hint::black_box;
 use std::time::Instant;
 
+use kube_prestop_engine::EngineConfig;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
-use kube_prestop_webhook::engine::EngineConfig;
 use kube_prestop_webhook::server::FailureMode;
 use kube_prestop_webhook::server::admission::review;
 use serde_json::{Value, json};
@@ -37,7 +37,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn golden_body() -> Result<Vec<u8>, Box<dyn Error>> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/golden/simple-job/input.yaml"
+        "/../engine/tests/golden/simple-job/input.yaml"
     );
     let pod: Value = serde_saphyr::from_str(&std::fs::read_to_string(path)?)?;
     let namespace = pod["metadata"]["namespace"]

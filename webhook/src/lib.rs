@@ -1,10 +1,10 @@
-//! kube-prestop webhook: the injection engine, the admission server and the
-//! offline `inject` command.
+//! kube-prestop webhook: the admission server, the offline `inject` command
+//! and the self-managed certificates. The injection engine they share is the
+//! `kube-prestop-engine` crate (`engine/`), which does no I/O.
 
 pub mod certmanager;
 pub mod cli;
 pub mod cluster_cache;
-pub mod engine;
 pub mod inject_cmd;
 pub mod logging;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! The webhook's own JSON Patch on every golden case (`tests/golden/`).
+//! The webhook's own JSON Patch on every golden case (`engine/tests/golden/`).
 //!
 //! The webhook does not diff documents: it renders the engine's list of
 //! changes as a JSON Patch (`engine::plan` + `engine::patch::json_patch`).
@@ -14,6 +14,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../../engine/tests/golden_common/mod.rs"]
 mod golden_common;
 mod http_common;
 

@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
-use kube_prestop_webhook::engine::{self, ClusterContext, Decision, EngineConfig};
+use kube_prestop_engine::{self as engine, ClusterContext, Decision, EngineConfig};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-webhook");

@@ -4,7 +4,7 @@
 use clap::Args;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::engine::{EngineConfig, EngineError};
+use kube_prestop_engine::{EngineConfig, EngineError};
 
 /// Engine flags; an unset flag keeps the value of [`EngineConfig::default`].
 #[derive(Debug, Clone, Default, Args)]

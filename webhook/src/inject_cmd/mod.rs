@@ -11,7 +11,7 @@ mod transform;
 
 use serde_json::Value;
 
-use crate::engine::EngineConfig;
+use kube_prestop_engine::EngineConfig;
 
 pub use documents::{Document, parse_stream};
 pub use selector::{COMPONENT_LABEL, EXCLUDED_POD_LABELS};

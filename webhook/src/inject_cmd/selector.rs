@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::annotations;
+use kube_prestop_engine::annotations;
 
 /// Pod label the chart's webhook Deployment sets on its own pods.
 pub const COMPONENT_LABEL: &str = "kube-prestop.io/component";

@@ -15,8 +15,8 @@ use super::InjectError;
 use super::documents::{Document, locate_path};
 use super::selector;
 use super::strict::{StrictError, display_path, from_value_strict};
-use crate::engine::{
-    self, ClusterContext, Decision, EngineConfig, EngineError, OwnerHint, SkipReason,
+use kube_prestop_engine::{
+    self as engine, ClusterContext, Decision, EngineConfig, EngineError, OwnerHint, SkipReason,
     TemplateDecision,
 };
 

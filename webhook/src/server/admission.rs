@@ -28,7 +28,7 @@ use serde_json::value::RawValue;
 
 use super::labels;
 use crate::cluster_cache::ClusterCache;
-use crate::engine::{self, ClusterContext, EngineConfig, EngineError, Plan};
+use kube_prestop_engine::{self as engine, ClusterContext, EngineConfig, EngineError, Plan};
 
 /// What to do with a pod the engine cannot handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

@@ -1,7 +1,7 @@
 //! Machine-readable labels of engine outcomes, for metrics and logs: the
 //! engine's own stable `as_str()` names, kept behind one function each.
 
-use crate::engine::{EngineError, SkipReason};
+use kube_prestop_engine::{EngineError, SkipReason};
 
 /// `decision`s and `reason`s the server itself produces (besides the
 /// engine's skip reasons and error labels).

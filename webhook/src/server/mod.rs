@@ -30,9 +30,9 @@ pub use health::Health;
 pub use listener::ConnLimits;
 
 use crate::cluster_cache::ClusterCache;
-use crate::engine::EngineConfig;
 use crate::metrics::Metrics;
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
+use kube_prestop_engine::EngineConfig;
 use routes::AppState;
 
 /// Largest request body accepted on `/mutate`: 7 MiB.

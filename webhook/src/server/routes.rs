@@ -16,8 +16,8 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use super::admission::{self, FailureMode, Outcome, error_body};
 use super::health::Health;
 use crate::cluster_cache::ClusterCache;
-use crate::engine::EngineConfig;
 use crate::metrics::Metrics;
+use kube_prestop_engine::EngineConfig;
 
 /// Everything a handler needs.
 #[derive(Debug)]

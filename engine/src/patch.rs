@@ -202,7 +202,8 @@ pub fn json_patch(pod: &Pod, mutation: &Mutation) -> Result<Patch, serde_json::E
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::engine::{self, ClusterContext, EngineConfig, Plan};
+    use crate as engine;
+    use crate::{ClusterContext, EngineConfig, Plan};
     use json_patch::PatchOperation;
     use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@
 //! install container and (for pods that complied) the whole pod comply with
 //! Pod Security `restricted`.
 //!
-//! `UPDATE_GOLDEN=1 cargo test -p kube-prestop-webhook --test golden`
+//! `UPDATE_GOLDEN=1 cargo test -p kube-prestop-engine --test golden`
 //! rewrites the expected files; review every change by eye: they are the spec.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -29,8 +29,8 @@ use std::path::Path;
 
 use golden_common::{Context, cases, config, read_yaml};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube_prestop_engine::{self as engine, ClusterContext, Decision, SkipReason, names, resources};
 use kube_prestop_sidecar::contract;
-use kube_prestop_webhook::engine::{self, ClusterContext, Decision, SkipReason, names, resources};
 use serde_json::{Value, json};
 
 /// The cases the issue and the design require; more may exist.

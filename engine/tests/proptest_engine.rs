@@ -38,11 +38,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube_prestop_sidecar::contract;
-use kube_prestop_webhook::engine::{
-    self, ClusterContext, Decision, EngineConfig, EngineError, SkipReason, annotations, names,
-    resources,
+use kube_prestop_engine::{
+    self as engine, ClusterContext, Decision, EngineConfig, EngineError, SkipReason, annotations,
+    names, resources,
 };
+use kube_prestop_sidecar::contract;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::Value;

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::LimitRange;
-use kube_prestop_webhook::engine::EngineConfig;
+use kube_prestop_engine::EngineConfig;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -42,9 +42,10 @@ impl Context {
     }
 }
 
-/// `tests/golden/`.
+/// `engine/tests/golden/` (this module is also compiled into the webhook's
+/// `golden_patch` test, hence the path through the workspace root).
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/golden")
 }
 
 /// A YAML file as JSON; panics naming the file when it cannot be read.
