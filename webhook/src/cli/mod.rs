@@ -1,6 +1,8 @@
-//! Command line of `kube-prestop-webhook`: `serve` (the admission server)
-//! and `inject` (offline injection), sharing the engine and logging flags.
+//! Command line of `kube-prestop-webhook`: `serve` (the admission server),
+//! `inject` (offline injection), sharing the engine and logging flags, and
+//! `check` (an installation, from the operator's side).
 
+mod check_args;
 mod duration;
 mod engine_flags;
 
@@ -10,6 +12,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use check_args::CheckArgs;
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
@@ -38,6 +41,11 @@ pub enum Command {
     /// Inject Pods, Jobs and CronJobs from a manifest file offline and print
     /// the result (like `istioctl kube-inject`).
     Inject(Box<InjectArgs>),
+    /// Check an installation on a cluster: the webhook configuration, its
+    /// replicas as the API server reaches them, their certificate against
+    /// the caBundle, a dry-run pod in every labelled namespace (and, with
+    /// --run-job, a test Job's preStop). Exit status 1 if anything failed.
+    Check(Box<CheckArgs>),
 }
 
 /// Logging flags, for both subcommands.
