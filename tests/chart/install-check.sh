@@ -7,8 +7,17 @@
 #   configuration equals the Secret's bundle -> an overwritten caBundle is
 #   repaired -> helm upgrade keeps the same certificate -> with
 #   sidecarBinary.createAhead a namespace gets its sidecar-binary ConfigMap
-#   as soon as it is labelled, before any pod -> helm uninstall leaves no
-#   Secret, webhook configuration, ClusterRole or binding behind.
+#   as soon as it is labelled, before any pod -> `kube-prestop-webhook
+#   check --run-job` there is all PASS (replicas reached by the API server,
+#   the presented certificates trusted by the caBundle, a dry-run pod
+#   injected with the binary from that ConfigMap, a test Job's preStop run),
+#   and FAIL with exit status 1 for a webhook configuration that does not
+#   exist and for a test Job in a namespace the webhook does not select ->
+#   helm uninstall leaves no Secret, webhook configuration, ClusterRole or
+#   binding behind. (When the main release of tests/install-product.sh is
+#   installed too, both webhooks select the labelled namespace; the check's
+#   replica, reachability and certificate lines are about this release's
+#   Service alone.)
 #
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
@@ -41,6 +50,47 @@ cleanup() {
     k delete namespace "${ns}" "${ns}-ahead" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+
+# kube-prestop-webhook check against this release: all PASS with a test Job
+# in labelled namespace $1 whose ConfigMap is $2; FAIL for a configuration
+# that does not exist and for a Job in a namespace not selected.
+check_command() {
+    local labelled="$1" config_map="$2" bin out rc
+    cargo build -q -p kube-prestop-webhook --manifest-path "${here}/../../Cargo.toml" || { fail "cargo build (check)"; return; }
+    bin="${here}/../../target/debug/kube-prestop-webhook"
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" --timeout 150s 2>/dev/null)" || rc=$?
+    printf '%s\n' "${out}" | sed 's/^/      /'
+    if [[ "${rc}" == 0 ]] && grep -q '^RESULT: PASS' <<<"${out}" && ! grep -q '^FAIL' <<<"${out}"; then
+        pass "check --run-job ${labelled}: RESULT: PASS, exit 0"
+    else
+        fail "check --run-job ${labelled}: exit ${rc}"
+    fi
+    for want in "the API server reaches" "that the caBundle trusts" \
+        "namespace ${labelled}: a dry-run test pod comes back injected; sidecar binary from ConfigMap ${config_map}" \
+        "test Job ${labelled}/"; do
+        if grep -q "^PASS .*${want}" <<<"${out}"; then pass "check: PASS ... ${want}"; else fail "check: no PASS line with '${want}'"; fi
+    done
+    if [[ -z "$(k get jobs -n "${labelled}" -l kube-prestop.io/check=true -o name)" ]]; then
+        pass "check: the test Job is deleted"
+    else
+        fail "check: test Job left in ${labelled}"
+    fi
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}-absent" 2>/dev/null)" || rc=$?
+    if [[ "${rc}" == 1 ]] && grep -q "^FAIL  no MutatingWebhookConfiguration ${name}-absent" <<<"${out}"; then
+        pass "check: a missing webhook configuration is FAIL, exit 1"
+    else
+        fail "check --webhook-config ${name}-absent: exit ${rc}: ${out}"
+    fi
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${ns}" 2>/dev/null)" || rc=$?
+    if [[ "${rc}" == 1 ]] && grep -q "^FAIL  --run-job ${ns}: the webhook configuration does not select that namespace" <<<"${out}"; then
+        pass "check: --run-job in a namespace the webhook does not select is FAIL, exit 1"
+    else
+        fail "check --run-job ${ns}: exit ${rc}"
+    fi
+}
 
 k create namespace "${ns}" >/dev/null
 k label namespace "${ns}" pod-security.kubernetes.io/enforce=restricted \
@@ -109,6 +159,7 @@ if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]
     else
         fail "createAhead: no sidecar-binary ConfigMap in a labelled namespace within 60 s"
     fi
+    check_command "${ahead}" "${made#configmap/}"
     k delete namespace "${ahead}" --wait=false >/dev/null
 else
     fail "helm upgrade --set sidecarBinary.createAhead=true"
