@@ -49,7 +49,7 @@ e2e: ## Run the Rust e2e tests against the running cluster
 lint: ## cargo fmt --check, cargo clippy -D warnings, shellcheck on the scripts, docs consistency, actionlint on the workflows
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh tests/release/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
 	tests/docs/check.sh
 	scripts/actionlint.sh
 
@@ -60,6 +60,10 @@ unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
 .PHONY: chart-test
 chart-test: ## helm lint, helm template per mode and cluster version, kubeconform, golden renders
 	tests/chart/run.sh
+
+.PHONY: release-test
+release-test: ## The release path against a registry on loopback: push target/oci/*.tar and the chart (scripts/release.sh), pull them back
+	tests/release/check.sh
 
 .PHONY: deny
 deny: ## cargo-deny: licenses, bans, sources
@@ -87,6 +91,7 @@ test: ## Everything CI runs: lint, unit, chart and deny checks, then the e2e sui
 	$(MAKE) --no-print-directory chart-test
 	$(MAKE) --no-print-directory deny
 	$(MAKE) --no-print-directory e2e-all
+	$(MAKE) --no-print-directory release-test
 
 ##@ Demo
 
