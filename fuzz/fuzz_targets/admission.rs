@@ -13,6 +13,7 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
+use kube_prestop_webhook::metrics::labels::Decision;
 use kube_prestop_webhook::server::admission::{FailureMode, review};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -34,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
     };
     match outcome.http_status {
         400 => {
-            assert_eq!(outcome.decision, "invalid");
+            assert_eq!(outcome.decision, Decision::Invalid);
             assert!(
                 body.get("error").and_then(Value::as_str).is_some(),
                 "{body}"

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::metrics::labels::Decision;
 use kube_prestop_webhook::server::FailureMode;
 use kube_prestop_webhook::server::admission::review;
 use serde_json::{Value, json};
@@ -74,7 +75,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mode = FailureMode::Allow;
 
     let first = review(&body, &cache, &config, mode);
-    if first.decision != "inject" {
+    if first.decision != Decision::Inject {
         return Err(format!(
             "expected an injection, got {} ({})",
             first.decision, first.reason

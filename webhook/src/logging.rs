@@ -7,7 +7,7 @@ use std::str::FromStr;
 use tracing_subscriber::EnvFilter;
 
 /// Output format of log lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
     /// Human-readable lines (`tracing-subscriber`'s full formatter).
     #[default]

@@ -24,7 +24,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = logging::init(cli.log.log_format, &cli.log.log_level) {
+    if let Err(e) = logging::init(cli.log.log_format.into(), &cli.log.log_level) {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
@@ -70,7 +70,7 @@ fn inject(args: InjectArgs) -> anyhow::Result<()> {
         .engine
         .engine_config()
         .context("invalid engine flags")?;
-    let out = inject_cmd::run(&input, &args.namespace, &config, args.output)?;
+    let out = inject_cmd::run(&input, &args.namespace, &config, args.output.into())?;
     for line in &out.summaries {
         tracing::info!("{line}");
     }
@@ -103,7 +103,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
     config.cert_reload_interval = args.cert_reload_interval;
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
-    config.failure_mode = args.failure_mode;
+    config.failure_mode = args.failure_mode.into();
     config.engine = args
         .engine
         .engine_config()

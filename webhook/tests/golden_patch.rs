@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::metrics::labels::Decision;
 use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
 use kube_prestop_webhook::sidecar_configmap::SidecarConfigMaps;
 use serde_json::{Value, json};
@@ -85,14 +86,14 @@ async fn webhook_patch_gives_the_golden_output() {
         let outcome = admit("u1", &input);
         let (response, patch) = answer_of(&case, &outcome, "u1");
         if expected.get("skip").is_some() {
-            assert_eq!(outcome.decision, "skip", "{case}");
+            assert_eq!(outcome.decision, Decision::Skip, "{case}");
             assert!(patch.is_none(), "{case}: {response}");
         } else if expected.get("error").is_some() {
-            assert_eq!(outcome.decision, "error", "{case}");
+            assert_eq!(outcome.decision, Decision::Error, "{case}");
             assert!(patch.is_none(), "{case}: {response}");
             assert!(response["warnings"].is_array(), "{case}: {response}");
         } else {
-            assert_eq!(outcome.decision, "inject", "{case}");
+            assert_eq!(outcome.decision, Decision::Inject, "{case}");
             let patch = patch.unwrap_or_else(|| panic!("{case}: no patch: {response}"));
             let mut patched = input.clone();
             json_patch::patch(&mut patched, &patch)

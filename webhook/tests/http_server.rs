@@ -13,6 +13,7 @@ use http_common::{
     warnings_of, write_pair,
 };
 use k8s_openapi::api::core::v1::Pod;
+use kube_prestop_webhook::metrics::labels::Decision;
 use kube_prestop_webhook::server::FailureMode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -637,7 +638,7 @@ async fn every_metric_series_exists_at_zero_before_any_event() {
         .text()
         .await
         .unwrap();
-    let outcomes = kube_prestop_webhook::server::labels::admission_outcomes();
+    let outcomes = kube_prestop_webhook::metrics::labels::admission_outcomes();
     for (decision, reason) in &outcomes {
         let series =
             format!(r#"kube_prestop_admissions_total{{decision="{decision}",reason="{reason}"}}"#);
@@ -645,13 +646,13 @@ async fn every_metric_series_exists_at_zero_before_any_event() {
     }
     // Spot checks of the list itself: skips, engine errors, server outcomes.
     for pair in [
-        ("skip", "not_job_owned"),
-        ("skip", "opted_out"),
-        ("error", "invalid_annotation"),
-        ("error", "limit_range_unsatisfiable"),
-        ("inject", "injected"),
-        ("ignored", "other_resource"),
-        ("invalid", "body_too_large"),
+        (Decision::Skip, "not_job_owned"),
+        (Decision::Skip, "opted_out"),
+        (Decision::Error, "invalid_annotation"),
+        (Decision::Error, "limit_range_unsatisfiable"),
+        (Decision::Inject, "injected"),
+        (Decision::Ignored, "other_resource"),
+        (Decision::Invalid, "body_too_large"),
     ] {
         assert!(outcomes.contains(&pair), "{pair:?} not pre-registered");
     }

@@ -20,8 +20,8 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::metrics::labels;
 use kube_prestop_webhook::server::admission::{FailureMode, review};
-use kube_prestop_webhook::server::labels;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Value, json};
@@ -38,14 +38,14 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
     let body: Value = serde_json::from_slice(&outcome.body).expect("response body is JSON");
     // Every outcome is one of the series pre-registered in the metrics.
     assert!(
-        labels::admission_outcomes().contains(&(outcome.decision, outcome.reason.as_str())),
-        "({}, {}) is not in server::labels::admission_outcomes",
+        labels::admission_outcomes().contains(&(outcome.decision, outcome.reason)),
+        "({}, {}) is not in metrics::labels::admission_outcomes",
         outcome.decision,
         outcome.reason
     );
     match outcome.http_status {
         400 => {
-            assert_eq!(outcome.decision, "invalid");
+            assert_eq!(outcome.decision, labels::Decision::Invalid);
             assert!(body["error"].is_string(), "{body}");
         }
         200 => {
@@ -104,7 +104,7 @@ fn fuzz_seeds_and_regressions_are_answered_per_contract() {
                     &EngineConfig::default(),
                     mode,
                 );
-                if out.decision == "inject" {
+                if out.decision == labels::Decision::Inject {
                     injected += 1;
                 }
             }

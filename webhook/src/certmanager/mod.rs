@@ -22,7 +22,6 @@
 //! only this controller writes): `ca.crt`, `ca.key`, `tls.crt`, `tls.key`,
 //! `ca-bundle.crt`.
 
-pub mod args;
 pub mod files;
 pub mod pki;
 
@@ -37,7 +36,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use tokio::sync::watch;
 
-pub use args::CertArgs;
 pub use pki::{Material, Policy, needs_renewal};
 
 /// Secret key of the current CA certificate.

@@ -2,7 +2,9 @@
 //! `inject` (offline injection), sharing the engine and logging flags, and
 //! `check` (an installation, from the operator's side).
 
+mod cert_flags;
 mod check_args;
+mod choices;
 mod duration;
 mod engine_flags;
 
@@ -12,13 +14,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+pub use cert_flags::CertArgs;
 pub use check_args::CheckArgs;
+pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag};
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
-use crate::inject_cmd::OutputFormat;
-use crate::logging::LogFormat;
-use crate::server::{DEFAULT_MAX_BODY_BYTES, FailureMode};
+use crate::server::DEFAULT_MAX_BODY_BYTES;
 
 /// Mutating admission webhook that makes a Job container's preStop command
 /// run when the container exits on its own.
@@ -52,8 +54,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Log line format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "KUBE_PRESTOP_LOG_FORMAT", global = true)]
-    pub log_format: LogFormat,
+    #[arg(long, value_enum, default_value_t = LogFormatFlag::Text, env = "KUBE_PRESTOP_LOG_FORMAT", global = true)]
+    pub log_format: LogFormatFlag,
     /// Log level or filter in RUST_LOG syntax (e.g. `info`, `debug`,
     /// `kube_prestop_webhook=debug,info`).
     #[arg(long, default_value = "info", env = "RUST_LOG", global = true)]
@@ -68,7 +70,7 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
     /// Self-managed serving certificate (the chart's default mode).
     #[command(flatten)]
-    pub certs: crate::certmanager::args::CertArgs,
+    pub certs: CertArgs,
     /// HTTPS listen address for `/mutate`, `/livez`, `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8443", env = "KUBE_PRESTOP_LISTEN_ADDR")]
     pub listen_addr: SocketAddr,
@@ -100,8 +102,8 @@ pub struct ServeArgs {
     pub shutdown_grace: Duration,
     /// What to do with a pod the engine cannot handle: `allow` admits it
     /// unmodified with a warning; `deny` refuses it (fail closed).
-    #[arg(long, value_enum, default_value_t = FailureMode::Allow, env = "KUBE_PRESTOP_FAILURE_MODE")]
-    pub failure_mode: FailureMode,
+    #[arg(long, value_enum, default_value_t = FailureModeFlag::Allow, env = "KUBE_PRESTOP_FAILURE_MODE")]
+    pub failure_mode: FailureModeFlag,
     /// Largest `/mutate` request body in bytes (larger: HTTP 413). Default
     /// 7 MiB: twice the API server's 3 MiB request limit plus envelope.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "KUBE_PRESTOP_MAX_BODY_BYTES")]
@@ -155,8 +157,8 @@ pub struct InjectArgs {
     #[arg(short = 'f', long = "filename")]
     pub filename: PathBuf,
     /// Output format.
-    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Yaml)]
-    pub output: OutputFormat,
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormatFlag::Yaml)]
+    pub output: OutputFormatFlag,
     /// Namespace of documents without `metadata.namespace`.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,

@@ -17,7 +17,7 @@ pub use documents::{Document, parse_stream};
 pub use selector::{COMPONENT_LABEL, EXCLUDED_POD_LABELS};
 
 /// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputFormat {
     /// YAML documents separated by `---`.
     #[default]

@@ -11,8 +11,8 @@
 //! `run` returns.
 
 pub mod admission;
+pub mod error;
 mod health;
-pub mod labels;
 mod listener;
 mod routes;
 
@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 pub use admission::FailureMode;
+pub use error::HttpError;
 pub use health::Health;
 pub use listener::ConnLimits;
 

@@ -13,10 +13,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::admission::{self, FailureMode, Outcome, error_body};
+use super::admission::{self, FailureMode, Outcome};
+use super::error::{HttpError, json_response};
 use super::health::Health;
 use crate::cluster_cache::ClusterCache;
 use crate::metrics::Metrics;
+use crate::metrics::labels::Decision;
 use kube_prestop_engine::EngineConfig;
 
 /// Everything a handler needs.
@@ -122,20 +124,6 @@ async fn metrics(State(app): State<Arc<AppState>>) -> Response {
     }
 }
 
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
-    let mut response = Response::new(Body::from(body));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-fn json_error(status: StatusCode, message: &str) -> Response {
-    json_response(status, error_body(message))
-}
-
 async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + app.body_read_timeout;
@@ -167,24 +155,16 @@ async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response 
             drain_in_background(body, drain_limit(cap).saturating_sub(cap), deadline);
             return too_large(&app, cap);
         }
-        Ok(Err(e)) => {
-            return json_error(
-                StatusCode::BAD_REQUEST,
-                &format!("cannot read the request body: {e}"),
-            );
-        }
+        Ok(Err(e)) => return HttpError::ReadBody(e).into_response(),
         Err(_) => {
             tracing::warn!(timeout = ?app.body_read_timeout, "request body not received in time");
-            return json_error(
-                StatusCode::REQUEST_TIMEOUT,
-                "request body not received in time",
-            );
+            return HttpError::BodyTimeout.into_response();
         }
     };
     let outcome = admission::review(&bytes, &app.cache, &app.engine, app.failure_mode);
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
-        .record_admission(outcome.decision, &outcome.reason, seconds);
+        .record_admission(outcome.decision, outcome.reason, seconds);
     if !outcome.request.sidecar_binary.is_empty() && !outcome.request.dry_run {
         app.metrics.record_injection(outcome.request.sidecar_binary);
     }
@@ -235,13 +215,12 @@ fn drain_in_background(mut body: Body, budget: usize, deadline: tokio::time::Ins
 }
 
 fn too_large(app: &AppState, cap: usize) -> Response {
-    app.metrics
-        .record_admission("invalid", "body_too_large", 0.0);
+    let error = HttpError::BodyTooLarge { max_bytes: cap };
+    if let Some((decision, reason)) = error.labels() {
+        app.metrics.record_admission(decision, reason, 0.0);
+    }
     tracing::warn!(max_body_bytes = cap, "request body over the limit refused");
-    json_error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("request body larger than {cap} bytes"),
-    )
+    error.into_response()
 }
 
 /// One line per admission decision: at warn level for errors, invalid
@@ -253,7 +232,7 @@ fn too_large(app: &AppState, cap: usize) -> Response {
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
-    let error = matches!(outcome.decision, "error" | "invalid");
+    let error = matches!(outcome.decision, Decision::Error | Decision::Invalid);
     // Fields that are `None` are left out of the line.
     let detail = error.then(|| outcome.detail.as_deref().unwrap_or(""));
     let unknown_annotations =
@@ -270,7 +249,7 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
                 pod = %r.pod,
                 operation = %r.operation,
                 resource = %r.resource,
-                decision = outcome.decision,
+                decision = outcome.decision.as_str(),
                 reason = %outcome.reason,
                 detail,
                 unknown_annotations,

@@ -8,32 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-/// How one creation attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CreationOutcome {
-    /// `201 Created`: the namespace is ready.
-    Created,
-    /// `409 AlreadyExists`: not an error; the watch decides whether the
-    /// existing object counts (it must carry the selector's labels and not
-    /// be terminating).
-    Exists,
-    /// Any other answer, a transport error or a timeout.
-    Error,
-}
-
-impl CreationOutcome {
-    /// Every outcome, in the order of their metric label values.
-    pub const ALL: [Self; 3] = [Self::Created, Self::Exists, Self::Error];
-
-    /// The `result` label value: `created`, `exists` or `error`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Created => "created",
-            Self::Exists => "exists",
-            Self::Error => "error",
-        }
-    }
-}
+use crate::metrics::labels::CreationOutcome;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Entry {
@@ -211,11 +186,5 @@ mod tests {
         assert!(!a.try_start("a", t0));
         a.forget("a");
         assert!(a.try_start("a", t0));
-    }
-
-    #[test]
-    fn labels() {
-        let labels: Vec<_> = CreationOutcome::ALL.iter().map(|o| o.label()).collect();
-        assert_eq!(labels, ["created", "exists", "error"]);
     }
 }

@@ -49,11 +49,12 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::{WatchStreamExt, watcher};
 
-pub use attempts::{Attempts, CreationOutcome};
+pub use attempts::Attempts;
 pub use readiness::Readiness;
 pub use selected::Selected;
 
 use crate::metrics::Metrics;
+use crate::metrics::labels::CreationOutcome;
 
 /// Prefix of the ConfigMap name; the rest is [`NAME_HASH_CHARS`] lowercase
 /// hex digits of the binary's sha256 (33 characters in all: a valid DNS

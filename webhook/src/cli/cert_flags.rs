@@ -1,5 +1,6 @@
-//! Command-line flags of the self-managed certificate controller, for
-//! `kube-prestop-webhook serve` to flatten into its own flags. The chart's
+//! Command-line flags of the self-managed certificate controller
+//! ([`crate::certmanager`]), flattened into `kube-prestop-webhook serve`'s
+//! own flags, and their one mapping onto its configuration. The chart's
 //! `selfManaged` mode passes exactly these.
 
 use std::path::PathBuf;
@@ -7,8 +8,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::CertManagerConfig;
-use crate::cli::parse_duration;
+use super::parse_duration;
+use crate::certmanager::CertManagerConfig;
 
 /// Flags of the self-managed certificate mode (`--self-managed-certs`).
 /// The namespace comes from the server's `--webhook-namespace`.

@@ -11,10 +11,15 @@
 //! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`configMap`, `installContainer`) | pods injected (patch sent; dry runs not counted), by where their sidecar binary comes from |
 //!
 //! Every known label combination of the counters (each decision with each
-//! of its reasons, see `server::labels::admission_outcomes`, both reload
+//! of its reasons, see [`labels::admission_outcomes`], both reload
 //! results, the three creation results and both binary sources) is created
 //! at zero when the registry is made, so the series exist before their
 //! first event.
+//!
+//! A leaf of the crate: it depends on no other module of it. The label
+//! values live in [`labels`]; the modules that count events use them.
+
+pub mod labels;
 
 use std::sync::Arc;
 
@@ -25,12 +30,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::sidecar_configmap::CreationOutcome;
+use labels::{CreationOutcome, Decision, RELOAD_RESULTS, SIDECAR_BINARY_SOURCES};
 
 /// Labels of `kube_prestop_admissions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
-    /// `inject`, `skip`, `ignored` (not a pod CREATE), `error` (engine
+    /// [`Decision::as_str`]: `inject`, `skip`, `ignored` (not a pod CREATE), `error` (engine
     /// error or unreadable pod; admitted or denied per the failure mode) or
     /// `invalid` (not an AdmissionReview: HTTP 400; too large: HTTP 413).
     pub decision: String,
@@ -38,7 +43,7 @@ pub struct AdmissionLabels {
     /// `injected`, `no_change`, `other_resource`, `other_operation`,
     /// `invalid_pod`, `engine_panic`, `patch_error`, `serialize`,
     /// `bad_request`, `body_too_large` (every pair:
-    /// `server::labels::admission_outcomes`).
+    /// [`labels::admission_outcomes`]).
     pub reason: String,
 }
 
@@ -54,20 +59,12 @@ pub struct Metrics {
     injections: Family<InjectionLabels, Counter>,
 }
 
-/// Values of `sidecar_binary` in `kube_prestop_injections_total`: the
-/// binary mounted from the namespace's ConfigMap, or copied by the install
-/// init container (the chart's `sidecarBinary.source` values).
-pub const SIDECAR_BINARY_SOURCES: [&str; 2] = ["configMap", "installContainer"];
-
 /// Labels of `kube_prestop_injections_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct InjectionLabels {
     /// One of [`SIDECAR_BINARY_SOURCES`].
     pub sidecar_binary: String,
 }
-
-/// Values of `result` in `kube_prestop_certificate_reloads_total`.
-const RELOAD_RESULTS: [&str; 2] = ["success", "error"];
 
 /// Labels of `kube_prestop_certificate_reloads_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -147,10 +144,10 @@ impl Metrics {
         // Every known series exists from the start, at zero: a counter that
         // appears only with its first event hides it from `rate()` and
         // `absent()`-style alerts until then.
-        for (decision, reason) in crate::server::labels::admission_outcomes() {
+        for (decision, reason) in labels::admission_outcomes() {
             // The returned guard is the family's read lock: release it.
             drop(admissions.get_or_create(&AdmissionLabels {
-                decision: decision.to_owned(),
+                decision: decision.as_str().to_owned(),
                 reason: reason.to_owned(),
             }));
         }
@@ -191,10 +188,10 @@ impl Metrics {
     }
 
     /// Count one answered review.
-    pub fn record_admission(&self, decision: &str, reason: &str, seconds: f64) {
+    pub fn record_admission(&self, decision: Decision, reason: &str, seconds: f64) {
         self.admissions
             .get_or_create(&AdmissionLabels {
-                decision: decision.to_owned(),
+                decision: decision.as_str().to_owned(),
                 reason: reason.to_owned(),
             })
             .inc();

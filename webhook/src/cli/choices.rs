@@ -1,0 +1,108 @@
+//! The values of the enumerated flags (`--log-format`, `--failure-mode`,
+//! `-o/--output`) as clap sees them, and their one mapping onto the domain
+//! types, which know nothing of the command line.
+//!
+//! Each variant's doc comment is the help text of that value
+//! (`--help` lists them under "Possible values").
+
+use clap::ValueEnum;
+
+use crate::inject_cmd::OutputFormat;
+use crate::logging::LogFormat;
+use crate::server::FailureMode;
+
+/// Values of `--log-format`; see [`LogFormat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormatFlag {
+    /// Human-readable lines (`tracing-subscriber`'s full formatter).
+    #[default]
+    Text,
+    /// One JSON object per line, fields flattened to the top level.
+    Json,
+}
+
+impl From<LogFormatFlag> for LogFormat {
+    fn from(flag: LogFormatFlag) -> Self {
+        match flag {
+            LogFormatFlag::Text => Self::Text,
+            LogFormatFlag::Json => Self::Json,
+        }
+    }
+}
+
+/// Values of `--failure-mode`; see [`FailureMode`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum FailureModeFlag {
+    /// Admit the pod unmodified, with an admission warning (default: a bug
+    /// of ours never blocks a Job's pods).
+    #[default]
+    Allow,
+    /// Deny the pod (fail closed).
+    Deny,
+}
+
+impl From<FailureModeFlag> for FailureMode {
+    fn from(flag: FailureModeFlag) -> Self {
+        match flag {
+            FailureModeFlag::Allow => Self::Allow,
+            FailureModeFlag::Deny => Self::Deny,
+        }
+    }
+}
+
+/// Values of `inject -o/--output`; see [`OutputFormat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormatFlag {
+    /// YAML documents separated by `---`.
+    #[default]
+    Yaml,
+    /// JSON: the object for a single document, a `v1` `List` for several.
+    Json,
+}
+
+impl From<OutputFormatFlag> for OutputFormat {
+    fn from(flag: OutputFormatFlag) -> Self {
+        match flag {
+            OutputFormatFlag::Yaml => Self::Yaml,
+            OutputFormatFlag::Json => Self::Json,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flag values and the domain defaults agree, and each value maps
+    /// onto the domain variant of the same name.
+    #[test]
+    fn defaults_and_names_agree() {
+        assert_eq!(
+            LogFormat::from(LogFormatFlag::default()),
+            LogFormat::default()
+        );
+        assert_eq!(
+            FailureMode::from(FailureModeFlag::default()),
+            FailureMode::default()
+        );
+        assert_eq!(
+            OutputFormat::from(OutputFormatFlag::default()),
+            OutputFormat::default()
+        );
+        for flag in LogFormatFlag::value_variants() {
+            let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
+            let domain = format!("{:?}", LogFormat::from(*flag)).to_lowercase();
+            assert_eq!(name.as_deref(), Some(domain.as_str()));
+        }
+        for flag in FailureModeFlag::value_variants() {
+            let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
+            let domain = format!("{:?}", FailureMode::from(*flag)).to_lowercase();
+            assert_eq!(name.as_deref(), Some(domain.as_str()));
+        }
+        for flag in OutputFormatFlag::value_variants() {
+            let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
+            let domain = format!("{:?}", OutputFormat::from(*flag)).to_lowercase();
+            assert_eq!(name.as_deref(), Some(domain.as_str()));
+        }
+    }
+}

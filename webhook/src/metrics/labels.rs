@@ -1,0 +1,179 @@
+//! The label vocabularies of the metrics: every value a label can take,
+//! owned here so that the registry can create each series at zero and the
+//! modules that count events name them with these types. The engine's skip
+//! reasons and error kinds come from the engine's own stable `as_str()`
+//! names, kept behind one function each.
+
+use std::fmt;
+
+use kube_prestop_engine::{EngineError, SkipReason};
+
+/// What the webhook did with one admission request: the `decision` label
+/// of `kube_prestop_admissions_total` and of the `admission` log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Decision {
+    /// The pod was injected (a patch was sent), or needed no change.
+    Inject,
+    /// The engine left the pod alone (the reason says why).
+    Skip,
+    /// Not a pod CREATE: answered allowed, without looking at the object.
+    Ignored,
+    /// An engine error or an unreadable pod: admitted unmodified or denied,
+    /// per the failure mode.
+    Error,
+    /// Not an AdmissionReview (HTTP 400), or a body too large (HTTP 413).
+    Invalid,
+}
+
+impl Decision {
+    /// Every decision, in declaration order.
+    pub const ALL: [Self; 5] = [
+        Self::Inject,
+        Self::Skip,
+        Self::Ignored,
+        Self::Error,
+        Self::Invalid,
+    ];
+
+    /// The label value: `inject`, `skip`, `ignored`, `error` or `invalid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inject => "inject",
+            Self::Skip => "skip",
+            Self::Ignored => "ignored",
+            Self::Error => "error",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `reason` labels the server itself gives (besides the engine's skip
+/// reasons and error labels), one constant each.
+pub mod reason {
+    /// A patch was sent.
+    pub const INJECTED: &str = "injected";
+    /// The engine injected, but the patch is empty.
+    pub const NO_CHANGE: &str = "no_change";
+    /// Not a pod (or a pod subresource).
+    pub const OTHER_RESOURCE: &str = "other_resource";
+    /// A pod, but not a CREATE.
+    pub const OTHER_OPERATION: &str = "other_operation";
+    /// The request's object is absent or does not parse as a Pod.
+    pub const INVALID_POD: &str = "invalid_pod";
+    /// The engine panicked (a bug of ours).
+    pub const ENGINE_PANIC: &str = "engine_panic";
+    /// The JSON Patch could not be serialized or encoded.
+    pub const PATCH_ERROR: &str = "patch_error";
+    /// The answer could not be serialized.
+    pub const SERIALIZE: &str = "serialize";
+    /// The body is not an AdmissionReview.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// The body is over the size limit.
+    pub const BODY_TOO_LARGE: &str = "body_too_large";
+}
+
+/// `decision`s and `reason`s the server itself produces (besides the
+/// engine's skip reasons and error labels).
+const SERVER_OUTCOMES: [(Decision, &str); 10] = [
+    (Decision::Inject, reason::INJECTED),
+    (Decision::Inject, reason::NO_CHANGE),
+    (Decision::Ignored, reason::OTHER_RESOURCE),
+    (Decision::Ignored, reason::OTHER_OPERATION),
+    (Decision::Error, reason::INVALID_POD),
+    (Decision::Error, reason::ENGINE_PANIC),
+    (Decision::Error, reason::PATCH_ERROR),
+    (Decision::Error, reason::SERIALIZE),
+    (Decision::Invalid, reason::BAD_REQUEST),
+    (Decision::Invalid, reason::BODY_TOO_LARGE),
+];
+
+/// Every (`decision`, `reason`) pair of `kube_prestop_admissions_total`:
+/// `skip` with each engine skip reason, `error` with each engine error
+/// label, and the server's own outcomes; no duplicates. The metrics
+/// registry creates each series at zero at start-up, so dashboards and
+/// alerts see it before its first event.
+pub fn admission_outcomes() -> Vec<(Decision, &'static str)> {
+    let mut all: Vec<(Decision, &'static str)> = SkipReason::ALL
+        .iter()
+        .map(|r| (Decision::Skip, r.as_str()))
+        .chain(EngineError::LABELS.iter().map(|l| (Decision::Error, *l)))
+        .chain(SERVER_OUTCOMES)
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    all.retain(|pair| seen.insert(*pair));
+    all
+}
+
+/// The metric/log label of a skip reason, e.g. `not_job_owned`.
+pub fn skip_reason(reason: &SkipReason) -> &'static str {
+    reason.as_str()
+}
+
+/// The metric/log label of an engine error, e.g. `invalid_annotation`.
+pub fn engine_error(error: &EngineError) -> &'static str {
+    error.as_str()
+}
+
+/// Values of `sidecar_binary` in `kube_prestop_injections_total`: the
+/// binary mounted from the namespace's ConfigMap, or copied by the install
+/// init container (the chart's `sidecarBinary.source` values).
+pub const SIDECAR_BINARY_SOURCES: [&str; 2] = ["configMap", "installContainer"];
+
+/// Values of `result` in `kube_prestop_certificate_reloads_total`.
+pub const RELOAD_RESULTS: [&str; 2] = ["success", "error"];
+
+/// How one attempt to create the sidecar-binary ConfigMap ended: the
+/// `result` of `kube_prestop_sidecar_configmap_creations_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CreationOutcome {
+    /// `201 Created`: the namespace is ready.
+    Created,
+    /// `409 AlreadyExists`: not an error; the watch decides whether the
+    /// existing object counts (it must carry the selector's labels and not
+    /// be terminating).
+    Exists,
+    /// Any other answer, a transport error or a timeout.
+    Error,
+}
+
+impl CreationOutcome {
+    /// Every outcome, in the order of their metric label values.
+    pub const ALL: [Self; 3] = [Self::Created, Self::Exists, Self::Error];
+
+    /// The `result` label value: `created`, `exists` or `error`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Exists => "exists",
+            Self::Error => "error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_labels() {
+        let labels: Vec<_> = Decision::ALL.iter().map(|d| d.to_string()).collect();
+        assert_eq!(labels, ["inject", "skip", "ignored", "error", "invalid"]);
+        // Every decision has at least one reason.
+        let outcomes = admission_outcomes();
+        for decision in Decision::ALL {
+            assert!(outcomes.iter().any(|(d, _)| *d == decision), "{decision}");
+        }
+    }
+
+    #[test]
+    fn creation_outcome_labels() {
+        let labels: Vec<_> = CreationOutcome::ALL.iter().map(|o| o.label()).collect();
+        assert_eq!(labels, ["created", "exists", "error"]);
+    }
+}
