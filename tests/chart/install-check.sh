@@ -59,7 +59,9 @@ check_command() {
     cargo build -q -p kube-prestop-webhook --manifest-path "${here}/../../Cargo.toml" || { fail "cargo build (check)"; return; }
     bin="${here}/../../target/debug/kube-prestop-webhook"
     rc=0
-    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" --timeout 150s 2>/dev/null)" || rc=$?
+    # The local cluster pulls nothing: the test Job runs the harness's busybox.
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" --timeout 150s \
+        --image "${KUBE_PRESTOP_E2E_IMAGE:-busybox:1.36}" 2>/dev/null)" || rc=$?
     printf '%s\n' "${out}" | sed 's/^/      /'
     if [[ "${rc}" == 0 ]] && grep -q '^RESULT: PASS' <<<"${out}" && ! grep -q '^FAIL' <<<"${out}"; then
         pass "check --run-job ${labelled}: RESULT: PASS, exit 0"
