@@ -427,9 +427,10 @@ async fn namespaces<W: Write>(
         return selected;
     }
     report.info(format!(
-        "labelled {key}={value}: {} ({} namespaces)",
+        "labelled {key}={value}: {} ({} namespace{})",
         labelled.join(", "),
-        labelled.len()
+        labelled.len(),
+        if labelled.len() == 1 { "" } else { "s" }
     ));
     let excluded: Vec<&String> = labelled.iter().filter(|n| !selected.contains(n)).collect();
     if !excluded.is_empty() {
