@@ -80,7 +80,7 @@ e2e-all: ## Cluster up, install, the e2e suite and the chart install check, clus
 	{ $(CLUSTER)/up.sh && tests/install-product.sh && $(MAKE) --no-print-directory e2e && \
 	  source $(CLUSTER_ENV) && tests/chart/install-check.sh && \
 	  KUBE_PRESTOP_TEST_KUBECONFIG=$$KUBECONFIG cargo test -p kube-prestop-webhook --lib \
-	    certmanager::cluster_tests -- --ignored; } || rc=$$?; \
+	    self_managed_certs::cluster_tests -- --ignored; } || rc=$$?; \
 	$(CLUSTER)/down.sh || rc=1; \
 	$(CLUSTER)/check-clean.sh || rc=1; \
 	exit $$rc

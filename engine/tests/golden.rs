@@ -16,6 +16,10 @@
 //! install container and (for pods that complied) the whole pod comply with
 //! Pod Security `restricted`.
 //!
+//! The expected files hold `<version>` where the output has this build's
+//! version (the `kube-prestop.io/version` annotation), so that a version
+//! bump changes no fixture; the comparison puts the version back.
+//!
 //! `UPDATE_GOLDEN=1 cargo test -p kube-prestop-engine --test golden`
 //! rewrites the expected files; review every change by eye: they are the spec.
 
@@ -27,7 +31,10 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
-use golden_common::{Context, cases, config, read_yaml};
+use golden_common::{
+    Context, VERSION_PLACEHOLDER, VERSION_POINTER, cases, config, read_expected, read_yaml,
+    to_expected,
+};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube_prestop_engine::{self as engine, ClusterContext, Decision, SkipReason, names, resources};
 use kube_prestop_sidecar::contract;
@@ -178,9 +185,18 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
 
     let expected_path = dir.join("expected.yaml");
     if update {
-        fs::write(&expected_path, serde_saphyr::to_string(&actual).unwrap()).unwrap();
+        let text = serde_saphyr::to_string(&to_expected(&actual)).unwrap();
+        fs::write(&expected_path, text).unwrap();
     }
-    let expected = read_yaml(&expected_path);
+    // The fixture names no version: a version bump changes no fixture.
+    if let Some(version) = read_yaml(&expected_path).pointer(VERSION_POINTER)
+        && version != VERSION_PLACEHOLDER
+    {
+        return Err(format!(
+            "{case}: expected.yaml has kube-prestop.io/version {version}; write {VERSION_PLACEHOLDER:?} (UPDATE_GOLDEN=1 does)"
+        ));
+    }
+    let expected = read_expected(&expected_path);
     if actual != expected {
         return Err(format!(
             "{case}: output differs from expected.yaml; patch expected -> actual: {}",

@@ -1,14 +1,15 @@
 //! kube-prestop webhook: the admission server, the offline `inject` command,
-//! the operator's `check` command and the self-managed certificates. The injection engine they share is the
-//! `kube-prestop-engine` crate (`engine/`), which does no I/O.
+//! the operator's `check` command and the self-managed certificates. The
+//! injection engine they share is the `kube-prestop-engine` crate
+//! (`engine/`), which does no I/O.
 
-pub mod certmanager;
 pub mod check;
 pub mod cli;
 pub mod cluster_cache;
 pub mod inject_cmd;
 pub mod logging;
 pub mod metrics;
+pub mod self_managed_certs;
 pub mod server;
 pub mod sidecar_configmap;
 pub mod tls;

@@ -11,7 +11,7 @@ use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::metrics::Metrics;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
 use kube_prestop_webhook::sidecar_configmap::{SidecarBinary, SidecarConfigMaps};
-use kube_prestop_webhook::{certmanager, check, inject_cmd, logging};
+use kube_prestop_webhook::{check, inject_cmd, logging, self_managed_certs};
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
 /// musl binary, and musl's malloc (mallocng) takes a global lock on every
@@ -128,7 +128,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         let client = client
             .clone()
             .context("--self-managed-certs needs a cluster (kubeconfig or in-cluster)")?;
-        start_cert_manager(client, cert_config).await?;
+        start_self_managed_certs(client, cert_config).await?;
     }
     let metrics = Metrics::new();
     let binary = args
@@ -173,9 +173,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
 /// server can load it. Errors of a pass are retried by the controller (with
 /// backoff, logged), so this waits as long as the API server is unreachable;
 /// the kubelet's probes bound that.
-async fn start_cert_manager(
+async fn start_self_managed_certs(
     client: kube::Client,
-    config: certmanager::CertManagerConfig,
+    config: self_managed_certs::SelfManagedCertsConfig,
 ) -> anyhow::Result<()> {
     let (status_tx, mut status_rx) = tokio::sync::watch::channel(None);
     tracing::info!(
@@ -184,7 +184,7 @@ async fn start_cert_manager(
         cert_dir = %config.cert_dir.display(),
         "self-managed certificates: waiting for the first certificate"
     );
-    let controller = tokio::spawn(certmanager::run_with_status(
+    let controller = tokio::spawn(self_managed_certs::run_with_status(
         client,
         config,
         status_tx,

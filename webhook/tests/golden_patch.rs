@@ -19,7 +19,7 @@ mod golden_common;
 mod http_common;
 
 use base64::Engine as _;
-use golden_common::{Context, cases, config, read_yaml};
+use golden_common::{Context, cases, config, read_expected, read_yaml};
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -61,7 +61,7 @@ async fn webhook_patch_gives_the_golden_output() {
     for dir in cases {
         let case = dir.file_name().unwrap().to_string_lossy().into_owned();
         let input = read_yaml(&dir.join("input.yaml"));
-        let expected = read_yaml(&dir.join("expected.yaml"));
+        let expected = read_expected(&dir.join("expected.yaml"));
         let context = Context::of_case(&dir).unwrap();
         let namespace = context.namespace();
         let (store, mut writer) = reflector::store::<LimitRange>();

@@ -104,8 +104,15 @@ fn example_cronjob_comes_out_injected() {
     assert_injected_template(&cron.spec.unwrap().job_template.spec.unwrap().template);
 }
 
+/// The version annotation as `inject` prints it with `version`.
+fn version_line(version: &str) -> String {
+    format!("kube-prestop.io/version: \"{version}\"")
+}
+
 /// The CronJob golden case: a ConfigMap passes through, the CronJob's pod
-/// template is injected. `UPDATE_GOLDEN=1` rewrites the expected file.
+/// template is injected. `UPDATE_GOLDEN=1` rewrites the expected file. The
+/// file holds `<version>` where the output has this build's version, so
+/// that a version bump changes no fixture.
 #[test]
 fn golden_cronjob_stream() {
     let input = golden_dir().join("cronjob.input.yaml");
@@ -113,10 +120,20 @@ fn golden_cronjob_stream() {
     let out = inject(&["-f", input.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", stderr(&out));
     let got = stdout(&out);
+    let (ours, placeholder) = (
+        version_line(env!("CARGO_PKG_VERSION")),
+        version_line("<version>"),
+    );
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&expected_path, &got).unwrap();
+        std::fs::write(&expected_path, got.replace(&ours, &placeholder)).unwrap();
     }
-    let expected = std::fs::read_to_string(&expected_path).unwrap();
+    let fixture = std::fs::read_to_string(&expected_path).unwrap();
+    assert!(
+        !fixture.contains(&ours) && fixture.contains(&placeholder),
+        "{} must name the version as <version>",
+        expected_path.display()
+    );
+    let expected = fixture.replace(&placeholder, &ours);
     assert_eq!(
         got,
         expected,

@@ -4,7 +4,7 @@
 //! An edge `a → b` is any path `crate::b` (or `crate::{b, ...}`, or enough
 //! `super::` to reach the crate root followed by `b`) in a source file of
 //! module `a`, comments excluded. A cycle is reported with its path, e.g.
-//! `cli → certmanager → cli`; fix it by moving the shared item into the
+//! `cli → self_managed_certs → cli`; fix it by moving the shared item into the
 //! module that owns it (see docs/ARCHITECTURE.md, module map).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

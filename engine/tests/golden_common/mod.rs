@@ -42,6 +42,51 @@ impl Context {
     }
 }
 
+/// What the expected files hold instead of this build's version (the value
+/// of the `kube-prestop.io/version` annotation the engine writes), so that a
+/// version bump changes no fixture; as Istio's injection golden files carry
+/// no release either. [`read_expected`] puts the version back.
+pub const VERSION_PLACEHOLDER: &str = "<version>";
+
+/// The version the engine writes (the workspace version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// An expected file as JSON, with every [`VERSION_PLACEHOLDER`] string
+/// replaced by [`VERSION`].
+pub fn read_expected(path: &Path) -> Value {
+    let mut value = read_yaml(path);
+    replace_strings(&mut value, VERSION_PLACEHOLDER, VERSION);
+    value
+}
+
+/// `actual` as an expected file holds it: the `kube-prestop.io/version`
+/// annotation's value, when it is [`VERSION`], replaced by
+/// [`VERSION_PLACEHOLDER`] (for `UPDATE_GOLDEN=1`).
+pub fn to_expected(actual: &Value) -> Value {
+    let mut value = actual.clone();
+    if let Some(version) = value.pointer_mut(VERSION_POINTER)
+        && version == VERSION
+    {
+        *version = Value::String(VERSION_PLACEHOLDER.to_owned());
+    }
+    value
+}
+
+/// Where a pod's version annotation is, as a JSON pointer.
+pub const VERSION_POINTER: &str = "/metadata/annotations/kube-prestop.io~1version";
+
+/// Replaces every string equal to `from` in `value` by `to`.
+fn replace_strings(value: &mut Value, from: &str, to: &str) {
+    match value {
+        Value::String(s) if s == from => *s = to.to_owned(),
+        Value::Array(items) => items.iter_mut().for_each(|v| replace_strings(v, from, to)),
+        Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|v| replace_strings(v, from, to)),
+        _ => {}
+    }
+}
+
 /// `engine/tests/golden/` (this module is also compiled into the webhook's
 /// `golden_patch` test, hence the path through the workspace root).
 pub fn golden_dir() -> PathBuf {

@@ -1,7 +1,7 @@
 //! Command-line flags of the self-managed certificate controller
-//! ([`crate::certmanager`]), flattened into `kube-prestop-webhook serve`'s
-//! own flags, and their one mapping onto its configuration. The chart's
-//! `selfManaged` mode passes exactly these.
+//! ([`crate::self_managed_certs`]), flattened into `kube-prestop-webhook
+//! serve`'s own flags, and their one mapping onto its configuration. The
+//! chart's `selfManaged` mode passes exactly these.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::parse_duration;
-use crate::certmanager::CertManagerConfig;
+use crate::self_managed_certs::SelfManagedCertsConfig;
 
 /// Flags of the self-managed certificate mode (`--self-managed-certs`).
 /// The namespace comes from the server's `--webhook-namespace`.
@@ -76,8 +76,8 @@ pub struct CertArgs {
 
 impl CertArgs {
     /// The controller configuration, or `None` without `--self-managed-certs`.
-    pub fn config(&self, namespace: &str) -> Option<CertManagerConfig> {
-        self.self_managed_certs.then(|| CertManagerConfig {
+    pub fn config(&self, namespace: &str) -> Option<SelfManagedCertsConfig> {
+        self.self_managed_certs.then(|| SelfManagedCertsConfig {
             secret_name: self.cert_secret_name.clone(),
             namespace: namespace.to_owned(),
             webhook_config_name: self.webhook_config_name.clone(),
@@ -109,7 +109,7 @@ mod tests {
     fn defaults_match_the_library_defaults() {
         let cli = Cli::try_parse_from(["x", "--self-managed-certs"]).unwrap();
         let from_flags = cli.certs.config("ns").unwrap();
-        let lib = CertManagerConfig::new(
+        let lib = SelfManagedCertsConfig::new(
             "ns",
             "kube-prestop",
             "kube-prestop-tls",

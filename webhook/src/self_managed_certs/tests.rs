@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use super::pki::{self, Change, Material, Policy};
-use super::{CertManagerConfig, needs_renewal};
+use super::{SelfManagedCertsConfig, needs_renewal};
 
 const DAY: i64 = 24 * 3600;
 /// A fixed "now": 2027-01-15.
 const NOW: i64 = 1_800_000_000;
 
-fn config() -> CertManagerConfig {
-    CertManagerConfig::new(
+fn config() -> SelfManagedCertsConfig {
+    SelfManagedCertsConfig::new(
         "prestop-system",
         "kube-prestop",
         "kube-prestop-tls",

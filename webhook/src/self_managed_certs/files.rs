@@ -17,15 +17,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::CertManagerError;
+use super::SelfManagedCertsError;
 
 /// File names written into the certificate directory.
 pub const FILES: [&str; 3] = ["tls.crt", "tls.key", "ca.crt"];
 
 const DATA_LINK: &str = "..data";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CertManagerError + '_ {
-    move |source| CertManagerError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SelfManagedCertsError + '_ {
+    move |source| SelfManagedCertsError::Io {
         path: path.to_path_buf(),
         source,
     }
@@ -40,7 +40,10 @@ pub fn up_to_date(dir: &Path, contents: &[(&str, &str)]) -> bool {
 
 /// Writes `contents` (file name, text) into `dir` atomically as a set.
 /// Private keys are written with mode 0600.
-pub fn write_atomically(dir: &Path, contents: &[(&str, &str)]) -> Result<(), CertManagerError> {
+pub fn write_atomically(
+    dir: &Path,
+    contents: &[(&str, &str)],
+) -> Result<(), SelfManagedCertsError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let stamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -82,7 +85,7 @@ pub fn write_atomically(dir: &Path, contents: &[(&str, &str)]) -> Result<(), Cer
     Ok(())
 }
 
-fn write_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), CertManagerError> {
+fn write_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), SelfManagedCertsError> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
         .write(true)

@@ -1,131 +1,15 @@
 use super::*;
 
-use std::io::Write;
+use std::collections::BTreeMap;
 use std::sync::Mutex as StdMutex;
+
+use k8s_openapi::ByteString;
 
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 
-fn file_with(bytes: &[u8]) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(bytes).unwrap();
-    f.flush().unwrap();
-    f
-}
-
 fn binary(bytes: &[u8]) -> SidecarBinary {
-    SidecarBinary::load(file_with(bytes).path()).unwrap()
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-#[test]
-fn load_names_by_content() {
-    let b = binary(b"abc");
-    // sha256("abc")
-    assert_eq!(
-        b.sha256(),
-        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    );
-    assert_eq!(b.name(), "kube-prestop-sidecar-ba7816bf8f01");
-    assert_eq!(b.name().len(), NAME_PREFIX.len() + NAME_HASH_CHARS);
-    assert!(is_dns_label(b.name()), "{}", b.name());
-    assert_eq!(b.size(), 3);
-    assert_eq!(b.bytes(), b"abc");
-    // Same bytes from another file: same name; other bytes: another name.
-    assert_eq!(binary(b"abc").name(), b.name());
-    assert_ne!(binary(b"abd").name(), b.name());
-    let shown = format!("{b:?}");
-    assert!(
-        shown.contains(b.name()) && !shown.contains("97, 98"),
-        "{shown}"
-    );
-}
-
-#[test]
-fn load_accepts_exactly_the_limit() {
-    let limit = usize::try_from(MAX_BINARY_BYTES).unwrap();
-    let b = binary(&vec![7u8; limit]);
-    assert_eq!(b.size(), limit);
-}
-
-#[test]
-fn load_refuses_empty_oversize_and_missing_files_naming_them() {
-    let empty = file_with(b"");
-    let e = SidecarBinary::load(empty.path()).unwrap_err();
-    assert!(matches!(e, SidecarConfigMapError::Empty { .. }), "{e:?}");
-    let msg = e.to_string();
-    assert!(msg.contains(&empty.path().display().to_string()), "{msg}");
-    assert!(msg.contains("empty"), "{msg}");
-
-    let limit = usize::try_from(MAX_BINARY_BYTES).unwrap();
-    let big = file_with(&vec![0u8; limit + 4096]);
-    let e = SidecarBinary::load(big.path()).unwrap_err();
-    let SidecarConfigMapError::TooLarge { size, .. } = &e else {
-        panic!("{e:?}");
-    };
-    assert_eq!(*size, MAX_BINARY_BYTES + 4096);
-    let msg = e.to_string();
-    assert!(msg.contains(&big.path().display().to_string()), "{msg}");
-    assert!(
-        msg.contains(&format!("{} bytes", limit + 4096)) && msg.contains("1048576"),
-        "{msg}"
-    );
-
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("no-such-binary");
-    let e = SidecarBinary::load(&missing).unwrap_err();
-    assert!(matches!(e, SidecarConfigMapError::Read { .. }), "{e:?}");
-    assert!(
-        e.to_string().contains(&missing.display().to_string()),
-        "{e}"
-    );
-}
-
-/// `key=value` pairs of a plain equality selector.
-fn selector_pairs(selector: &str) -> Vec<(&str, &str)> {
-    selector
-        .split(',')
-        .map(|term| term.split_once('=').unwrap())
-        .collect()
-}
-
-#[test]
-fn built_config_map() {
-    let b = binary(b"\x7fELF and more");
-    let cm = build_config_map(&b, "team-a");
-    let meta = &cm.metadata;
-    assert_eq!(meta.name.as_deref(), Some(b.name()));
-    assert_eq!(meta.namespace.as_deref(), Some("team-a"));
-    assert_eq!(cm.immutable, Some(true));
-    assert_eq!(cm.data, None);
-    let data = cm.binary_data.as_ref().unwrap();
-    assert_eq!(data.len(), 1);
-    assert_eq!(data[BINARY_KEY].0, b.bytes());
-    let labels = meta.labels.as_ref().unwrap();
-    assert_eq!(labels.len(), 3);
-    assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY);
-    assert_eq!(labels[COMPONENT_LABEL], COMPONENT);
-    assert_eq!(labels[VERSION_LABEL], env!("CARGO_PKG_VERSION"));
-    // The watch selects what is created.
-    for (k, v) in selector_pairs(LABEL_SELECTOR) {
-        assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
-    }
-    let annotations = meta.annotations.as_ref().unwrap();
-    assert_eq!(annotations.len(), 1);
-    assert_eq!(annotations[SHA256_ANNOTATION], b.sha256());
-    assert_eq!(b.sha256().len(), 64);
-    // The wire form: base64 under binaryData.
-    let json = serde_json::to_value(&cm).unwrap();
-    assert_eq!(json["immutable"], true);
-    assert!(json["binaryData"][BINARY_KEY].is_string(), "{json}");
+    SidecarBinary::from_bytes(bytes.to_vec())
 }
 
 #[test]

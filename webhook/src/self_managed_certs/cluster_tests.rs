@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 
-use super::{CertManagerConfig, KEY_CA_BUNDLE, KEY_TLS_CERT, reconcile_once};
+use super::{KEY_CA_BUNDLE, KEY_TLS_CERT, SelfManagedCertsConfig, reconcile_once};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -57,7 +57,7 @@ fn webhook(name: &str, ns: &str) -> MutatingWebhook {
         // Matches no namespace: this test never intercepts anything.
         namespace_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([(
-                "kube-prestop.io/certmanager-test".to_owned(),
+                "kube-prestop.io/self-managed-certs-test".to_owned(),
                 "never".to_owned(),
             )])),
             ..LabelSelector::default()
@@ -108,8 +108,8 @@ async fn scenario(client: &kube::Client, ns: &str) -> TestResult {
             ..ObjectMeta::default()
         },
         webhooks: Some(vec![
-            webhook("a.certmanager-test.kube-prestop.io", ns),
-            webhook("b.certmanager-test.kube-prestop.io", ns),
+            webhook("a.self-managed-certs-test.kube-prestop.io", ns),
+            webhook("b.self-managed-certs-test.kube-prestop.io", ns),
         ]),
     };
     webhooks.create(&PostParams::default(), &mwc).await?;
@@ -124,7 +124,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> TestResult {
     let dir1 = tempfile::tempdir()?;
     let dir2 = tempfile::tempdir()?;
     let config = |dir: &std::path::Path| {
-        CertManagerConfig::new(ns, "kube-prestop", "kube-prestop-tls", ns, dir)
+        SelfManagedCertsConfig::new(ns, "kube-prestop", "kube-prestop-tls", ns, dir)
     };
     let (c1, c2) = (config(dir1.path()), config(dir2.path()));
 
@@ -164,7 +164,7 @@ async fn scenario(client: &kube::Client, ns: &str) -> TestResult {
     // Something overwrites one entry's caBundle: repaired.
     let (other_ca, _) = super::pki::generate_ca(0, std::time::Duration::from_secs(86400))?;
     let overwrite = serde_json::json!({"webhooks": [{
-        "name": "b.certmanager-test.kube-prestop.io",
+        "name": "b.self-managed-certs-test.kube-prestop.io",
         "clientConfig": {"caBundle": ByteString(other_ca.into_bytes())},
     }]});
     webhooks

@@ -13,7 +13,7 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 use x509_parser::time::ASN1Time;
 
-use super::CertManagerError;
+use super::SelfManagedCertsError;
 
 /// Organisation name written into every certificate the controller makes.
 pub const ORGANIZATION: &str = "kube-prestop";
@@ -55,8 +55,8 @@ pub struct Policy {
 
 impl Policy {
     /// Checks that the margins leave room for a certificate to be used at all.
-    pub fn validate(&self) -> Result<(), CertManagerError> {
-        let invalid = |what: &str| Err(CertManagerError::InvalidConfig(what.to_owned()));
+    pub fn validate(&self) -> Result<(), SelfManagedCertsError> {
+        let invalid = |what: &str| Err(SelfManagedCertsError::InvalidConfig(what.to_owned()));
         if self.dns_names.is_empty() {
             return invalid("no DNS names for the serving certificate");
         }
@@ -139,45 +139,46 @@ fn info(cert: &X509Certificate<'_>, der: &[u8]) -> CertInfo {
 
 /// Parses every certificate in a PEM bundle; blocks of other types are
 /// skipped, and an unparsable certificate is an error.
-pub fn parse_certs(pem: &str) -> Result<Vec<CertInfo>, CertManagerError> {
+pub fn parse_certs(pem: &str) -> Result<Vec<CertInfo>, SelfManagedCertsError> {
     let mut out = Vec::new();
     for block in Pem::iter_from_buffer(pem.as_bytes()) {
-        let block = block.map_err(|e| CertManagerError::Parse(format!("PEM: {e}")))?;
+        let block = block.map_err(|e| SelfManagedCertsError::Parse(format!("PEM: {e}")))?;
         if block.label != "CERTIFICATE" {
             continue;
         }
         let cert = block
             .parse_x509()
-            .map_err(|e| CertManagerError::Parse(format!("certificate: {e}")))?;
+            .map_err(|e| SelfManagedCertsError::Parse(format!("certificate: {e}")))?;
         out.push(info(&cert, &block.contents));
     }
     Ok(out)
 }
 
 /// Parses exactly one certificate.
-pub fn parse_cert(pem: &str) -> Result<CertInfo, CertManagerError> {
+pub fn parse_cert(pem: &str) -> Result<CertInfo, SelfManagedCertsError> {
     let mut certs = parse_certs(pem)?;
     match certs.len() {
         1 => Ok(certs.remove(0)),
-        n => Err(CertManagerError::Parse(format!(
+        n => Err(SelfManagedCertsError::Parse(format!(
             "expected one certificate, found {n}"
         ))),
     }
 }
 
-fn parse_key(pem: &str) -> Result<KeyPair, CertManagerError> {
-    KeyPair::from_pem(pem).map_err(|e| CertManagerError::Parse(format!("private key: {e}")))
+fn parse_key(pem: &str) -> Result<KeyPair, SelfManagedCertsError> {
+    KeyPair::from_pem(pem).map_err(|e| SelfManagedCertsError::Parse(format!("private key: {e}")))
 }
 
-fn asn1(unix: i64) -> Result<ASN1Time, CertManagerError> {
-    ASN1Time::from_timestamp(unix).map_err(|e| CertManagerError::Parse(format!("time {unix}: {e}")))
+fn asn1(unix: i64) -> Result<ASN1Time, SelfManagedCertsError> {
+    ASN1Time::from_timestamp(unix)
+        .map_err(|e| SelfManagedCertsError::Parse(format!("time {unix}: {e}")))
 }
 
 fn set_validity(
     params: &mut CertificateParams,
     not_before: i64,
     not_after: i64,
-) -> Result<(), CertManagerError> {
+) -> Result<(), SelfManagedCertsError> {
     params.not_before = asn1(not_before)?.to_datetime();
     params.not_after = asn1(not_after)?.to_datetime();
     Ok(())
@@ -209,7 +210,10 @@ fn ca_params(common_name: &str) -> CertificateParams {
 /// Makes a new self-signed CA valid from `now - BACKDATE` for `validity`.
 /// Its common name carries `now`, so each CA has a distinct subject and a
 /// serving certificate's issuer names exactly one CA.
-pub fn generate_ca(now: i64, validity: Duration) -> Result<(String, String), CertManagerError> {
+pub fn generate_ca(
+    now: i64,
+    validity: Duration,
+) -> Result<(String, String), SelfManagedCertsError> {
     let key = KeyPair::generate()?;
     let mut params = ca_params(&format!("kube-prestop webhook CA {now}"));
     set_validity(
@@ -229,18 +233,18 @@ pub fn generate_serving(
     dns_names: &[String],
     now: i64,
     validity: Duration,
-) -> Result<(String, String), CertManagerError> {
+) -> Result<(String, String), SelfManagedCertsError> {
     let ca = parse_cert(ca_cert_pem)?;
     let ca_key = parse_key(ca_key_pem)?;
     if ca.public_key != ca_key.public_key_raw() {
-        return Err(CertManagerError::Parse(
+        return Err(SelfManagedCertsError::Parse(
             "CA key does not match the CA certificate".into(),
         ));
     }
     let ca_cn = ca
         .common_name
         .clone()
-        .ok_or_else(|| CertManagerError::Parse("CA certificate has no common name".into()))?;
+        .ok_or_else(|| SelfManagedCertsError::Parse("CA certificate has no common name".into()))?;
     let issuer = Issuer::new(ca_params(&ca_cn), ca_key);
 
     let key = KeyPair::generate()?;
@@ -269,7 +273,7 @@ pub fn generate_serving(
     // The issuer name is rebuilt from the CA's common name: make sure it is
     // byte for byte the CA's subject, or clients would not chain it.
     if parse_cert(&pem)?.issuer != ca.subject {
-        return Err(CertManagerError::Parse(
+        return Err(SelfManagedCertsError::Parse(
             "CA subject was not produced by this controller".into(),
         ));
     }
@@ -280,7 +284,11 @@ pub fn generate_serving(
 /// `previous` that is still valid at `now` (so serving certificates an older
 /// CA signed keep being trusted during a rotation), without duplicates, in
 /// PEM. Unparsable entries of `previous` are dropped.
-pub fn trust_bundle(current: &str, previous: &str, now: i64) -> Result<String, CertManagerError> {
+pub fn trust_bundle(
+    current: &str,
+    previous: &str,
+    now: i64,
+) -> Result<String, SelfManagedCertsError> {
     let current = parse_cert(current)?;
     let mut kept: Vec<CertInfo> = vec![current];
     for cert in parse_certs(previous).unwrap_or_default() {
@@ -364,7 +372,7 @@ pub fn plan(
     policy: &Policy,
     now: i64,
     ca_published: bool,
-) -> Result<Option<(Material, Change)>, CertManagerError> {
+) -> Result<Option<(Material, Change)>, SelfManagedCertsError> {
     let ca_ok = valid_ca(current, now);
     let Some(ca) = ca_ok else {
         let (ca_cert, ca_key) = generate_ca(now, policy.ca_validity)?;

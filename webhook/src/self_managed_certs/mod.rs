@@ -1,4 +1,7 @@
-//! Self-managed webhook certificates.
+//! Self-managed webhook certificates: the chart's `selfManaged` certificate
+//! mode. (The chart's `certManager` mode is cert-manager.io, which issues
+//! the certificate and injects the `caBundle` itself; no code here takes
+//! part in it.)
 //!
 //! In the chart's `selfManaged` certificate mode every webhook replica runs
 //! [`run`]. It keeps one CA and one serving certificate in a Secret of the
@@ -49,12 +52,14 @@ pub const KEY_TLS_KEY: &str = "tls.key";
 /// Secret key of the trust bundle published as `caBundle`.
 pub const KEY_CA_BUNDLE: &str = "ca-bundle.crt";
 
-/// Field manager name used for the `caBundle` patches.
+/// Field manager name used for the `caBundle` patches, as recorded in the
+/// webhook configuration's `managedFields`; unchanged from the releases in
+/// which this module was called `certmanager`.
 pub const FIELD_MANAGER: &str = "kube-prestop-certmanager";
 
 /// Errors of the certificate controller.
 #[derive(Debug, thiserror::Error)]
-pub enum CertManagerError {
+pub enum SelfManagedCertsError {
     /// The configuration cannot work (names, lifetimes).
     #[error("invalid certificate configuration: {0}")]
     InvalidConfig(String),
@@ -83,7 +88,7 @@ pub enum CertManagerError {
 
 /// Configuration of the self-managed certificate controller.
 #[derive(Clone, Debug)]
-pub struct CertManagerConfig {
+pub struct SelfManagedCertsConfig {
     /// Name of the Secret holding the CA and the serving certificate.
     pub secret_name: String,
     /// Namespace of the webhook, its Service and the Secret.
@@ -112,7 +117,7 @@ pub struct CertManagerConfig {
 
 const DAY: u64 = 24 * 3600;
 
-impl CertManagerConfig {
+impl SelfManagedCertsConfig {
     /// A configuration with the default lifetimes: serving certificate one
     /// year, renewed 60 days before expiry; CA ten years, rotated one year
     /// before expiry; checks every minute.
@@ -162,7 +167,7 @@ impl CertManagerConfig {
         }
     }
 
-    fn validate(&self) -> Result<(), CertManagerError> {
+    fn validate(&self) -> Result<(), SelfManagedCertsError> {
         for (what, value) in [
             ("secret name", &self.secret_name),
             ("namespace", &self.namespace),
@@ -170,11 +175,13 @@ impl CertManagerConfig {
             ("service name", &self.service_name),
         ] {
             if value.is_empty() {
-                return Err(CertManagerError::InvalidConfig(format!("empty {what}")));
+                return Err(SelfManagedCertsError::InvalidConfig(format!(
+                    "empty {what}"
+                )));
             }
         }
         if self.check_interval.is_zero() {
-            return Err(CertManagerError::InvalidConfig(
+            return Err(SelfManagedCertsError::InvalidConfig(
                 "zero check interval".into(),
             ));
         }
@@ -245,7 +252,7 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 async fn published_bundles(
     api: &Api<MutatingWebhookConfiguration>,
     name: &str,
-) -> Result<Option<Vec<(String, String)>>, CertManagerError> {
+) -> Result<Option<Vec<(String, String)>>, SelfManagedCertsError> {
     let Some(config) = api.get_opt(name).await? else {
         return Ok(None);
     };
@@ -269,8 +276,8 @@ async fn published_bundles(
 /// One pass: settles the Secret, the files and `caBundle`.
 pub async fn reconcile_once(
     client: &kube::Client,
-    config: &CertManagerConfig,
-) -> Result<CertStatus, CertManagerError> {
+    config: &SelfManagedCertsConfig,
+) -> Result<CertStatus, SelfManagedCertsError> {
     config.validate()?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -336,7 +343,7 @@ pub async fn reconcile_once(
         }
     }
     let material =
-        material.ok_or_else(|| CertManagerError::Contended(config.secret_name.clone()))?;
+        material.ok_or_else(|| SelfManagedCertsError::Contended(config.secret_name.clone()))?;
 
     // 2. The files the server reloads.
     let files = [
@@ -367,7 +374,7 @@ pub async fn reconcile_once(
             if !stale.is_empty() {
                 let bundle =
                     serde_json::to_value(ByteString(material.ca_bundle.clone().into_bytes()))
-                        .map_err(|e| CertManagerError::Parse(e.to_string()))?;
+                        .map_err(|e| SelfManagedCertsError::Parse(e.to_string()))?;
                 // Strategic merge on the `webhooks` list keyed by name: only
                 // `clientConfig.caBundle` of each entry changes.
                 let patch = serde_json::json!({
@@ -411,9 +418,9 @@ pub async fn reconcile_once(
 /// API errors are logged and retried.
 pub async fn run<S>(
     client: kube::Client,
-    config: CertManagerConfig,
+    config: SelfManagedCertsConfig,
     shutdown: S,
-) -> Result<(), CertManagerError>
+) -> Result<(), SelfManagedCertsError>
 where
     S: Future<Output = ()>,
 {
@@ -425,10 +432,10 @@ where
 /// successful pass) for metrics and readiness.
 pub async fn run_with_status<S>(
     client: kube::Client,
-    config: CertManagerConfig,
+    config: SelfManagedCertsConfig,
     status: watch::Sender<Option<CertStatus>>,
     shutdown: S,
-) -> Result<(), CertManagerError>
+) -> Result<(), SelfManagedCertsError>
 where
     S: Future<Output = ()>,
 {
@@ -442,7 +449,7 @@ where
                 backoff = Duration::from_secs(1);
                 config.check_interval
             }
-            Err(e @ CertManagerError::InvalidConfig(_)) => return Err(e),
+            Err(e @ SelfManagedCertsError::InvalidConfig(_)) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = ?backoff, "webhook certificate check failed");
                 let wait = backoff;
