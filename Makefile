@@ -46,11 +46,13 @@ e2e: ## Run the Rust e2e tests against the running cluster
 	source $(CLUSTER_ENV) && cargo test -p kube-prestop-e2e -- --test-threads=1
 
 .PHONY: lint
-lint: ## cargo fmt --check, cargo clippy -D warnings, no import cycle between the webhook's modules, shellcheck on the scripts
+lint: ## cargo fmt --check, cargo clippy -D warnings, no import cycle between the webhook's modules, shellcheck on the scripts, docs consistency, actionlint on the workflows
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo test -q -p kube-prestop-webhook --test module_deps
-	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh tests/release/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+	tests/docs/check.sh
+	scripts/actionlint.sh
 
 .PHONY: unit
 unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
@@ -59,6 +61,10 @@ unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
 .PHONY: chart-test
 chart-test: ## helm lint, helm template per mode and cluster version, kubeconform, golden renders
 	tests/chart/run.sh
+
+.PHONY: release-test
+release-test: ## The release path against a registry on loopback: push target/oci/*.tar and the chart (scripts/release.sh), pull them back
+	tests/release/check.sh
 
 .PHONY: deny
 deny: ## cargo-deny: licenses, bans, sources
@@ -91,6 +97,7 @@ test: ## Everything CI runs: installs what is missing (.ci/install-deps.sh), lin
 	$(MAKE) --no-print-directory chart-test
 	$(MAKE) --no-print-directory deny
 	$(MAKE) --no-print-directory e2e-all
+	$(MAKE) --no-print-directory release-test
 
 ##@ Demo
 

@@ -19,6 +19,8 @@ packages=(
   catatonit busybox-static openssl socat curl
   # script lint
   shellcheck
+  # chart checks: kubeconform's openapi2jsonschema.py for the CRD schemas
+  python3-yaml
 )
 
 missing=()

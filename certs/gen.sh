@@ -5,7 +5,7 @@
 # certificate modes handle that).
 #
 #   certs/gen.sh                                  localhost, 127.0.0.1, ::1
-#   certs/gen.sh kube-prestop.prestop-system.svc  for an in-cluster Service name
+#   certs/gen.sh kube-prestop.kube-prestop.svc  for an in-cluster Service name
 #   certs/gen.sh -o DIR -d DAYS NAME...           other folder / lifetime
 #
 # Writes into certs/out/ (git-ignored): ca.crt, ca.key, tls.crt, tls.key and

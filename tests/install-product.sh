@@ -45,6 +45,7 @@ done
 log "helm upgrade --install ${release} in namespace ${namespace}"
 "${HELM}" upgrade --install "${release}" "${repo}/charts/kube-prestop" \
   --namespace "${namespace}" --create-namespace \
+  "${LOCAL_IMAGE_VALUES[@]}" \
   --set-string "podAnnotations.kube-prestop\.io/images=${digest}" \
   --wait --timeout 240s "$@" >&2
 log "ready: $(kubectl -n "${namespace}" get deploy "${release}" -o jsonpath='{.status.readyReplicas}') webhook replicas"

@@ -7,13 +7,23 @@
 #   configuration equals the Secret's bundle -> an overwritten caBundle is
 #   repaired -> helm upgrade keeps the same certificate -> with
 #   sidecarBinary.createAhead a namespace gets its sidecar-binary ConfigMap
-#   as soon as it is labelled, before any pod -> helm uninstall leaves no
-#   Secret, webhook configuration, ClusterRole or binding behind.
+#   as soon as it is labelled, before any pod -> `kube-prestop-webhook
+#   check --run-job` there is all PASS (replicas reached by the API server,
+#   the presented certificates trusted by the caBundle, a dry-run pod
+#   injected with the binary from that ConfigMap, a test Job's preStop run),
+#   and FAIL with exit status 1 for a webhook configuration that does not
+#   exist and for a test Job in a namespace the webhook does not select ->
+#   helm uninstall leaves no Secret, webhook configuration, ClusterRole or
+#   binding behind. (When the main release of tests/install-product.sh is
+#   installed too, both webhooks select the labelled namespace; the check's
+#   replica, reachability and certificate lines are about this release's
+#   Service alone.)
 #
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
 # Needs the images localhost/kube-prestop/{webhook,sidecar}:<appVersion> in
-# the cluster's containerd (images/build-oci.sh, then ctr images import), and
+# the cluster's containerd (images/build-oci.sh, then ctr images import; the
+# chart is given these names by LOCAL_IMAGE_VALUES of tools.sh), and
 # kubectl on PATH or in $KUBECTL. Uses release and namespace
 # kube-prestop-chart-check (override with CHECK_NAMESPACE).
 set -euo pipefail
@@ -41,11 +51,54 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# kube-prestop-webhook check against this release: all PASS with a test Job
+# in labelled namespace $1 whose ConfigMap is $2; FAIL for a configuration
+# that does not exist and for a Job in a namespace not selected.
+check_command() {
+    local labelled="$1" config_map="$2" bin out rc
+    cargo build -q -p kube-prestop-webhook --manifest-path "${here}/../../Cargo.toml" || { fail "cargo build (check)"; return; }
+    bin="${here}/../../target/debug/kube-prestop-webhook"
+    rc=0
+    # The local cluster pulls nothing: the test Job runs the harness's busybox.
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" --timeout 150s \
+        --image "${KUBE_PRESTOP_E2E_IMAGE:-busybox:1.36}" 2>/dev/null)" || rc=$?
+    printf '%s\n' "${out}" | sed 's/^/      /'
+    if [[ "${rc}" == 0 ]] && grep -q '^RESULT: PASS' <<<"${out}" && ! grep -q '^FAIL' <<<"${out}"; then
+        pass "check --run-job ${labelled}: RESULT: PASS, exit 0"
+    else
+        fail "check --run-job ${labelled}: exit ${rc}"
+    fi
+    for want in "the API server reaches" "that the caBundle trusts" \
+        "namespace ${labelled}: a dry-run test pod comes back injected; sidecar binary from ConfigMap ${config_map}" \
+        "test Job ${labelled}/"; do
+        if grep -q "^PASS .*${want}" <<<"${out}"; then pass "check: PASS ... ${want}"; else fail "check: no PASS line with '${want}'"; fi
+    done
+    if [[ -z "$(k get jobs -n "${labelled}" -l kube-prestop.io/check=true -o name)" ]]; then
+        pass "check: the test Job is deleted"
+    else
+        fail "check: test Job left in ${labelled}"
+    fi
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}-absent" 2>/dev/null)" || rc=$?
+    if [[ "${rc}" == 1 ]] && grep -q "^FAIL  no MutatingWebhookConfiguration ${name}-absent" <<<"${out}"; then
+        pass "check: a missing webhook configuration is FAIL, exit 1"
+    else
+        fail "check --webhook-config ${name}-absent: exit ${rc}: ${out}"
+    fi
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${ns}" 2>/dev/null)" || rc=$?
+    if [[ "${rc}" == 1 ]] && grep -q "^FAIL  --run-job ${ns}: the webhook configuration does not select that namespace" <<<"${out}"; then
+        pass "check: --run-job in a namespace the webhook does not select is FAIL, exit 1"
+    else
+        fail "check --run-job ${ns}: exit ${rc}"
+    fi
+}
+
 k create namespace "${ns}" >/dev/null
 k label namespace "${ns}" pod-security.kubernetes.io/enforce=restricted \
     pod-security.kubernetes.io/enforce-version=latest >/dev/null
 
-if "${HELM}" install "${release}" "${chart}" -n "${ns}" --wait --timeout 180s >/dev/null; then
+if "${HELM}" install "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s >/dev/null; then
     pass "helm install --wait (rollout under Pod Security restricted)"
 else
     k -n "${ns}" get pods,events 2>&1 | tail -20
@@ -82,7 +135,7 @@ for _ in $(seq 1 45); do
 done
 if [[ -n "${repaired}" ]]; then pass "overwritten caBundle repaired"; else fail "caBundle not repaired in 90 s"; fi
 
-if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s --set server.logLevel=debug >/dev/null &&
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s --set server.logLevel=debug >/dev/null &&
     [[ "$(secret_key 'tls\.crt')" == "${crt}" ]] &&
     [[ "$(k get mutatingwebhookconfiguration "${name}" -o 'jsonpath={.webhooks[0].clientConfig.caBundle}')" == "${bundle}" ]]; then
     pass "helm upgrade keeps the certificate and caBundle"
@@ -92,7 +145,7 @@ fi
 
 # createAhead: a labelled namespace gets the ConfigMap without any pod.
 ahead="${ns}-ahead"
-if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s \
+if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
     --set sidecarBinary.createAhead=true >/dev/null; then
     k create namespace "${ahead}" >/dev/null
     k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null
@@ -108,6 +161,7 @@ if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" --wait --timeout 180s \
     else
         fail "createAhead: no sidecar-binary ConfigMap in a labelled namespace within 60 s"
     fi
+    check_command "${ahead}" "${made#configmap/}"
     k delete namespace "${ahead}" --wait=false >/dev/null
 else
     fail "helm upgrade --set sidecarBinary.createAhead=true"

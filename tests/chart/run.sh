@@ -78,6 +78,8 @@ cases=(
     "provided-k8s1.34|values-provided.yaml|1.34.0"
     "custom-k8s1.34|values-custom.yaml|1.34.0"
     "createahead-k8s1.34|values-createahead.yaml|1.34.0"
+    "monitoring-k8s1.34|values-monitoring.yaml|1.34.0"
+    "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -104,10 +106,13 @@ for entry in "${cases[@]}"; do
 
     # cert-manager's Certificate and Issuer are CRDs, not in the Kubernetes
     # OpenAPI document; they are skipped here (their fields are checked by
-    # review of the golden render). Any other kind without a schema fails.
+    # review of the golden render). The Prometheus Operator's ServiceMonitor
+    # and PrometheusRule are checked against schemas made from its CRDs
+    # (tools.sh). Any other kind without a schema fails.
     schemas="${K8S_SCHEMA_ROOT}/$(schema_version "${kube}")"
     if "${KUBECONFORM}" -strict -summary -output text \
         -schema-location "${schemas}/standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json" \
+        -schema-location "${CRD_SCHEMA_DIR}/{{ .ResourceKind }}-{{ .Group }}-{{ .ResourceAPIVersion }}.json" \
         -skip Certificate,Issuer "${render}" >"${out}/${name}.kubeconform" 2>&1; then
         pass "${name}: kubeconform -strict ($(tail -n1 "${out}/${name}.kubeconform"))"
     else
@@ -142,6 +147,37 @@ else
     fail "helm template without --kube-version"
 fi
 
+# The PrometheusRule's rule groups: Prometheus' own checks (promtool check
+# rules: syntax, PromQL, templates of the annotations) and the alerts' unit
+# tests (alerts-test.yaml: each alert fires on the series it is for, with
+# the labels and text an operator sees, and not on others).
+rules_dir="${out}/rules"
+mkdir -p "${rules_dir}"
+if python3 - "${out}/monitoring-k8s1.34.yaml" "${rules_dir}/rules.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "PrometheusRule"]
+if len(docs) != 1:
+    sys.exit(f"want one PrometheusRule in the render, found {len(docs)}")
+yaml.safe_dump(docs[0]["spec"], open(sys.argv[2], "w"), sort_keys=False)
+PY
+then
+    if "${PROMTOOL}" check rules "${rules_dir}/rules.yaml" >"${out}/promtool-check" 2>&1; then
+        pass "PrometheusRule: promtool check rules ($(grep -o 'SUCCESS: [0-9]* rules found' "${out}/promtool-check"))"
+    else
+        cat "${out}/promtool-check"
+        fail "PrometheusRule: promtool check rules"
+    fi
+    cp "${here}/alerts-test.yaml" "${rules_dir}/"
+    if "${PROMTOOL}" test rules "${rules_dir}/alerts-test.yaml" >"${out}/promtool-test" 2>&1; then
+        pass "PrometheusRule: promtool test rules (alerts-test.yaml)"
+    else
+        cat "${out}/promtool-test"
+        fail "PrometheusRule: promtool test rules (alerts-test.yaml)"
+    fi
+else
+    fail "PrometheusRule: rule groups extracted from the render"
+fi
+
 # What the schema and templates must refuse.
 expect_refused() {
     local what="$1"
@@ -161,6 +197,10 @@ expect_refused "a timeout over 30 s" --set webhook.timeoutSeconds=31
 expect_refused "a malformed duration" --set certificates.selfManaged.validity=1year
 expect_refused "an unknown sidecar binary source" --set sidecarBinary.source=image
 expect_refused "createAhead without ConfigMaps" --set sidecarBinary.source=installContainer --set sidecarBinary.createAhead=true
+expect_refused "a privileged host port" --set hostNetwork.enabled=true --set hostNetwork.port=443
+expect_refused "a malformed scrape interval" --set monitoring.serviceMonitor.interval=often
+expect_refused "an unknown monitoring value" --set monitoring.prometheusRule.unknownKey=1
+expect_refused "a certificate expiry alert of 0 days" --set monitoring.prometheusRule.certificateExpiryDays=0
 
 # Facts the renders must show.
 check_render() {
@@ -190,6 +230,18 @@ check_render "install container only: no ConfigMap permission" custom-k8s1.34 "c
 check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
 check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
+check_render "pod network by default: no hostNetwork" selfmanaged-k8s1.34 "hostNetwork: true" 0
+check_render "hostNetwork: on the node's network" hostnetwork-k8s1.34 "      hostNetwork: true" 1
+check_render "hostNetwork: cluster DNS kept" hostnetwork-k8s1.34 "      dnsPolicy: ClusterFirstWithHostNet" 1
+check_render "hostNetwork: HTTPS on the configured node port" hostnetwork-k8s1.34 "listen-addr=0.0.0.0:10270" 1
+check_render "hostNetwork: metrics on the configured node port" hostnetwork-k8s1.34 "metrics-addr=0.0.0.0:10271" 1
+check_render "hostNetwork: container ports are the node ports" hostnetwork-k8s1.34 "containerPort: 1027[01]" 2
+check_render "hostNetwork: no surge pod during a rollout" hostnetwork-k8s1.34 "maxSurge: 0" 1
+check_render "hostNetwork: the Service still targets the named port" hostnetwork-k8s1.34 "targetPort: https" 1
+check_render "monitoring off by default: no ServiceMonitor" selfmanaged-k8s1.34 "kind: ServiceMonitor" 0
+check_render "monitoring off by default: no PrometheusRule" selfmanaged-k8s1.34 "kind: PrometheusRule" 0
+check_render "monitoring: ServiceMonitor on the metrics port" monitoring-k8s1.34 "    - port: metrics" 1
+check_render "monitoring: the selector labels of kube-prometheus-stack" monitoring-k8s1.34 "    release: prom" 2
 
 printf '\nchart: %d passed, %d failed\n' "${passed}" "${failed}"
 [[ "${failed}" -eq 0 ]]

@@ -1,7 +1,9 @@
-//! kube-prestop webhook: the admission server, the offline `inject` command
-//! and the self-managed certificates. The injection engine they share is the
-//! `kube-prestop-engine` crate (`engine/`), which does no I/O.
+//! kube-prestop webhook: the admission server, the offline `inject` command,
+//! the operator's `check` command and the self-managed certificates. The
+//! injection engine they share is the `kube-prestop-engine` crate
+//! (`engine/`), which does no I/O.
 
+pub mod check;
 pub mod cli;
 pub mod cluster_cache;
 pub mod inject_cmd;

@@ -11,7 +11,7 @@ use kube_prestop_webhook::cluster_cache::ClusterCache;
 use kube_prestop_webhook::metrics::Metrics;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
 use kube_prestop_webhook::sidecar_configmap::{SidecarBinary, SidecarConfigMaps};
-use kube_prestop_webhook::{inject_cmd, logging, self_managed_certs};
+use kube_prestop_webhook::{check, inject_cmd, logging, self_managed_certs};
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
 /// musl binary, and musl's malloc (mallocng) takes a global lock on every
@@ -35,6 +35,16 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Inject(args) => inject(*args),
+        Command::Check(args) => {
+            return match check::run_to_stdout(&args.options(), args.kubeconfig.as_deref()) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

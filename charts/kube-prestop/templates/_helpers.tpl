@@ -63,3 +63,12 @@ app.kubernetes.io/part-of: kube-prestop
 {{- define "kube-prestop.certDir" -}}
 /var/run/kube-prestop/certs
 {{- end }}
+
+{{/* Ports the webhook listens on: the node's with hostNetwork, else the pod's. */}}
+{{- define "kube-prestop.httpsPort" -}}
+{{- if .Values.hostNetwork.enabled }}{{ .Values.hostNetwork.port }}{{ else }}{{ .Values.server.port }}{{ end }}
+{{- end }}
+
+{{- define "kube-prestop.metricsPort" -}}
+{{- if .Values.hostNetwork.enabled }}{{ .Values.hostNetwork.metricsPort }}{{ else }}{{ .Values.server.metricsPort }}{{ end }}
+{{- end }}

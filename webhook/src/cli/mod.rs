@@ -1,7 +1,9 @@
-//! Command line of `kube-prestop-webhook`: `serve` (the admission server)
-//! and `inject` (offline injection), sharing the engine and logging flags.
+//! Command line of `kube-prestop-webhook`: `serve` (the admission server),
+//! `inject` (offline injection), sharing the engine and logging flags, and
+//! `check` (an installation, from the operator's side).
 
 mod cert_flags;
+mod check_args;
 mod choices;
 mod duration;
 mod engine_flags;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 pub use cert_flags::CertArgs;
+pub use check_args::CheckArgs;
 pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag};
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
@@ -40,6 +43,11 @@ pub enum Command {
     /// Inject Pods, Jobs and CronJobs from a manifest file offline and print
     /// the result (like `istioctl kube-inject`).
     Inject(Box<InjectArgs>),
+    /// Check an installation on a cluster: the webhook configuration, its
+    /// replicas as the API server reaches them, their certificate against
+    /// the caBundle, a dry-run pod in every labelled namespace (and, with
+    /// --run-job, a test Job's preStop). Exit status 1 if anything failed.
+    Check(Box<CheckArgs>),
 }
 
 /// Logging flags, for both subcommands.

@@ -104,8 +104,9 @@ impl SidecarConfigMaps {
         }
     }
 
-    /// Watch the sidecar-binary ConfigMaps on `client` (metadata only,
-    /// across namespaces, [`LABEL_SELECTOR`] and the name of `binary`) in a
+    /// Watch the sidecar-binary ConfigMaps on `client` (whole objects, whose
+    /// data is hashed and dropped; across namespaces, [`LABEL_SELECTOR`] and
+    /// the name of `binary`) in a
     /// background task with kube-runtime's default backoff, and create
     /// missing ones on demand. Creations are counted in `metrics`. Must be
     /// called inside a tokio runtime (the tasks run on it); outside one,

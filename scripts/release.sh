@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The release steps after `make images` (used by .github/workflows/release.yml,
+# runnable by hand against any OCI registry):
+#
+#   scripts/release.sh verify TAG
+#       TAG (e.g. v0.2.0) is v<workspace version> (Cargo.toml), the chart's
+#       version and appVersion, and has a CHANGELOG.md section.
+#   scripts/release.sh push-images REGISTRY
+#       copies target/oci/kube-prestop-{webhook,sidecar}.tar (every platform
+#       of each image index, digests unchanged) to
+#       REGISTRY/kube-prestop-{webhook,sidecar}:<version> with skopeo.
+#   scripts/release.sh push-chart OCI_REPOSITORY
+#       helm package charts/kube-prestop, then helm push to
+#       oci://OCI_REPOSITORY (the chart is then
+#       oci://OCI_REPOSITORY/kube-prestop, version <version>).
+#
+# REGISTRY is where the chart's default image names point
+# (ghcr.io/kube-prestop for the published release). Log in first
+# (`skopeo login`, `helm registry login`). RELEASE_PLAIN_HTTP=1 talks plain
+# HTTP to the registry (a test registry on loopback). helm is the one of the
+# test harness (tests/cluster/tools.sh) unless HELM is set.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+chart="${repo}/charts/kube-prestop"
+oci_dir="${OCI_OUT_DIR:-${repo}/target/oci}"
+
+log() { printf '[release] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+workspace_version() {
+    awk '
+        /^\[/ { section = $0 }
+        section == "[workspace.package]" && $1 == "version" {
+            gsub(/[" ]/, "", $3); print $3; exit
+        }' "${repo}/Cargo.toml"
+}
+
+chart_field() {
+    awk -v key="$1:" '$1 == key { gsub(/"/, "", $2); print $2; exit }' "${chart}/Chart.yaml"
+}
+
+helm_bin() {
+    if [[ -n "${HELM:-}" ]]; then
+        printf '%s' "${HELM}"
+    else
+        bash "${repo}/tests/cluster/tools.sh" helm
+    fi
+}
+
+verify() {
+    local tag="$1" version
+    version="$(workspace_version)"
+    [[ "${tag}" == "v${version}" ]] || die "tag ${tag} is not v${version} (Cargo.toml [workspace.package] version)"
+    [[ "$(chart_field version)" == "${version}" ]] || die "Chart.yaml version $(chart_field version) is not ${version}"
+    [[ "$(chart_field appVersion)" == "${version}" ]] || die "Chart.yaml appVersion $(chart_field appVersion) is not ${version}"
+    grep -q -E "^## \[${version//./\\.}\]" "${repo}/CHANGELOG.md" || die "CHANGELOG.md has no '## [${version}]' section"
+    log "tag ${tag}: Cargo.toml, Chart.yaml and CHANGELOG.md agree on ${version}"
+}
+
+push_images() {
+    local registry="${1%/}" version name archive
+    version="$(workspace_version)"
+    command -v skopeo >/dev/null || die "skopeo is required (apt-get install skopeo)"
+    local tls=()
+    [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && tls=(--dest-tls-verify=false)
+    for name in webhook sidecar; do
+        archive="${oci_dir}/kube-prestop-${name}.tar"
+        [[ -f "${archive}" ]] || die "no ${archive}: run make images first"
+        log "pushing ${archive} -> ${registry}/kube-prestop-${name}:${version}"
+        # --all: the whole image index (every platform), not only the host's.
+        skopeo copy --all --preserve-digests "${tls[@]}" \
+            "oci-archive:${archive}" "docker://${registry}/kube-prestop-${name}:${version}"
+    done
+}
+
+push_chart() {
+    local repository="${1%/}" helm tmp
+    repository="${repository#oci://}"
+    helm="$(helm_bin)"
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "${tmp}"' RETURN
+    "${helm}" package "${chart}" --destination "${tmp}" >&2
+    local flags=()
+    [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && flags=(--plain-http)
+    log "pushing the chart to oci://${repository}"
+    "${helm}" push "${tmp}"/kube-prestop-*.tgz "oci://${repository}" "${flags[@]}" >&2
+}
+
+case "${1:-}" in
+    verify) [[ $# -eq 2 ]] || die "usage: $0 verify TAG"; verify "$2" ;;
+    push-images) [[ $# -eq 2 ]] || die "usage: $0 push-images REGISTRY"; push_images "$2" ;;
+    push-chart) [[ $# -eq 2 ]] || die "usage: $0 push-chart OCI_REPOSITORY"; push_chart "$2" ;;
+    *) die "usage: $0 verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY" ;;
+esac

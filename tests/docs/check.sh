@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Consistency checks of the user-facing documentation against the code, so
+# that the names a reader copies cannot drift apart again (run by
+# `make lint`):
+#
+#   1. the webhook's namespace: every `helm install/upgrade ... -n NS`,
+#      `kubectl -n NS` for the webhook and `certs/gen.sh NAME.NS.svc` in the
+#      docs uses the code's default (DEFAULT_WEBHOOK_NAMESPACE), which the
+#      local install (tests/install-product.sh) uses too;
+#   2. image names: the chart's default repositories are the published names
+#      the webhook's own --install-image default uses (DEFAULT_INSTALL_IMAGE),
+#      and every image name of ours in the docs is either such a published
+#      name, a local build's name (images/build-oci.sh) or a placeholder;
+#   3. phrases known to be wrong (each with the reason), e.g. "exactly once"
+#      for the hook guarantee, which is "never twice; once per exit except
+#      the documented cases".
+#
+#   tests/docs/check.sh      prints one line per finding; exit 1 if any
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "${repo}"
+
+failed=0
+finding() { failed=$((failed + 1)); printf 'FAIL  %s\n' "$*"; }
+
+# The user-facing documents: every Markdown file outside tests' fixtures and
+# the design record, the chart's values and notes, the examples.
+mapfile -t docs < <(git ls-files --cached --others --exclude-standard -- '*.md' 'charts/*/values.yaml' 'charts/*/templates/NOTES.txt' \
+    'examples/*' 'certs/*.sh' | grep -v -e '^tests/fixtures/' -e '^target/' | sort)
+[[ ${#docs[@]} -gt 0 ]] || { echo "no documents found" >&2; exit 1; }
+
+# --- what the code says ----------------------------------------------------
+rust_const() {
+    # rust_const NAME -> the string literal of `NAME: &str = "..."` (first
+    # literal after it, also inside concat!()).
+    local name="$1" value
+    value="$(git ls-files -z -- '*.rs' | xargs -0 grep -h -A2 "${name}: &str =" |
+        grep -o '"[^"]*"' | head -n1 | tr -d '"')"
+    [[ -n "${value}" ]] || { echo "constant ${name} not found in the Rust sources" >&2; exit 1; }
+    printf '%s' "${value}"
+}
+namespace="$(rust_const DEFAULT_WEBHOOK_NAMESPACE)"
+install_image_prefix="$(rust_const DEFAULT_INSTALL_IMAGE)"   # e.g. ghcr.io/org/kube-prestop-sidecar:
+published_sidecar="${install_image_prefix%:}"
+published_base="${published_sidecar%/*}"                      # e.g. ghcr.io/org
+published_webhook="${published_base}/kube-prestop-webhook"
+
+# --- 1. namespace ----------------------------------------------------------
+install_ns="$(grep -o 'KUBE_PRESTOP_NAMESPACE:-[^}]*' tests/install-product.sh | cut -d- -f2-)"
+[[ "${install_ns}" == "${namespace}" ]] ||
+    finding "tests/install-product.sh installs into '${install_ns}', the webhook's default namespace is '${namespace}'"
+
+for doc in "${docs[@]}"; do
+    # helm install/upgrade of our chart with a namespace other than ours.
+    while IFS= read -r hit; do
+        finding "${doc}:${hit%%:*}: installs into another namespace than '${namespace}': ${hit#*:}"
+    done < <(grep -n -E 'helm (install|upgrade)[^#]*kube-prestop' "${doc}" |
+        grep -E -- '(-n|--namespace)[ =]' |
+        grep -v -E -- "(-n|--namespace)[ =]${namespace}( |\\\\|\$)" || true)
+    # kubectl -n NS ... on the webhook's objects, and Service DNS names.
+    while IFS= read -r hit; do
+        finding "${doc}:${hit%%:*}: names the webhook's namespace other than '${namespace}': ${hit#*:}"
+    done < <(grep -n -E -e 'kubectl -n [a-z0-9-]+ (create secret tls|get (deploy|pods?|secret) kube-prestop|logs (deploy/)?kube-prestop)' \
+        -e 'kube-prestop\.[a-z0-9-]+\.svc' "${doc}" |
+        grep -v -E -e "kubectl -n ${namespace} " -e "kube-prestop\\.${namespace}\\.svc" || true)
+done
+
+# --- 2. image names --------------------------------------------------------
+values="charts/kube-prestop/values.yaml"
+chart_repo() {
+    # chart_repo SECTION -> repository: of that top-level section
+    awk -v section="$1:" '$0 ~ "^" section { in_s = 1; next } /^[^ #]/ { in_s = 0 }
+        in_s && $1 == "repository:" { print $2; exit }' "${values}"
+}
+[[ "$(chart_repo image)" == "${published_webhook}" ]] ||
+    finding "${values}: image.repository is '$(chart_repo image)', the published webhook image is '${published_webhook}'"
+[[ "$(chart_repo installImage)" == "${published_sidecar}" ]] ||
+    finding "${values}: installImage.repository is '$(chart_repo installImage)', the webhook's --install-image default is '${published_sidecar}'"
+
+# Our images as the docs may name them: published, local build, or a
+# placeholder registry (REGISTRY/, registry.example...).
+allowed_images="^(${published_webhook}|${published_sidecar}|localhost/kube-prestop/(webhook|sidecar|busybox)|REGISTRY/kube-prestop-(webhook|sidecar)|[a-z0-9.-]*example[a-z0-9.-]*(:[0-9]+)?(/[a-z0-9-]+)*/kube-prestop-(webhook|sidecar))\$"
+for doc in "${docs[@]}"; do
+    while IFS=: read -r line image; do
+        image="${image%%:*}"
+        [[ "${image}" =~ ${allowed_images} ]] ||
+            finding "${doc}:${line}: image '${image}' is neither the published name (${published_base}/kube-prestop-{webhook,sidecar}) nor the local build's (localhost/kube-prestop/{webhook,sidecar})"
+    done < <(grep -n -o -E '[A-Za-z0-9._:-]+(/[A-Za-z0-9._-]+)*/kube-prestop[-/](webhook|sidecar)\b(:[A-Za-z0-9.<>_-]+)?' "${doc}" |
+        grep -v -E -e ':(target|\.|)/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' || true)
+done
+
+# --- 3. phrases known to be wrong -----------------------------------------
+# pattern (grep -E, case-insensitive) | why it is wrong
+banned=(
+    'exactly once|the guarantee is "never twice; once per exit except the documented cases" (README: The guarantee)'
+    'pasted into the README|docs/security.md is linked from the README, not pasted into it'
+    'metadata only, by label|the sidecar-binary ConfigMap watch reads whole objects (binaryData is hashed and dropped), see webhook/src/sidecar_configmap'
+    'never update, delete or read data|the sidecar-binary ConfigMap watch reads the data to hash it'
+    '-c <sidecar>|name the sidecar: kube-prestop-<container>'
+    'prestop-system|the webhook namespace is the code default (DEFAULT_WEBHOOK_NAMESPACE)'
+)
+for entry in "${banned[@]}"; do
+    pattern="${entry%%|*}"
+    why="${entry#*|}"
+    for doc in "${docs[@]}"; do
+        while IFS= read -r hit; do
+            finding "${doc}:${hit%%:*}: '${pattern}': ${why}"
+        done < <(grep -n -i -E -e "${pattern}" "${doc}" || true)
+    done
+done
+
+if [[ "${failed}" -gt 0 ]]; then
+    printf 'docs: %d finding(s)\n' "${failed}"
+    exit 1
+fi
+printf 'docs: %d documents consistent (namespace %s, images %s/kube-prestop-{webhook,sidecar})\n' \
+    "${#docs[@]}" "${namespace}" "${published_base}"

@@ -1,0 +1,520 @@
+//! `kube-prestop-webhook check`: what an operator needs to know about an
+//! installation, from their own machine with their kubeconfig, as `PASS`,
+//! `FAIL`, `WARN` and `INFO` lines ([`report`]) and an exit status (1 when
+//! anything failed):
+//!
+//! 1. the cluster's version supports native sidecars (1.29+);
+//! 2. the `MutatingWebhookConfiguration` has kube-prestop's webhook, its
+//!    Service and a `caBundle` ([`config`]);
+//! 3. the Service has ready endpoints (EndpointSlices);
+//! 4. for each ready replica: the API server reaches it (`pods/proxy` to
+//!    `/readyz`, the path of a webhook call), and the certificate it
+//!    presents is trusted by the `caBundle` for `<service>.<namespace>.svc`
+//!    ([`tls`], through a port-forward);
+//! 5. which namespaces carry `kube-prestop.io/inject=enabled`, which of them
+//!    the webhook configuration selects, and, for each selected one, a
+//!    server-side dry-run create of a test pod ([`probe_pod`]) that must
+//!    come back injected, saying how its sidecar binary would be delivered
+//!    (the namespace's ConfigMap or the install init container): the API
+//!    server really calls the webhook, and nothing is stored;
+//! 6. with `--run-job NAMESPACE`: a tiny Job there whose preStop must run
+//!    ([`job`]), then deleted.
+//!
+//! Needs: get on the webhook configuration, Services and EndpointSlices in
+//! the webhook's namespace, `pods/portforward` and `pods/proxy` there, list
+//! on Namespaces, create on pods (dry run) in the selected namespaces, and
+//! for `--run-job` create/delete Jobs and get pod logs in that namespace.
+
+pub mod config;
+pub mod job;
+pub mod probe_pod;
+pub mod report;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, ListParams, PostParams};
+
+use self::config::WebhookTarget;
+use self::probe_pod::Delivery;
+use self::report::Report;
+
+/// Oldest Kubernetes minor with native sidecars on by default.
+pub const MIN_MINOR: u32 = 29;
+
+/// The label that turns injection on for a namespace.
+pub const NAMESPACE_LABEL: (&str, &str) = ("kube-prestop.io/inject", "enabled");
+
+/// What to check.
+#[derive(Debug, Clone)]
+pub struct CheckOptions {
+    /// Name of the `MutatingWebhookConfiguration` (the chart's release
+    /// fullname, `kube-prestop` by default).
+    pub webhook_config: String,
+    /// Image of the test pods (needs `sh`).
+    pub image: String,
+    /// Namespace for the test Job, if one is to run.
+    pub run_job: Option<String>,
+    /// Longest wait for the test Job.
+    pub job_timeout: Duration,
+}
+
+/// Why the check could not start (anything found afterwards is a `FAIL`
+/// line instead).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The tokio runtime could not be built.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The given kubeconfig could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file given with `--kubeconfig`.
+        path: String,
+        /// kube's error.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig found, or no client could be built from it.
+    #[error("kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+}
+
+/// A client for `kubeconfig`, or for `KUBECONFIG` / `~/.kube/config` (then
+/// the in-cluster service account) when `None`.
+///
+/// # Errors
+/// [`CheckError::Kubeconfig`] or [`CheckError::Client`].
+pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, CheckError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let to_err = |source| CheckError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(to_err)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(to_err)?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| CheckError::Client(kube::Error::InferConfig(e)))?,
+    };
+    kube::Client::try_from(config).map_err(CheckError::Client)
+}
+
+/// The command: run every check with `options`, print the findings and the
+/// `RESULT:` line on stdout; `Ok(true)` when nothing failed.
+///
+/// # Errors
+/// [`CheckError`] when no runtime or client can be made.
+pub fn run_to_stdout(
+    options: &CheckOptions,
+    kubeconfig: Option<&Path>,
+) -> Result<bool, CheckError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(CheckError::Runtime)?;
+    runtime.block_on(async {
+        let client = client(kubeconfig).await?;
+        let mut report = Report::new(std::io::stdout());
+        report.info(format!(
+            "kube-prestop-webhook {} check of MutatingWebhookConfiguration {}",
+            env!("CARGO_PKG_VERSION"),
+            options.webhook_config
+        ));
+        run(client, options, &mut report).await;
+        Ok(report.finish())
+    })
+}
+
+/// Run every check against `client`, writing findings to `report`.
+pub async fn run<W: Write>(client: kube::Client, options: &CheckOptions, report: &mut Report<W>) {
+    cluster_version(&client, report).await;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let target = match configs.get_opt(&options.webhook_config).await {
+        Ok(Some(c)) => match config::target(&c) {
+            Ok(t) => {
+                report.pass(format!(
+                    "MutatingWebhookConfiguration {}: webhook {} -> Service {}/{}:{}, failurePolicy {}",
+                    options.webhook_config,
+                    config::WEBHOOK_NAME,
+                    t.namespace,
+                    t.service,
+                    t.port,
+                    t.failure_policy
+                ));
+                t
+            }
+            Err(e) => {
+                report.fail(format!(
+                    "MutatingWebhookConfiguration {} {e}",
+                    options.webhook_config
+                ));
+                return;
+            }
+        },
+        Ok(None) => {
+            report.fail(format!(
+                "no MutatingWebhookConfiguration {} (is the chart installed? --webhook-config names another release's)",
+                options.webhook_config
+            ));
+            return;
+        }
+        Err(e) => {
+            report.fail(format!(
+                "cannot read MutatingWebhookConfiguration {}: {e}",
+                options.webhook_config
+            ));
+            return;
+        }
+    };
+    if target.ca_bundle.is_empty() {
+        report.fail(
+            "the webhook configuration has no caBundle: the API server cannot verify the webhook (self-managed certificates: the webhook writes it within a minute of starting; see its log)",
+        );
+    }
+    replicas(&client, &target, report).await;
+    let selected = namespaces(&client, &target, report).await;
+    for namespace in &selected {
+        dry_run(&client, namespace, &options.image, report).await;
+    }
+    if let Some(namespace) = &options.run_job {
+        if selected.contains(namespace) {
+            test_job(&client, namespace, options, report).await;
+        } else {
+            report.fail(format!(
+                "--run-job {namespace}: the webhook configuration does not select that namespace (label it kube-prestop.io/inject=enabled)"
+            ));
+        }
+    }
+}
+
+async fn cluster_version<W: Write>(client: &kube::Client, report: &mut Report<W>) {
+    match client.apiserver_version().await {
+        Ok(info) => {
+            let minor: Option<u32> = info
+                .minor
+                .trim_end_matches('+')
+                .parse()
+                .ok()
+                .filter(|_| info.major == "1");
+            match minor {
+                Some(m) if m >= MIN_MINOR => report.pass(format!(
+                    "Kubernetes {} (native sidecars: 1.{MIN_MINOR} or newer)",
+                    info.git_version
+                )),
+                Some(_) => report.fail(format!(
+                    "Kubernetes {}: kube-prestop needs 1.{MIN_MINOR} or newer (native sidecars)",
+                    info.git_version
+                )),
+                None => report.warn(format!(
+                    "Kubernetes {}: version not understood (major {}, minor {})",
+                    info.git_version, info.major, info.minor
+                )),
+            }
+        }
+        Err(e) => report.fail(format!("cannot reach the API server: {e}")),
+    }
+}
+
+/// The Service's target port on the pods, and the ready pods behind it.
+async fn replicas<W: Write>(client: &kube::Client, target: &WebhookTarget, report: &mut Report<W>) {
+    let services: Api<Service> = Api::namespaced(client.clone(), &target.namespace);
+    let service = match services.get(&target.service).await {
+        Ok(s) => s,
+        Err(e) => {
+            report.fail(format!(
+                "Service {}/{}: {e}",
+                target.namespace, target.service
+            ));
+            return;
+        }
+    };
+    // The Service port the API server calls; its name picks the
+    // EndpointSlice port (the target port number on the pods).
+    let port_name = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|ports| ports.iter().find(|p| p.port == target.port))
+        .map(|p| p.name.clone().unwrap_or_default());
+    let Some(port_name) = port_name else {
+        report.fail(format!(
+            "Service {}/{} has no port {} (the webhook configuration calls that port)",
+            target.namespace, target.service, target.port
+        ));
+        return;
+    };
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &target.namespace);
+    let list = match slices
+        .list(
+            &ListParams::default()
+                .labels(&format!("kubernetes.io/service-name={}", target.service)),
+        )
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            report.fail(format!("EndpointSlices of Service {}: {e}", target.service));
+            return;
+        }
+    };
+    let mut ready: Vec<(String, String, u16)> = Vec::new();
+    for slice in &list.items {
+        let port = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.clone().unwrap_or_default() == port_name)
+            .and_then(|p| p.port)
+            .and_then(|p| u16::try_from(p).ok());
+        let Some(port) = port else { continue };
+        for endpoint in &slice.endpoints {
+            let is_ready = endpoint
+                .conditions
+                .as_ref()
+                .and_then(|c| c.ready)
+                .unwrap_or(false);
+            let pod = endpoint
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+                .and_then(|r| r.name.clone());
+            if let (true, Some(pod)) = (is_ready, pod) {
+                let address = endpoint.addresses.first().cloned().unwrap_or_default();
+                ready.push((pod, address, port));
+            }
+        }
+    }
+    if ready.is_empty() {
+        report.fail(format!(
+            "Service {}/{} has no ready endpoint: no webhook replica is ready (kubectl -n {} get pods,events)",
+            target.namespace, target.service, target.namespace
+        ));
+        return;
+    }
+    report.pass(format!(
+        "{} ready webhook replica(s): {}",
+        ready.len(),
+        ready
+            .iter()
+            .map(|(p, _, _)| p.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &target.namespace);
+    for (pod, address, port) in &ready {
+        reachable(client, &target.namespace, pod, address, *port, report).await;
+        if !target.ca_bundle.is_empty() {
+            certificate(&pods, target, pod, *port, report).await;
+        }
+    }
+}
+
+/// The API server connects to the replica (`pods/proxy`, HTTPS, `/readyz`).
+async fn reachable<W: Write>(
+    client: &kube::Client,
+    namespace: &str,
+    pod: &str,
+    address: &str,
+    port: u16,
+    report: &mut Report<W>,
+) {
+    let path = format!("/api/v1/namespaces/{namespace}/pods/https:{pod}:{port}/proxy/readyz");
+    let request = match http::Request::get(&path).body(Vec::new()) {
+        Ok(r) => r,
+        Err(e) => {
+            report.fail(format!("{pod}: cannot build the proxy request: {e}"));
+            return;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(15), client.request_text(request)).await {
+        Ok(Ok(_)) => report.pass(format!(
+            "the API server reaches {pod} at {address}:{port} (/readyz through pods/proxy)"
+        )),
+        Ok(Err(e)) => report.fail(format!(
+            "the API server cannot reach {pod} at {address}:{port}: {e} (an API server outside the pod network: see docs/platforms.md, chart value hostNetwork)"
+        )),
+        Err(_) => report.fail(format!(
+            "the API server cannot reach {pod} at {address}:{port}: no answer within 15s (a firewall between the control plane and the pods? see docs/platforms.md)"
+        )),
+    }
+}
+
+async fn certificate<W: Write>(
+    pods: &Api<Pod>,
+    target: &WebhookTarget,
+    pod: &str,
+    port: u16,
+    report: &mut Report<W>,
+) {
+    let name = target.server_name();
+    match tls::presented(pods, pod, port, &name, &target.ca_bundle).await {
+        Ok(p) => {
+            let days = (p.not_after - now_unix()) / 86_400;
+            match p.verified {
+                Ok(()) => report.pass(format!(
+                    "{pod} presents a certificate for {name} that the caBundle trusts (subject {}, expires in {days} days)",
+                    p.subject
+                )),
+                Err(e) => report.fail(format!(
+                    "{pod} presents a certificate the caBundle does not accept for {name}: {e} (subject {}, issuer {}); the API server's calls fail and, under failurePolicy {}, pods are {}",
+                    p.subject,
+                    p.issuer,
+                    target.failure_policy,
+                    if target.failure_policy == "Ignore" { "created without injection" } else { "refused" }
+                )),
+            }
+            if (0..30).contains(&days) {
+                report.warn(format!(
+                    "{pod}: the serving certificate expires in {days} days"
+                ));
+            }
+        }
+        Err(e) => report.fail(format!("{pod}: {e}")),
+    }
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Namespaces labelled for injection, and those the webhook selects.
+async fn namespaces<W: Write>(
+    client: &kube::Client,
+    target: &WebhookTarget,
+    report: &mut Report<W>,
+) -> Vec<String> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let (key, value) = NAMESPACE_LABEL;
+    let list = match api
+        .list(&ListParams::default().labels(&format!("{key}={value}")))
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            report.fail(format!("cannot list namespaces: {e}"));
+            return Vec::new();
+        }
+    };
+    let mut labelled = Vec::new();
+    let mut selected = Vec::new();
+    for ns in &list.items {
+        let name = ns.metadata.name.clone().unwrap_or_default();
+        let labels: BTreeMap<String, String> = ns.metadata.labels.clone().unwrap_or_default();
+        if target.selects(&labels) {
+            selected.push(name.clone());
+        }
+        labelled.push(name);
+    }
+    if labelled.is_empty() {
+        report.warn(format!(
+            "no namespace is labelled {key}={value}: nothing is injected (kubectl label namespace NAMESPACE {key}={value})"
+        ));
+        return selected;
+    }
+    report.info(format!(
+        "labelled {key}={value}: {} ({} namespace{})",
+        labelled.join(", "),
+        labelled.len(),
+        if labelled.len() == 1 { "" } else { "s" }
+    ));
+    let excluded: Vec<&String> = labelled.iter().filter(|n| !selected.contains(n)).collect();
+    if !excluded.is_empty() {
+        report.warn(format!(
+            "labelled but never injected (kube-system, the webhook's namespace or webhook.excludedNamespaces): {}",
+            excluded.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    selected
+}
+
+/// A dry-run create of the test pod in `namespace` must come back injected.
+async fn dry_run<W: Write>(
+    client: &kube::Client,
+    namespace: &str,
+    image: &str,
+    report: &mut Report<W>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some("kube-prestop-check".to_owned()),
+    };
+    match pods.create(&params, &probe_pod::pod(image)).await {
+        Ok(pod) => match probe_pod::injected(&pod) {
+            Some(Delivery::ConfigMap(name)) => report.pass(format!(
+                "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from ConfigMap {name}"
+            )),
+            Some(Delivery::InstallContainer) => report.pass(format!(
+                "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from the install init container (no ConfigMap there yet, or sidecarBinary.source=installContainer)"
+            )),
+            None => report.fail(format!(
+                "namespace {namespace}: a dry-run test pod came back NOT injected: the API server did not get an answer from the webhook (with failurePolicy Ignore it creates the pod unchanged; its log says \"failed calling webhook\"), or the pod was skipped (see the webhook's decision log line)"
+            )),
+        },
+        Err(e) => report.fail(format!(
+            "namespace {namespace}: dry-run create of a test pod refused: {e}"
+        )),
+    }
+}
+
+async fn test_job<W: Write>(
+    client: &kube::Client,
+    namespace: &str,
+    options: &CheckOptions,
+    report: &mut Report<W>,
+) {
+    report.info(format!(
+        "running a test Job in {namespace} (image {}, up to {}s)",
+        options.image,
+        options.job_timeout.as_secs()
+    ));
+    match job::run(
+        client.clone(),
+        namespace,
+        &options.image,
+        options.job_timeout,
+    )
+    .await
+    {
+        Ok(o) => {
+            let pod = o.pod.clone().unwrap_or_else(|| "(no pod)".to_owned());
+            if o.delivery.is_none() {
+                report.fail(format!(
+                    "test Job {namespace}/{}: pod {pod} was not injected (ended: {})",
+                    o.job, o.ended
+                ));
+            } else if o.hook_ran() {
+                report.pass(format!(
+                    "test Job {namespace}/{}: pod {pod} injected, its preStop ran after the container exited (\"{}\"; {}); Job deleted",
+                    o.job,
+                    probe_pod::HOOK_OUTPUT,
+                    o.hook_finished.as_deref().map_or("", |l| l.trim_start_matches("kube-prestop: ")),
+                ));
+            } else {
+                report.fail(format!(
+                    "test Job {namespace}/{}: pod {pod} injected but no successful hook run in the log of {} (ended: {}; hook line: {}); Job deleted",
+                    o.job,
+                    job::SIDECAR,
+                    o.ended,
+                    o.hook_finished.as_deref().unwrap_or("none")
+                ));
+            }
+        }
+        Err(e) => report.fail(format!("test Job in {namespace}: {e}")),
+    }
+}
