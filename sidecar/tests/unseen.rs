@@ -27,6 +27,14 @@ use kube_prestop_sidecar::procfs::IdMount;
 const SIGSTOP: i32 = libc::SIGSTOP;
 const SIGCONT: i32 = libc::SIGCONT;
 
+/// Whether `pid` is in the stopped state (`T` in `/proc/PID/stat`).
+fn is_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    })
+}
+
 /// Runs `m` to its end while the sidecar is stopped, once the sidecar holds
 /// its mount table; then lets the sidecar go on and waits until it has
 /// dropped (or used) that hold.
@@ -36,6 +44,10 @@ fn end_while_stopped(sc: &Sidecar, mut m: Main) -> std::process::ExitStatus {
         holds_mountinfo_of(sc.pid, pid)
     });
     kill(sc.pid, SIGSTOP);
+    // kill(2) returns before the target has stopped: a watcher busy on the
+    // other CPU could still look at the container being set up. Start it
+    // only once the watcher is in the stopped state.
+    wait_for("the watcher to stop", T, || is_stopped(sc.pid));
     m.start();
     let st = m.wait(T);
     kill(sc.pid, SIGCONT);
