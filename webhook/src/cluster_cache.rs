@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::kube_config::{self, KubeConfigError};
 use crate::sidecar_configmap::SidecarConfigMaps;
 
 /// Failure to build a client from an explicitly given kubeconfig.
@@ -145,27 +146,15 @@ impl ClusterCache {
             );
             return Ok(None);
         }
-        let config = match kubeconfig {
-            Some(path) => {
-                let to_err = |source| ClusterCacheError::Kubeconfig {
-                    path: path.display().to_string(),
-                    source,
-                };
-                let kc = kube::config::Kubeconfig::read_from(path).map_err(to_err)?;
-                kube::Config::from_custom_kubeconfig(
-                    kc,
-                    &kube::config::KubeConfigOptions::default(),
-                )
-                .await
-                .map_err(to_err)?
+        let config = match kube_config::load(kubeconfig).await {
+            Ok(config) => config,
+            Err(KubeConfigError::Kubeconfig { path, source }) => {
+                return Err(ClusterCacheError::Kubeconfig { path, source });
             }
-            None => match kube::Config::infer().await {
-                Ok(config) => config,
-                Err(e) => {
-                    tracing::warn!(error = %e, "no kubeconfig or in-cluster configuration: LimitRanges are taken as empty");
-                    return Ok(None);
-                }
-            },
+            Err(KubeConfigError::Infer(e)) => {
+                tracing::warn!(error = %e, "no kubeconfig or in-cluster configuration: LimitRanges are taken as empty");
+                return Ok(None);
+            }
         };
         Ok(Some(kube::Client::try_from(config)?))
     }

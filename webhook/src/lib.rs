@@ -7,6 +7,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster_cache;
 pub mod inject_cmd;
+pub mod kube_config;
 pub mod logging;
 pub mod metrics;
 pub mod self_managed_certs;

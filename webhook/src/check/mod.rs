@@ -41,6 +41,8 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, PostParams};
 
+use crate::kube_config::{self, KubeConfigError};
+
 use self::config::WebhookTarget;
 use self::probe_pod::Delivery;
 use self::report::Report;
@@ -92,21 +94,10 @@ pub enum CheckError {
 /// # Errors
 /// [`CheckError::Kubeconfig`] or [`CheckError::Client`].
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, CheckError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let to_err = |source| CheckError::Kubeconfig {
-                path: path.display().to_string(),
-                source,
-            };
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(to_err)?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(to_err)?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| CheckError::Client(kube::Error::InferConfig(e)))?,
-    };
+    let config = kube_config::load(kubeconfig).await.map_err(|e| match e {
+        KubeConfigError::Kubeconfig { path, source } => CheckError::Kubeconfig { path, source },
+        KubeConfigError::Infer(e) => CheckError::Client(kube::Error::InferConfig(e)),
+    })?;
     kube::Client::try_from(config).map_err(CheckError::Client)
 }
 
