@@ -2,6 +2,9 @@
 # The release steps after `make images` (used by .github/workflows/release.yml,
 # runnable by hand against any OCI registry):
 #
+#   scripts/release.sh version
+#       prints the workspace version (Cargo.toml [workspace.package]), the
+#       one every release artifact carries.
 #   scripts/release.sh verify TAG
 #       TAG (e.g. v0.2.0) is v<workspace version> (Cargo.toml), the chart's
 #       version and appVersion, and has a CHANGELOG.md section.
@@ -88,8 +91,9 @@ push_chart() {
 }
 
 case "${1:-}" in
+    version) [[ $# -eq 1 ]] || die "usage: $0 version"; workspace_version ;;
     verify) [[ $# -eq 2 ]] || die "usage: $0 verify TAG"; verify "$2" ;;
     push-images) [[ $# -eq 2 ]] || die "usage: $0 push-images REGISTRY"; push_images "$2" ;;
     push-chart) [[ $# -eq 2 ]] || die "usage: $0 push-chart OCI_REPOSITORY"; push_chart "$2" ;;
-    *) die "usage: $0 verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY" ;;
+    *) die "usage: $0 version | verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY" ;;
 esac

@@ -57,7 +57,7 @@ for _ in $(seq 1 50); do
 done
 curl -sf "http://127.0.0.1:${port}/v2/" >/dev/null || { cat "${work}/registry.log"; echo "registry did not start"; exit 1; }
 
-version="$(awk '/^\[/ { s = $0 } s == "[workspace.package]" && $1 == "version" { gsub(/[" ]/, "", $3); print $3; exit }' "${repo}/Cargo.toml")"
+version="$("${repo}/scripts/release.sh" version)"
 registry="127.0.0.1:${port}/kube-prestop"
 export RELEASE_PLAIN_HTTP=1 HELM
 
