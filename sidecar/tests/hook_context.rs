@@ -277,7 +277,16 @@ fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
     ];
     // The sidecar runs as nobody; the "container" as root.
     let mut sc = pod.sidecar_unprivileged(&hook, &["--hook-root", "container"]);
-    assert_eq!(code(pod.run_main(&["true"])), 0);
+    // A container that lives until the watcher has tried its root (a `true`
+    // container may already be a zombie then, which is another reason for
+    // no root: "the process is gone").
+    let mut m = pod.create_main(&["sleep", "60"]);
+    m.start();
+    wait_for("the watcher to find the container", T, || {
+        sc.log_text().contains("watching container=main")
+    });
+    kill(m.pid, libc::SIGKILL);
+    assert_eq!(code(m.wait(T)), 128 + 9);
     wait_for("the hook's record", T, || pod.records("done-").len() == 1);
     assert_eq!(pod.lines("hooks"), vec!["root=unset"], "{}", sc.log_text());
     let log = sc.log_text();
