@@ -87,7 +87,7 @@ for doc in "${docs[@]}"; do
         [[ "${image}" =~ ${allowed_images} ]] ||
             finding "${doc}:${line}: image '${image}' is neither the published name (${published_base}/kube-prestop-{webhook,sidecar}) nor the local build's (localhost/kube-prestop/{webhook,sidecar})"
     done < <(grep -n -o -E '[A-Za-z0-9._:-]+(/[A-Za-z0-9._-]+)*/kube-prestop[-/](webhook|sidecar)\b(:[A-Za-z0-9.<>_-]+)?' "${doc}" |
-        grep -v -E -e ':(target|\.|)/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' || true)
+        grep -v -E -e ':(target|\.|)/' -e ':\.kube-prestop/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' || true)
 done
 
 # --- 3. phrases known to be wrong -----------------------------------------
