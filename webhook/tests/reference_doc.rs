@@ -1,8 +1,10 @@
 //! docs/reference.md is checked against the code, so it cannot drift: every
 //! long flag of every subcommand's `--help`, every metric the webhook
-//! exports (with every label value exported at zero from start-up), and
-//! every `kube-prestop.io/` annotation the engine reads or writes must be
-//! named on the page.
+//! exports (with every label value exported at zero from start-up), every
+//! `kube-prestop.io/` annotation the engine reads or writes, and every
+//! `KUBE_PRESTOP_*` environment variable the sidecar sets for the hook or
+//! reads itself (in its section) must be named on the page. The flag tables
+//! are checked in detail by `reference_flags.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -122,5 +124,68 @@ fn every_annotation_the_engine_knows_is_in_the_reference() {
     assert!(
         absent.is_empty(),
         "docs/reference.md lacks annotations {absent:?}"
+    );
+}
+
+/// The `"KUBE_PRESTOP_..."` string literals of the sidecar's sources: the
+/// variables it sets for the hook or reads itself.
+fn sidecar_env_names() -> BTreeSet<String> {
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for piece in text.split("\"KUBE_PRESTOP_").skip(1) {
+                    let name: String = piece
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                        .collect();
+                    if piece[name.len()..].starts_with('"') && !name.is_empty() {
+                        out.insert(format!("KUBE_PRESTOP_{name}"));
+                    }
+                }
+            }
+        }
+    }
+    let mut names = BTreeSet::new();
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../sidecar/src"),
+        &mut names,
+    );
+    names
+}
+
+#[test]
+fn every_environment_variable_of_the_sidecar_is_in_the_reference() {
+    use kube_prestop_sidecar::contract;
+    let page = reference();
+    let section = page
+        .split("\n## Environment the hook gets\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/reference.md has a section \"## Environment the hook gets\"");
+    let names = sidecar_env_names();
+    // The scan finds the contract's variables, so it reads the right files.
+    for known in [
+        contract::ENV_HOOK_CONTAINER,
+        contract::ENV_HOOK_INSTANCE,
+        contract::ENV_HOOK_ATTEMPT,
+        contract::ENV_HOOK_EXIT_CODE,
+        contract::ENV_HOOK_EXIT_SIGNAL,
+        contract::ENV_HOOK_ROOT,
+        contract::ENV_GRACE_PERIOD_SECONDS,
+        kube_prestop_sidecar::finder::DEBUG_ENV,
+    ] {
+        assert!(names.contains(known), "{known} not found in sidecar/src");
+    }
+    let absent: Vec<_> = names
+        .iter()
+        .filter(|n| !section.contains(&format!("`{n}`")))
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "docs/reference.md \"## Environment the hook gets\" lacks {absent:?}"
     );
 }
