@@ -70,6 +70,10 @@ release-test: ## The release path against a registry on loopback: push target/oc
 deny: ## cargo-deny: licenses, bans, sources
 	scripts/deny.sh
 
+.PHONY: images
+images: ## Build the two images as OCI archives without Docker (images/build-oci.sh): target/oci/kube-prestop-{webhook,sidecar}.tar
+	images/build-oci.sh
+
 .PHONY: install
 install: ## Build the images, import them and helm install the chart on the running cluster
 	tests/install-product.sh
