@@ -92,7 +92,7 @@ impl NodeWatch {
         })
     }
 
-    /// These nodes, listed, never changing (tests; `inject`).
+    /// These nodes, listed, never changing (tests).
     pub fn fixed<'a>(nodes: impl IntoIterator<Item = (&'a str, NodeFacts)>) -> Self {
         let this = Self::disabled("the node watch has not listed yet");
         this.apply(&watcher::Event::Init);
