@@ -36,6 +36,20 @@ cluster-smoke: ## Prove the cluster with a busybox Job and a pod deletion (clust
 cluster-check-clean: ## Verify that nothing of the harness is left (after cluster-down)
 	$(CLUSTER)/check-clean.sh
 
+##@ Images (images/)
+
+.PHONY: binaries
+binaries: ## Static binaries for linux/amd64 and linux/arm64 into target/images/linux/<arch>/ (images/build.sh binaries)
+	images/build.sh binaries
+
+.PHONY: images
+images: ## The binaries, then both images as multi-platform OCI archives target/oci/kube-prestop-{webhook,sidecar}.tar (buildah, images/*.Dockerfile)
+	images/build.sh
+
+.PHONY: images-test
+images-test: ## Checks make images' output: binaries per architecture (arm64 under qemu-aarch64), image indexes and layout, sizes, reproducibility, containerd import
+	images/test.sh
+
 ##@ Tests
 
 CLUSTER_ENV := /var/lib/kube-prestop/cluster/env.sh
@@ -70,12 +84,8 @@ release-test: ## The release path against a registry on loopback: push target/oc
 deny: ## cargo-deny: licenses, bans, sources
 	scripts/deny.sh
 
-.PHONY: images
-images: ## Build the two images as OCI archives without Docker (images/build-oci.sh): target/oci/kube-prestop-{webhook,sidecar}.tar
-	images/build-oci.sh
-
 .PHONY: install
-install: ## Build the images, import them and helm install the chart on the running cluster
+install: ## Build the images (images/build.sh), import them and helm install the chart on the running cluster
 	tests/install-product.sh
 
 .PHONY: e2e-all
@@ -94,12 +104,14 @@ e2e-matrix: ## The e2e suite over Kubernetes versions x runtimes, cell by cell (
 	tests/matrix.sh
 
 .PHONY: test
-test: ## Everything CI runs: installs what is missing (.ci/install-deps.sh), lint, unit, chart and deny checks, then the e2e suite on a real cluster
+test: ## Everything CI runs: installs what is missing (.ci/install-deps.sh), lint, unit, chart and deny checks, the images and their checks, then the e2e suite on a real cluster and the release path
 	.ci/install-deps.sh
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory chart-test
 	$(MAKE) --no-print-directory deny
+	$(MAKE) --no-print-directory images
+	$(MAKE) --no-print-directory images-test
 	$(MAKE) --no-print-directory e2e-all
 	$(MAKE) --no-print-directory release-test
 

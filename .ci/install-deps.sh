@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine of the project's kind lacks for `make test`:
-# Debian packages, the Rust components and the musl target. Idempotent and
+# Debian packages, the Rust components and the musl targets. Idempotent and
 # quick when everything is present. Component builds (Kubernetes, etcd, helm,
 # kubeconform) are cached by the scripts that use them.
 set -euo pipefail
@@ -8,10 +8,16 @@ set -euo pipefail
 packages=(
   # sidecar tests: unshare/nsenter
   util-linux
-  # static builds: ring's C parts for the musl target
-  musl-tools
-  # images without Docker
-  umoci
+  # static builds (images/build.sh): the C code of ring and mimalloc for the
+  # musl targets: musl-gcc for x86_64, the cross gcc for aarch64
+  musl-tools gcc-aarch64-linux-gnu
+  # images without Docker: buildah (images/*.Dockerfile), skopeo (inspect,
+  # push), umoci (the test cluster's pause and busybox images); jq for the checks
+  buildah skopeo umoci jq
+  # the arm64 binaries' smoke tests (images/test.sh) run under qemu-aarch64,
+  # invoked directly; installed without recommends, so no qemu-user-binfmt
+  # (which would register binfmt_misc handlers)
+  qemu-user
   # local cluster: Debian's containerd 1.6 and runc 1.1 (RUNTIME=containerd1.6-runc1.1),
   # runc 1.5's seccomp build (cgo, libseccomp), network, pause and workload images
   containerd runc gcc libc6-dev pkg-config libseccomp-dev
@@ -34,4 +40,4 @@ if ((${#missing[@]})); then
 fi
 
 rustup component add rustfmt clippy >/dev/null
-rustup target add x86_64-unknown-linux-musl >/dev/null
+rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl >/dev/null

@@ -200,7 +200,7 @@ def sidecar_rows(fig, rows, notes):
         f"kubelet relist 1,000 ms → p99 is {100 * float(lat['latency_p99_ms']) / 1000:.1f}% of it; "
         f"min {float(lat['latency_min_ms']):.2f}, max {float(lat['latency_max_ms']):.2f} ms"))
     notes.append(
-        "Sidecar: the image's binary is built by images/build-oci.sh (profile release), the binary row by "
+        "Sidecar: the image's binary is built by images/build.sh (profile release), the binary row by "
         "sidecar/build-static.sh (release-small). The exit → hook latency includes the sidecar's fork+exec of "
         "`date` and date's dynamic loading (the hook is `date +%s%N`, the container's payload is `date +%s%N` "
         "too), measured on a pod stand-in made of namespaces (bench/sidecar.py).")

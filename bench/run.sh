@@ -31,7 +31,7 @@
 # say so, 300), BENCH_START_PODS (pods of each kind, 20),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
 # BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
-# static musl binary the images ship, built as images/build-oci.sh does, in
+# static musl binary the images ship, built as images/build.sh does, in
 # the saturation runs; 0: skip it; default 1).
 set -euo pipefail
 
@@ -123,7 +123,7 @@ if want webhook; then
     (cd bench/ceiling && CARGO_TARGET_DIR="${ceiling_target}" cargo build --release >&2)
     cargo bench -p kube-prestop-webhook --bench admission --no-run >&2
     if [[ "${musl}" == 1 ]]; then
-        log "building the static musl webhook (the images' binary, as images/build-oci.sh builds it)"
+        log "building the static musl webhook (the amd64 image's binary, as images/build.sh builds it)"
         command -v musl-gcc >/dev/null || die "musl-gcc is required for BENCH_MUSL=1 (Debian: musl-tools)"
         CC_x86_64_unknown_linux_musl=musl-gcc \
             cargo build --locked --release --target x86_64-unknown-linux-musl -p kube-prestop-webhook >&2
@@ -143,7 +143,7 @@ fi
 if want sidecar; then
     log "building the static sidecar and the sidecar image"
     sidecar/build-static.sh > "${work}/sidecar-build.txt"
-    images/build-oci.sh sidecar >&2
+    images/build.sh sidecar >&2
     printf 'bin=%s\ntar=%s\n' "${sidecar_bin}" "${sidecar_tar}" > "${work}/sidecar-paths.txt"
 fi
 if want cluster; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Checks that the OCI archives of images/build-oci.sh import into containerd
-# (as the test cluster imports them) under the expected names, and that each
-# image's static binary starts in its scratch root file system as user 65532.
+# Checks that the OCI archives of images/build.sh import into containerd
+# (as the test cluster imports them: a plain `ctr images import`, which
+# takes the image index and the host platform's content) under the expected
+# names, and that the host platform's static binary starts in its scratch
+# root file system as user 65532. Run by images/test.sh.
 #
 #   images/check-import.sh [ARCHIVE...]   (default: target/oci/*.tar)
 #
@@ -15,7 +17,7 @@ if ((${#archives[@]} == 0)); then
     archives=("${OCI_OUT_DIR:-${repo}/target/oci}"/*.tar)
 fi
 for a in "${archives[@]}"; do
-    [[ -f "${a}" ]] || { echo "no archive ${a}; run images/build-oci.sh first" >&2; exit 1; }
+    [[ -f "${a}" ]] || { echo "no archive ${a}; run make images first" >&2; exit 1; }
 done
 command -v containerd >/dev/null || {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd >/dev/null

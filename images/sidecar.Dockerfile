@@ -1,43 +1,38 @@
-# syntax=docker/dockerfile:1.7
-# The kube-prestop-sidecar image: a static (musl) binary on an empty base.
+# The kube-prestop-sidecar image (the install image): static (musl) sidecar
+# binaries on an empty base. Nothing is compiled or pulled here: the build
+# context is target/images, where `make binaries` (images/build.sh binaries)
+# puts linux/<arch>/kube-prestop-sidecar for every shipped architecture, and
+# the build picks the platform's binary by TARGETARCH, so a multi-platform
+# build needs no emulation. Built by `make images` with buildah; with Docker:
 #
-#   docker buildx build -f images/sidecar.Dockerfile \
+#   make binaries
+#   docker buildx build -f images/sidecar.Dockerfile target/images \
 #     --platform linux/amd64,linux/arm64 \
 #     --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
-#     -t REGISTRY/kube-prestop/sidecar:0.1.0 .
+#     -t REGISTRY/kube-prestop-sidecar:0.1.0 --push
 #
-# Build context: the repository root. Multi-arch: each platform's stage runs
-# on that platform (natively or under emulation); on Alpine, Rust's musl
-# target links statically by default, ring's C code included. The same image
-# is built without Docker by images/build-oci.sh (used by the tests here).
-
-ARG RUST_VERSION=1.95
-ARG ALPINE_VERSION=3.22
-
-FROM rust:${RUST_VERSION}-alpine${ALPINE_VERSION} AS build
-ARG TARGETARCH
-RUN apk add --no-cache musl-dev
-WORKDIR /src
-COPY . .
-RUN --mount=type=cache,id=kube-prestop-cargo-registry-${TARGETARCH},target=/usr/local/cargo/registry \
-    --mount=type=cache,id=kube-prestop-target-${TARGETARCH},target=/src/target \
-    cargo build --locked --release -p kube-prestop-sidecar \
- && install -D -m 0755 target/release/kube-prestop-sidecar /out/kube-prestop-sidecar \
- && ! readelf -l /out/kube-prestop-sidecar | grep -q 'program interpreter'
-
+# Layout (every platform's image; the webhook and the chart rely on it):
+#   /kube-prestop-sidecar                         this platform's binary, the
+#                                                 ENTRYPOINT (install init container;
+#                                                 the image volume's mount)
+#   /architectures/<arch>/kube-prestop-sidecar    every shipped architecture's
+#                                                 binary (amd64, arm64), the same
+#                                                 files in every platform's image
 FROM scratch
+ARG TARGETARCH
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=1970-01-01T00:00:00Z
 LABEL org.opencontainers.image.title="kube-prestop-sidecar" \
-      org.opencontainers.image.description="kube-prestop install image: the static sidecar binary at /kube-prestop-sidecar" \
+      org.opencontainers.image.description="kube-prestop install image: the static sidecar binary at /kube-prestop-sidecar, every architecture's at /architectures/<arch>/kube-prestop-sidecar" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/kube-prestop/kube-prestop"
-COPY --from=build /out/kube-prestop-sidecar /kube-prestop-sidecar
+COPY linux/${TARGETARCH}/kube-prestop-sidecar /kube-prestop-sidecar
+COPY linux/amd64/kube-prestop-sidecar /architectures/amd64/kube-prestop-sidecar
+COPY linux/arm64/kube-prestop-sidecar /architectures/arm64/kube-prestop-sidecar
 # Non-root; no /etc/passwd needed for a numeric user.
 USER 65532:65532
 ENTRYPOINT ["/kube-prestop-sidecar"]
-

@@ -1,31 +1,17 @@
-# syntax=docker/dockerfile:1.7
-# The kube-prestop-webhook image: a static (musl) binary on an empty base.
+# The kube-prestop-webhook image: the static (musl) admission server on an
+# empty base. Nothing is compiled or pulled here: the build context is
+# target/images, where `make binaries` (images/build.sh binaries) puts
+# linux/<arch>/kube-prestop-webhook for every shipped architecture, and the
+# build picks the platform's binary by TARGETARCH, so a multi-platform build
+# needs no emulation. Built by `make images` with buildah; with Docker:
 #
-#   docker buildx build -f images/webhook.Dockerfile \
+#   make binaries
+#   docker buildx build -f images/webhook.Dockerfile target/images \
 #     --platform linux/amd64,linux/arm64 \
 #     --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
-#     -t REGISTRY/kube-prestop/webhook:0.1.0 .
-#
-# Build context: the repository root. Multi-arch: each platform's stage runs
-# on that platform (natively or under emulation); on Alpine, Rust's musl
-# target links statically by default, ring's C code included. The same image
-# is built without Docker by images/build-oci.sh (used by the tests here).
-
-ARG RUST_VERSION=1.95
-ARG ALPINE_VERSION=3.22
-
-FROM rust:${RUST_VERSION}-alpine${ALPINE_VERSION} AS build
-ARG TARGETARCH
-RUN apk add --no-cache musl-dev
-WORKDIR /src
-COPY . .
-RUN --mount=type=cache,id=kube-prestop-cargo-registry-${TARGETARCH},target=/usr/local/cargo/registry \
-    --mount=type=cache,id=kube-prestop-target-${TARGETARCH},target=/src/target \
-    cargo build --locked --release -p kube-prestop-webhook \
- && install -D -m 0755 target/release/kube-prestop-webhook /out/kube-prestop-webhook \
- && ! readelf -l /out/kube-prestop-webhook | grep -q 'program interpreter'
-
+#     -t REGISTRY/kube-prestop-webhook:0.1.0 --push
 FROM scratch
+ARG TARGETARCH
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=1970-01-01T00:00:00Z
@@ -36,7 +22,7 @@ LABEL org.opencontainers.image.title="kube-prestop-webhook" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/kube-prestop/kube-prestop"
-COPY --from=build /out/kube-prestop-webhook /kube-prestop-webhook
+COPY linux/${TARGETARCH}/kube-prestop-webhook /kube-prestop-webhook
 # Non-root; no /etc/passwd needed for a numeric user.
 USER 65532:65532
 ENTRYPOINT ["/kube-prestop-webhook"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs kube-prestop on the running local cluster (make cluster-up):
-# builds the two images without Docker (images/build-oci.sh), imports them
-# into the node's containerd, and installs the chart with Helm into
-# namespace kube-prestop (release kube-prestop), waiting for the rollout.
+# builds the two images without Docker (images/build.sh: multi-platform
+# image indexes, linux/amd64 + linux/arm64), imports them into the node's
+# containerd (ctr takes the index and the node's platform's content), and
+# installs the chart with Helm into namespace kube-prestop (release
+# kube-prestop), waiting for the rollout.
 #
 #   tests/install-product.sh            build, import, helm upgrade --install
 #   SKIP_IMAGE_BUILD=1 tests/install-product.sh   reuse target/oci/*.tar
@@ -31,8 +33,8 @@ use_running_platform
 chart_tools_install >/dev/null
 
 if [[ -z "${SKIP_IMAGE_BUILD:-}" ]]; then
-  log "building images (images/build-oci.sh)"
-  "${repo}/images/build-oci.sh" >&2
+  log "building images (images/build.sh)"
+  "${repo}/images/build.sh" >&2
 fi
 digest=""
 for image in webhook sidecar; do

@@ -22,7 +22,7 @@
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
 # Needs the images localhost/kube-prestop/{webhook,sidecar}:<appVersion> in
-# the cluster's containerd (images/build-oci.sh, then ctr images import; the
+# the cluster's containerd (images/build.sh, then ctr images import; the
 # chart is given these names by LOCAL_IMAGE_VALUES of tools.sh), and
 # kubectl on PATH or in $KUBECTL. Uses release and namespace
 # kube-prestop-chart-check (override with CHECK_NAMESPACE).

@@ -35,7 +35,7 @@ K8S_SCHEMA_VERSIONS="${K8S_SCHEMA_VERSIONS:-v1.29.6 v1.34.4}"
 
 CHART_TOOLS_CACHE="${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}/tools"
 
-# Helm values for the images images/build-oci.sh builds and the local
+# Helm values for the images images/build.sh builds and the local
 # cluster's scripts import (the chart defaults to the published names,
 # ghcr.io/kube-prestop/kube-prestop-{webhook,sidecar}).
 # shellcheck disable=SC2034  # used by the scripts that source this file

@@ -80,7 +80,7 @@ build_base_images() {
 # (e.g. localhost/kube-prestop/busybox), each image in the archive is named
 # BASE_NAME:<its org.opencontainers.image.ref.name>, as umoci tags give only the
 # tag; without it, the archive's own names are used (as `docker save` or
-# `buildah push oci-archive:` write them).
+# images/build.sh writes them: the full reference).
 import_oci_archive() {
   local path="$1" base="${2:-}" args=()
   [[ -f "$path" ]] || die "no such archive: $path"

@@ -10,7 +10,7 @@
 #   2. image names: the chart's default repositories are the published names
 #      the webhook's own --install-image default uses (DEFAULT_INSTALL_IMAGE),
 #      and every image name of ours in the docs is either such a published
-#      name, a local build's name (images/build-oci.sh) or a placeholder;
+#      name, a local build's name (images/build.sh) or a placeholder;
 #   3. phrases known to be wrong (each with the reason), e.g. "exactly once"
 #      for the hook guarantee, which is "never twice; once per exit except
 #      the documented cases";
@@ -88,7 +88,8 @@ chart_repo() {
     finding "${values}: installImage.repository is '$(chart_repo installImage)', the webhook's --install-image default is '${published_sidecar}'"
 
 # Our images as the docs may name them: published, local build, or a
-# placeholder registry (REGISTRY/, registry.example...).
+# placeholder registry (REGISTRY/, registry.example...). Paths inside the
+# sidecar image (/architectures/<arch>/kube-prestop-sidecar) are not images.
 allowed_images="^(${published_webhook}|${published_sidecar}|localhost/kube-prestop/(webhook|sidecar|busybox)|REGISTRY/kube-prestop-(webhook|sidecar)|[a-z0-9.-]*example[a-z0-9.-]*(:[0-9]+)?(/[a-z0-9-]+)*/kube-prestop-(webhook|sidecar))\$"
 for doc in "${docs[@]}"; do
     while IFS=: read -r line image; do
@@ -96,7 +97,8 @@ for doc in "${docs[@]}"; do
         [[ "${image}" =~ ${allowed_images} ]] ||
             finding "${doc}:${line}: image '${image}' is neither the published name (${published_base}/kube-prestop-{webhook,sidecar}) nor the local build's (localhost/kube-prestop/{webhook,sidecar})"
     done < <(grep -n -o -E '[A-Za-z0-9._:-]+(/[A-Za-z0-9._-]+)*/kube-prestop[-/](webhook|sidecar)\b(:[A-Za-z0-9.<>_-]+)?' "${doc}" |
-        grep -v -E -e ':(target|\.|)/' -e ':\.kube-prestop/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' || true)
+        grep -v -E -e ':(target|\.|)/' -e ':\.kube-prestop/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' \
+            -e ':architectures/' || true)
 done
 
 # --- 3. phrases known to be wrong -----------------------------------------

@@ -3,7 +3,8 @@
 # images of `make images` (target/oci/*.tar) and the chart with
 # scripts/release.sh, then read them back as a cluster and an operator
 # would: the image indexes by tag (every platform of the archive), the
-# chart with `helm pull oci://...` and rendered with `helm template`.
+# chart with `helm pull oci://...` and rendered with `helm template`; each
+# image resolves for linux/amd64 and linux/arm64.
 #
 #   tests/release/check.sh        needs target/oci/kube-prestop-{webhook,sidecar}.tar
 #
@@ -84,6 +85,17 @@ PY
     else
         fail "kube-prestop-${name}:${version}: registry has sha256:${got}, archive ${want}"
     fi
+    # Every platform of the index resolves from the registry, as a node of
+    # that architecture pulls it.
+    for arch in amd64 arm64; do
+        resolved="$(skopeo --override-os linux --override-arch "${arch}" inspect --tls-verify=false \
+            "docker://${registry}/kube-prestop-${name}:${version}" 2>&1 | jq -r '.Os + "/" + .Architecture' 2>/dev/null || true)"
+        if [[ "${resolved}" == "linux/${arch}" ]]; then
+            pass "kube-prestop-${name}:${version} resolves for linux/${arch}"
+        else
+            fail "kube-prestop-${name}:${version} for linux/${arch}: ${resolved}"
+        fi
+    done
 done
 
 if "${repo}/scripts/release.sh" push-chart "${registry}/charts" >"${work}/push-chart.log" 2>&1; then

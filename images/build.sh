@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Builds kube-prestop's static binaries for every shipped architecture, then
+# the two container images from images/*.Dockerfile with buildah (no daemon,
+# no registry, no base image: both are FROM scratch), each as a
+# multi-platform OCI image index (linux/amd64 + linux/arm64) in an OCI
+# archive that `ctr images import`, skopeo and the registries accept.
+#
+#   images/build.sh                binaries, then both images (`make images`)
+#   images/build.sh binaries       only the binaries (`make binaries`)
+#   images/build.sh sidecar        binaries, then one image (webhook | sidecar)
+#
+# Binaries (cargo, --locked, profile OCI_CARGO_PROFILE, default release),
+# copied into the images' build context:
+#   target/images/linux/amd64/kube-prestop-{webhook,sidecar}   x86_64-unknown-linux-musl
+#   target/images/linux/arm64/kube-prestop-{webhook,sidecar}   aarch64-unknown-linux-musl
+# Images (override the folder with OCI_OUT_DIR):
+#   target/oci/kube-prestop-webhook.tar   localhost/kube-prestop/webhook:<version>
+#   target/oci/kube-prestop-sidecar.tar   localhost/kube-prestop/sidecar:<version>
+# <version> is the workspace version (Cargo.toml). Each archive's index.json
+# names the image index by its full reference (org.opencontainers.image.ref.name),
+# so a plain `ctr -n k8s.io images import FILE` names it correctly.
+#
+# Reproducible: every time stamp (files in the layers, config, history) is
+# the last commit's time, or SOURCE_DATE_EPOCH (buildah --timestamp), and the
+# archive is written with sorted names and fixed owners, so the same tree
+# gives the same index digest and the same archive bytes (images/test.sh
+# checks it by building twice).
+#
+# Knobs: IMAGES_SKIP_CARGO=1 takes the binaries already in target/images
+# (no cargo); IMAGE_PLATFORMS (default linux/amd64,linux/arm64) the
+# platforms of the image index, e.g. one platform only, to see what a node of
+# a missing architecture does (docs/install.md). The binaries are always
+# built for both architectures: every platform's sidecar image carries both
+# in /architectures/.
+#
+# Toolchain (installed by .ci/install-deps.sh; missing parts are installed
+# here too): the rustup targets, Debian's musl-tools (musl-gcc compiles the
+# C code of ring and mimalloc for x86_64), gcc-aarch64-linux-gnu (the same
+# for aarch64), buildah. Both targets link with Rust's self-contained musl
+# (static, no ELF interpreter); aarch64 links with rust-lld.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target_dir="${CARGO_TARGET_DIR:-${repo}/target}"
+context="${repo}/target/images"
+out_dir="${OCI_OUT_DIR:-${repo}/target/oci}"
+# Cargo profile of the binaries (release: LTO, one codegen unit, stripped).
+profile="${OCI_CARGO_PROFILE:-release}"
+platforms="${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
+# The architectures kube-prestop ships (Kubernetes' names, as in the node
+# label kubernetes.io/arch and the OCI platform) and their Rust targets.
+archs=(amd64 arm64)
+declare -A rust_target=([amd64]=x86_64-unknown-linux-musl [arm64]=aarch64-unknown-linux-musl)
+# ELF e_machine of each, as readelf -h prints it.
+declare -A elf_machine=([amd64]="Advanced Micro Devices X86-64" [arm64]="AArch64")
+
+log() { printf '[images] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+workspace_version() {
+    # The [workspace.package] version of the root Cargo.toml.
+    awk '
+        /^\[/ { section = $0 }
+        section == "[workspace.package]" && $1 == "version" {
+            gsub(/[" ]/, "", $3); print $3; exit
+        }' "${repo}/Cargo.toml"
+}
+
+apt_install() {
+    log "installing Debian packages: $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 || {
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    }
+}
+
+ensure_tools() {
+    local pkgs=() arch
+    if [[ -z "${IMAGES_SKIP_CARGO:-}" ]]; then
+        command -v musl-gcc >/dev/null || pkgs+=(musl-tools)
+        command -v aarch64-linux-gnu-gcc >/dev/null || pkgs+=(gcc-aarch64-linux-gnu)
+    fi
+    if [[ "${1:-}" != binaries ]]; then
+        command -v buildah >/dev/null || pkgs+=(buildah)
+    fi
+    if ((${#pkgs[@]})); then
+        apt_install "${pkgs[@]}"
+    fi
+    [[ -n "${IMAGES_SKIP_CARGO:-}" ]] && return 0
+    for arch in "${archs[@]}"; do
+        if ! rustup target list --installed 2>/dev/null | grep -qx "${rust_target[${arch}]}"; then
+            log "adding Rust target ${rust_target[${arch}]}"
+            rustup target add "${rust_target[${arch}]}" >&2
+        fi
+    done
+}
+
+# build_binaries: both binaries for every architecture, copied into the
+# build context.
+build_binaries() {
+    local arch triple profile_dir="${profile}" name bin
+    [[ "${profile}" == dev ]] && profile_dir=debug
+    for arch in "${archs[@]}"; do
+        triple="${rust_target[${arch}]}"
+        log "cargo build --profile ${profile} --target ${triple} (linux/${arch})"
+        (
+            cd "${repo}"
+            case "${arch}" in
+                amd64)
+                    # musl-gcc compiles the C code; linking stays with Rust's
+                    # default (self-contained musl crt, static). musl-gcc as
+                    # the linker would produce a dynamically linked PIE.
+                    export CC_x86_64_unknown_linux_musl=musl-gcc
+                    ;;
+                arm64)
+                    # Debian has no aarch64 musl C compiler; the cross gcc
+                    # compiles ring's and mimalloc's C code (freestanding
+                    # enough: only string, memory, thread and mmap calls, all
+                    # in musl under the same names; a symbol musl lacks fails
+                    # the link). rust-lld links with Rust's self-contained
+                    # musl crt and libc, so nothing of glibc is linked in.
+                    export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
+                    export AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar
+                    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld
+                    ;;
+            esac
+            cargo build --locked --profile "${profile}" --target "${triple}" \
+                -p kube-prestop-webhook -p kube-prestop-sidecar >&2
+        )
+        mkdir -p "${context}/linux/${arch}"
+        for name in webhook sidecar; do
+            bin="${target_dir}/${triple}/${profile_dir}/kube-prestop-${name}"
+            [[ -x "${bin}" ]] || die "no binary at ${bin}"
+            install -m 0755 "${bin}" "${context}/linux/${arch}/kube-prestop-${name}.tmp"
+            mv "${context}/linux/${arch}/kube-prestop-${name}.tmp" "${context}/linux/${arch}/kube-prestop-${name}"
+        done
+    done
+}
+
+# check_binaries: what a scratch image needs: static, of its architecture.
+check_binaries() {
+    local arch name bin
+    for arch in "${archs[@]}"; do
+        for name in webhook sidecar; do
+            bin="${context}/linux/${arch}/kube-prestop-${name}"
+            [[ -f "${bin}" ]] || die "no ${bin}: run images/build.sh binaries"
+            readelf -h "${bin}" | grep -q "Machine: *${elf_machine[${arch}]}\$" ||
+                die "${bin} is not a ${elf_machine[${arch}]} binary"
+            if readelf -l "${bin}" | grep -q 'Requesting program interpreter'; then
+                die "${bin} is dynamically linked"
+            fi
+        done
+    done
+}
+
+# build_image NAME: the multi-platform image of images/NAME.Dockerfile,
+# written to OUT_DIR/kube-prestop-NAME.tar.
+build_image() {
+    local name="$1"
+    local ref="localhost/kube-prestop/${name}:${version}"
+    local archive="${out_dir}/kube-prestop-${name}.tar"
+    local work
+    work="$(mktemp -d /var/tmp/kube-prestop-images.XXXXXX)"
+    # shellcheck disable=SC2064 # expand now: work is local
+    trap "rm -rf '${work}'" RETURN
+    # A private image store (vfs: no mounts), removed afterwards: nothing of
+    # a build stays in the machine's container storage, and parallel builds
+    # do not meet.
+    local store=(--root "${work}/storage" --runroot "${work}/run" --storage-driver vfs)
+    log "buildah build ${ref} (${platforms}) from images/${name}.Dockerfile"
+    # One platform at a time, in the order given: buildah builds the
+    # platforms of one `--platform A,B` in parallel and lists them in the
+    # index in the order they finish, which would change the index digest.
+    local platform
+    for platform in ${platforms//,/ }; do
+        buildah "${store[@]}" build --quiet \
+            --platform "${platform}" \
+            --manifest "${ref}" \
+            --timestamp "${epoch}" \
+            --build-arg "VERSION=${version}" \
+            --build-arg "REVISION=${revision}" \
+            --build-arg "CREATED=${created}" \
+            -f "${repo}/images/${name}.Dockerfile" "${context}" >/dev/null
+    done
+    buildah "${store[@]}" manifest push --quiet --all --format oci \
+        "${ref}" "oci:${work}/layout:${ref}" >&2
+    mkdir -p "${out_dir}"
+    tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="${created}" \
+        -C "${work}/layout" -cf "${archive}.tmp" .
+    mv "${archive}.tmp" "${archive}"
+    printf '%-28s %-45s %s, archive %s KiB\n' "kube-prestop-${name}.tar" "${ref}" \
+        "${platforms}" "$(($(stat -c %s "${archive}") / 1024))"
+}
+
+main() {
+    local which=("$@") name
+    ((${#which[@]})) || which=(webhook sidecar)
+    for name in "${which[@]}"; do
+        [[ "${name}" == webhook || "${name}" == sidecar || "${name}" == binaries ]] ||
+            die "unknown argument: ${name} (binaries | webhook | sidecar)"
+    done
+    version="$(workspace_version)"
+    [[ -n "${version}" ]] || die "no [workspace.package] version in Cargo.toml"
+    ensure_tools "${which[0]}"
+    [[ -n "${IMAGES_SKIP_CARGO:-}" ]] || build_binaries
+    check_binaries
+    [[ "${which[*]}" == binaries ]] && {
+        ls -l "${context}"/linux/*/kube-prestop-* >&2
+        return 0
+    }
+    epoch="${SOURCE_DATE_EPOCH:-$(git -C "${repo}" log -1 --format=%ct 2>/dev/null || date +%s)}"
+    created="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
+    revision="$(git -C "${repo}" rev-parse HEAD 2>/dev/null || echo unknown)"
+    for name in "${which[@]}"; do
+        [[ "${name}" == binaries ]] || build_image "${name}"
+    done
+}
+
+main "$@"
