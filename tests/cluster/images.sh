@@ -60,12 +60,16 @@ _populate_busybox() {
 build_base_images() {
   ensure_apt_packages umoci catatonit busybox-static
   local pause busybox
-  pause="$IMAGE_CACHE/pause-catatonit-$(_pkg_version catatonit).oci.tar"
+  # -path: with the PATH of registry.k8s.io/pause in its config (youki 0.7.0
+  # refuses a process without PATH in its environment, even with an absolute
+  # argv[0]: "PATH environment variable is not set"; runc does not need it).
+  pause="$IMAGE_CACHE/pause-catatonit-$(_pkg_version catatonit)-path.oci.tar"
   busybox="$IMAGE_CACHE/busybox-$(_pkg_version busybox-static).oci.tar"
   if [[ ! -f "$pause" ]]; then
     log "building $pause"
     _umoci_image "$pause" 3.10 _populate_pause \
-      --config.entrypoint /catatonit --config.entrypoint -P --config.user 65535:65535
+      --config.entrypoint /catatonit --config.entrypoint -P --config.user 65535:65535 \
+      --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
   fi
   if [[ ! -f "$busybox" ]]; then
     log "building $busybox"
