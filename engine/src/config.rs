@@ -4,6 +4,7 @@
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::EngineError;
+use super::delivery::{SHIPPED_ARCHITECTURES, SidecarBinarySource};
 use super::quantity;
 
 /// Install image used when none is configured:
@@ -96,8 +97,9 @@ impl ResourceDefaults {
 /// Engine configuration.
 ///
 /// `EngineConfig::default()` is usable as is: the default install image, pull
-/// policy `IfNotPresent`, webhook namespace `kube-prestop` and the default
-/// resources of [`ResourceDefaults::sidecar`] and [`ResourceDefaults::install`].
+/// policy `IfNotPresent`, webhook namespace `kube-prestop`, the default
+/// resources of [`ResourceDefaults::sidecar`] and [`ResourceDefaults::install`],
+/// binary source `auto` and the shipped architectures `amd64`, `arm64`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Image of the install init container (must hold the static sidecar
@@ -114,6 +116,12 @@ pub struct EngineConfig {
     pub sidecar_resources: ResourceDefaults,
     /// Resources of the install init container.
     pub install_resources: ResourceDefaults,
+    /// Where the sidecar binary may come from (see `engine::delivery`).
+    pub sidecar_binary_source: SidecarBinarySource,
+    /// The architectures (`kubernetes.io/arch` values) the install image
+    /// has a binary for; a pod whose node architecture is known and not
+    /// among them is an [`EngineError::UnsupportedArchitecture`].
+    pub shipped_architectures: Vec<String>,
 }
 
 impl Default for EngineConfig {
@@ -124,6 +132,11 @@ impl Default for EngineConfig {
             webhook_namespace: DEFAULT_WEBHOOK_NAMESPACE.to_owned(),
             sidecar_resources: ResourceDefaults::sidecar(),
             install_resources: ResourceDefaults::install(),
+            sidecar_binary_source: SidecarBinarySource::default(),
+            shipped_architectures: SHIPPED_ARCHITECTURES
+                .iter()
+                .map(|a| (*a).to_owned())
+                .collect(),
         }
     }
 }
@@ -151,6 +164,11 @@ impl EngineConfig {
         }
         self.sidecar_resources.validate("sidecar")?;
         self.install_resources.validate("install")?;
+        if self.shipped_architectures.is_empty() {
+            return Err(EngineError::InvalidConfig(
+                "no shipped architectures".to_owned(),
+            ));
+        }
         Ok(())
     }
 }

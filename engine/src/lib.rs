@@ -12,7 +12,8 @@
 //! Modules, one job each: [`select`] (which pods and containers),
 //! [`annotations`] (per-pod settings, status), [`names`] (names of what we
 //! add), [`resources`] (QoS class, LimitRanges), [`mutate`] (the mutation),
-//! [`patch`] (the mutation as a JSON Patch),
+//! [`patch`] (the mutation as a JSON Patch), [`delivery`] (where the
+//! sidecar binary comes from),
 //! [`quantity`] (Kubernetes quantities), [`config`] (configuration).
 //! `ANNOTATIONS.md` beside this file is the user-facing annotation table.
 
@@ -20,6 +21,7 @@ use k8s_openapi::api::core::v1::{LimitRange, Pod, PodTemplateSpec};
 
 pub mod annotations;
 pub mod config;
+pub mod delivery;
 pub mod mutate;
 pub mod names;
 pub mod patch;
@@ -28,6 +30,7 @@ pub mod resources;
 pub mod select;
 
 pub use config::{EngineConfig, ResourceDefaults};
+pub use delivery::{BinaryFacts, Delivery, NodeArchitectures, SidecarBinarySource, Support};
 pub use mutate::Mutation;
 pub use resources::QosClass;
 pub use select::SkipReason;
@@ -42,14 +45,14 @@ pub struct ClusterContext {
     pub namespace: String,
     /// LimitRanges of that namespace (only `type: Container` items are used).
     pub limit_ranges: Vec<LimitRange>,
-    /// Name of a ConfigMap in that namespace whose `binaryData` holds the
-    /// sidecar binary under `contract::BINARY_CONFIG_MAP_KEY`, when the
-    /// caller knows one exists (the server's `sidecar_configmap` module
-    /// creates them). With one, the pod mounts the binary from it at
-    /// `contract::BINARY_DIR` and gets no install init container (one
-    /// kubelet pod sync, about a second, less pod start); without one
-    /// (`None`), the install init container copies it.
-    pub sidecar_config_map: Option<String>,
+    /// What decides where the sidecar binary comes from
+    /// ([`delivery::choose`]): the ConfigMaps per architecture that exist
+    /// in that namespace (each `binaryData` holds one architecture's binary
+    /// under `contract::BINARY_CONFIG_MAP_KEY`; the server's
+    /// `sidecar_configmap` module creates them), the nodes' architectures,
+    /// whether image volumes work. The default knows nothing: the install
+    /// init container.
+    pub binary: BinaryFacts,
 }
 
 /// The engine's answer for a Pod.
@@ -129,6 +132,20 @@ pub enum EngineError {
         /// The failing constraint.
         detail: String,
     },
+    /// The pod's node architecture is known at admission (pinned with
+    /// `kubernetes.io/arch`, or every node's) and no sidecar binary is
+    /// shipped for it.
+    #[error(
+        "no sidecar binary for architecture {architecture:?} (from {field}); shipped: {shipped}"
+    )]
+    UnsupportedArchitecture {
+        /// The architecture, as written.
+        architecture: String,
+        /// Where it comes from: the pod's field, or `every node of the cluster`.
+        field: String,
+        /// The shipped architectures, comma-separated.
+        shipped: String,
+    },
     /// A watched container already mounts something where the shared volume
     /// or its identifying mount goes.
     #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
@@ -145,12 +162,13 @@ pub enum EngineError {
 
 impl EngineError {
     /// Every value of [`EngineError::as_str`], in declaration order.
-    pub const LABELS: [&'static str; 6] = [
+    pub const LABELS: [&'static str; 7] = [
         "invalid_pod",
         "invalid_config",
         "invalid_annotation",
         "invalid_quantity",
         "limit_range_unsatisfiable",
+        "unsupported_architecture",
         "mount_path_conflict",
     ];
 
@@ -162,6 +180,7 @@ impl EngineError {
             Self::InvalidAnnotation { .. } => "invalid_annotation",
             Self::InvalidQuantity { .. } => "invalid_quantity",
             Self::LimitRangeUnsatisfiable { .. } => "limit_range_unsatisfiable",
+            Self::UnsupportedArchitecture { .. } => "unsupported_architecture",
             Self::MountPathConflict { .. } => "mount_path_conflict",
         }
     }
@@ -302,8 +321,7 @@ mod tests {
     fn cluster() -> ClusterContext {
         ClusterContext {
             namespace: "default".into(),
-            limit_ranges: vec![],
-            sidecar_config_map: None,
+            ..Default::default()
         }
     }
 
@@ -387,6 +405,11 @@ mod tests {
                 resource: String::new(),
                 detail: String::new(),
             },
+            EngineError::UnsupportedArchitecture {
+                architecture: String::new(),
+                field: String::new(),
+                shipped: String::new(),
+            },
             EngineError::MountPathConflict {
                 container: String::new(),
                 path: String::new(),
@@ -401,6 +424,7 @@ mod tests {
                 | EngineError::InvalidAnnotation { .. }
                 | EngineError::InvalidQuantity { .. }
                 | EngineError::LimitRangeUnsatisfiable { .. }
+                | EngineError::UnsupportedArchitecture { .. }
                 | EngineError::MountPathConflict { .. } => {}
             }
         }

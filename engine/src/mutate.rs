@@ -2,8 +2,8 @@
 //!
 //! Resulting `initContainers` order: the user's init containers and native
 //! sidecars unchanged, then the install init container (only when the
-//! binary does not come from a ConfigMap, see
-//! [`ClusterContext::sidecar_config_map`]), then one native sidecar per
+//! binary comes neither from an image volume nor from a ConfigMap, see
+//! [`crate::delivery`]), then one native sidecar per
 //! watched container in `containers` order. The kubelet starts
 //! init containers in order (the next one only in a later pod sync, once it
 //! sees a native sidecar running, which is after the sidecar's postStart
@@ -16,13 +16,14 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, ExecAction,
-    KeyToPath, Lifecycle, LifecycleHandler, Pod, PodSpec, ResourceRequirements, SeccompProfile,
-    SecurityContext, Volume, VolumeMount,
+    ImageVolumeSource, KeyToPath, Lifecycle, LifecycleHandler, Pod, PodSpec, ResourceRequirements,
+    SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
 use kube_prestop_sidecar::contract;
 
 use super::annotations::{self, PodOverrides};
 use super::config::EngineConfig;
+use super::delivery::{self, Choice, Delivery};
 use super::names;
 use super::resources::{self, ResourceContext};
 use super::select::exec_prestop;
@@ -119,15 +120,27 @@ enum Binary<'a> {
     /// Mounted from the ConfigMap volume named by the first field, at
     /// [`contract::BINARY_DIR`].
     ConfigMapVolume(&'a str),
+    /// Mounted from the image volume (the install image) named by the first
+    /// field, at [`contract::BINARY_DIR`]: the binary is at
+    /// [`contract::IMAGE_VOLUME_BINARY_PATH`].
+    ImageVolume(&'a str),
 }
 
 impl Binary<'_> {
-    /// The mounts that give a container the binary at
-    /// [`contract::BINARY_PATH`]: the shared volume, then (from a ConfigMap)
-    /// the binary's volume over its `bin` directory, read-only.
+    /// Where the containers find the binary.
+    fn path(self) -> &'static str {
+        match self {
+            Binary::Installed | Binary::ConfigMapVolume(_) => contract::BINARY_PATH,
+            Binary::ImageVolume(_) => contract::IMAGE_VOLUME_BINARY_PATH,
+        }
+    }
+
+    /// The mounts that give a container the binary at [`Self::path`]: the
+    /// shared volume, then (from a ConfigMap or an image volume) the
+    /// binary's volume over its `bin` directory, read-only.
     fn mounts(self, shared: &str) -> Vec<VolumeMount> {
         let mut mounts = vec![shared_mount(shared)];
-        if let Binary::ConfigMapVolume(volume) = self {
+        if let Binary::ConfigMapVolume(volume) | Binary::ImageVolume(volume) = self {
             mounts.push(VolumeMount {
                 name: volume.to_owned(),
                 mount_path: contract::BINARY_DIR.to_owned(),
@@ -154,6 +167,20 @@ fn binary_volume(name: String, config_map: &str) -> Volume {
             }]),
             default_mode: Some(BINARY_FILE_MODE),
             optional: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The volume that shows the install image `config.install_image` itself
+/// (read-only: image volumes always are), pulled with the install image's
+/// pull policy. The node's runtime unpacks the image for its own platform.
+fn image_volume(name: String, config: &EngineConfig) -> Volume {
+    Volume {
+        name,
+        image: Some(ImageVolumeSource {
+            reference: Some(config.install_image.clone()),
+            pull_policy: Some(config.install_image_pull_policy.clone()),
         }),
         ..Default::default()
     }
@@ -212,25 +239,27 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// The native sidecar watching `x`, whose preStop command is `hook`;
 /// `opts` are its `watch` flags: `started_after` names the containers the
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
-/// `hostPID` pods), `run_on` and `hook_root` come from the annotations; `ours`
-/// are the mounts of the shared volume and the binary
-/// ([`Binary::mounts`]), added to X's own.
+/// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
+/// binary's delivery and the shared volume's name give the binary's path
+/// and the mounts of the shared volume and the binary ([`Binary::mounts`]),
+/// added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
     opts: &contract::WatchOptions,
-    ours: Vec<VolumeMount>,
+    (binary, shared): (Binary<'_>, &str),
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
-    mounts.extend(ours);
+    mounts.extend(binary.mounts(shared));
+    let binary = binary.path();
     Container {
         name,
         image: x.image.clone(),
         image_pull_policy: x.image_pull_policy.clone(),
-        command: Some(contract::watch_command_with(&x.name, opts, hook)),
+        command: Some(contract::watch_command_at(binary, &x.name, opts, hook)),
         args: None,
         env: Some(sidecar_env(x, grace_period_seconds)),
         env_from: x.env_from.clone(),
@@ -247,7 +276,7 @@ fn sidecar_container(
         lifecycle: Some(Lifecycle {
             post_start: Some(LifecycleHandler {
                 exec: Some(ExecAction {
-                    command: Some(contract::post_start_command(&x.name)),
+                    command: Some(contract::post_start_command_at(binary, &x.name)),
                 }),
                 ..Default::default()
             }),
@@ -296,11 +325,11 @@ pub struct WatchedChange {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mutation {
     /// Appended to `spec.initContainers`, in this order: the install init
-    /// container (unless the binary comes from a ConfigMap), then one native
-    /// sidecar per watched container.
+    /// container (unless the binary comes from an image volume or a
+    /// ConfigMap), then one native sidecar per watched container.
     pub init_containers: Vec<Container>,
     /// Appended to `spec.volumes`: the shared `emptyDir`, then the binary's
-    /// ConfigMap volume when there is one.
+    /// image volume or ConfigMap volume when there is one.
     pub volumes: Vec<Volume>,
     /// The changes to the watched containers, in `spec.containers` order.
     pub watched: Vec<WatchedChange>,
@@ -310,6 +339,9 @@ pub struct Mutation {
     /// Annotations set, added or overwritten: status, version and (when
     /// the pod has none) kubectl's default container.
     pub annotations: Vec<(String, String)>,
+    /// Where the binary comes from and why (not a change to the pod: for
+    /// the caller's log, metrics and ConfigMap creation).
+    pub binary: Choice,
 }
 
 impl Mutation {
@@ -354,10 +386,11 @@ impl Mutation {
 /// (indices into `spec.containers`, each with an exec preStop); `pod` is
 /// only read.
 ///
-/// Errors: [`EngineError::MountPathConflict`] when a watched container
-/// already mounts under `/.kube-prestop` or `/.kube-prestop-id`; resource
-/// errors from [`resources::container_resources`]; annotation errors from
-/// [`PodOverrides::sidecar_resources`].
+/// Errors: [`EngineError::UnsupportedArchitecture`] from
+/// [`delivery::choose`]; [`EngineError::MountPathConflict`] when a watched
+/// container already mounts under `/.kube-prestop` or `/.kube-prestop-id`;
+/// resource errors from [`resources::container_resources`]; annotation
+/// errors from [`PodOverrides::sidecar_resources`].
 pub fn plan(
     pod: &Pod,
     watched: &[usize],
@@ -395,17 +428,29 @@ pub fn plan(
         ..Default::default()
     }];
 
-    // The binary: from the namespace's ConfigMap when there is one, else
-    // copied by the install init container (one more kubelet pod sync).
+    // The binary: from an image volume, the ConfigMap of the pod's node
+    // architecture, else copied by the install init container (one more
+    // kubelet pod sync); `delivery::choose` says which and why.
+    let choice = delivery::choose(
+        spec,
+        config.sidecar_binary_source,
+        &cluster.binary,
+        &config.shipped_architectures,
+    )?;
     let mut init_containers = Vec::with_capacity(watched.len() + 1);
     let binary_volume_name;
-    let binary = match cluster.sidecar_config_map.as_deref() {
-        Some(config_map) => {
+    let binary = match &choice.delivery {
+        Delivery::ImageVolume => {
             binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
-            volumes.push(binary_volume(binary_volume_name.clone(), config_map));
+            volumes.push(image_volume(binary_volume_name.clone(), config));
+            Binary::ImageVolume(&binary_volume_name)
+        }
+        Delivery::ConfigMap { name, .. } => {
+            binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
+            volumes.push(binary_volume(binary_volume_name.clone(), name));
             Binary::ConfigMapVolume(&binary_volume_name)
         }
-        None => {
+        Delivery::InstallContainer => {
             let install_resources = resources::container_resources(
                 &config.install_resources,
                 ResourceContext {
@@ -447,7 +492,7 @@ pub fn plan(
         sidecars.push((x, hook, name));
         changes.push(WatchedChange {
             index: i,
-            prestop_command: contract::prestop_command(&x.name, hook),
+            prestop_command: contract::prestop_command_at(binary.path(), &x.name, hook),
             volume_mounts: watched_mounts(x, &volume, binary),
         });
     }
@@ -472,7 +517,7 @@ pub fn plan(
                 run_on: overrides.run_on_for(&x.name),
                 hook_root: overrides.hook_root_for(&x.name),
             },
-            binary.mounts(&volume),
+            (binary, &volume),
             grace,
             sidecar_resources.clone(),
         ));
@@ -514,6 +559,7 @@ pub fn plan(
         watched: changes,
         share_process_namespace: !host_pid,
         annotations,
+        binary: choice,
     })
 }
 

@@ -229,8 +229,7 @@ mod tests {
     fn patch_and_check(pod: &Pod) -> Patch {
         let cluster = ClusterContext {
             namespace: "default".into(),
-            limit_ranges: vec![],
-            sidecar_config_map: None,
+            ..Default::default()
         };
         let Ok(Plan::Inject(mutation)) = engine::plan(pod, &cluster, &EngineConfig::default())
         else {

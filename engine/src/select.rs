@@ -92,7 +92,9 @@ pub fn is_injected(spec: &PodSpec) -> bool {
     let ours = |c: &Container| {
         c.command.as_deref().is_some_and(|cmd| {
             cmd == contract::install_command().as_slice()
-                || (cmd.first().map(String::as_str) == Some(contract::BINARY_PATH)
+                || (cmd
+                    .first()
+                    .is_some_and(|bin| contract::BINARY_PATHS.contains(&bin.as_str()))
                     && cmd.get(1).map(String::as_str) == Some(contract::SUBCOMMAND_WATCH))
         })
     };

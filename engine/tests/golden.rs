@@ -73,6 +73,13 @@ const REQUIRED: &[&str] = &[
     "sidecar-request-above-default-limit",
     "sidecar-limit-below-request",
     "watched-not-first",
+    "image-volume-simple-job",
+    "image-volume-two-containers",
+    "config-map-pinned-node-selector",
+    "config-map-pinned-affinity",
+    "config-map-single-arch-cluster",
+    "mixed-cluster-unpinned",
+    "unsupported-architecture",
 ];
 
 fn outcome(decision: &Result<Decision, engine::EngineError>) -> Value {
@@ -176,8 +183,8 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
     let context = Context::of_case(dir).map_err(|e| format!("{case}: {e}"))?;
     let cluster = ClusterContext {
         namespace: context.namespace(),
+        binary: context.binary_facts(),
         limit_ranges: context.limit_ranges,
-        sidecar_config_map: context.sidecar_config_map,
     };
     let config = config();
     let decision = engine::inject(&pod, &cluster, &config);

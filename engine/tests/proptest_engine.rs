@@ -479,10 +479,21 @@ fn config() -> Config {
 const CONFIG_MAP: &str = "kube-prestop-sidecar-0123456789ab";
 
 fn context(g: &Gen) -> ClusterContext {
+    // With a ConfigMap: a single-architecture (amd64) cluster, whose
+    // ConfigMap every pod may mount.
+    let binary = if g.config_map {
+        engine::BinaryFacts {
+            config_maps: [("amd64".to_owned(), CONFIG_MAP.to_owned())].into(),
+            node_architectures: engine::NodeArchitectures::Known(["amd64".to_owned()].into()),
+            ..Default::default()
+        }
+    } else {
+        engine::BinaryFacts::default()
+    };
     ClusterContext {
         namespace: String::new(),
         limit_ranges: Vec::new(),
-        sidecar_config_map: g.config_map.then(|| CONFIG_MAP.to_owned()),
+        binary,
     }
 }
 

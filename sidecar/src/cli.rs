@@ -1,7 +1,7 @@
 //! Command-line parsing, over the names in [`crate::contract`].
 //!
 //! ```text
-//! kube-prestop install --dest PATH
+//! kube-prestop install --dest PATH | --dest-dir DIR
 //! kube-prestop watch   --container X [--started-after A,B] [--run-on always|success|failure]
 //!                      [--hook-root sidecar|container] [--termination-message PATH]
 //!                      [--root DIR] [--id-root DIR] -- HOOK [ARG...]
@@ -20,14 +20,15 @@
 use std::path::PathBuf;
 
 use crate::contract::{
-    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_HOOK_ROOT, FLAG_ID_ROOT, FLAG_ROOT,
-    FLAG_RUN_ON, FLAG_STARTED_AFTER, FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
+    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_HOOK_ROOT,
+    FLAG_ID_ROOT, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER, FLAG_TERMINATION_MESSAGE,
+    FLAG_TIMEOUT, HookRoot, RunOn,
 };
 use std::time::Duration;
 
 /// Usage text printed by `--help` and after usage errors.
 pub const USAGE: &str = "usage:
-  kube-prestop install --dest PATH
+  kube-prestop install --dest PATH | --dest-dir DIR
   kube-prestop watch   --container NAME [--started-after NAME,...] [--run-on always|success|failure]
                        [--hook-root sidecar|container] [--termination-message PATH] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
@@ -58,6 +59,12 @@ pub enum Cli {
     Install {
         /// Where to put the binary.
         dest: PathBuf,
+    },
+    /// `install --dest-dir DIR`: every architecture's binary
+    /// ([`contract::FLAG_DEST_DIR`]).
+    InstallArchitectures {
+        /// The directory receiving `<arch>/kube-prestop-sidecar`.
+        dest_dir: PathBuf,
     },
     /// `watch ... -- HOOK...`.
     Watch {
@@ -120,7 +127,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         return err(format!("unknown subcommand {sub:?}"));
     }
     let allowed: &[&str] = match sub {
-        s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST],
+        s if s == contract::SUBCOMMAND_INSTALL => &[FLAG_DEST, FLAG_DEST_DIR],
         s if s == contract::SUBCOMMAND_PROBE => &[FLAG_CONTAINER, FLAG_ROOT],
         s if s == contract::SUBCOMMAND_POST_START => &[FLAG_CONTAINER, FLAG_TIMEOUT, FLAG_ROOT],
         s if s == contract::SUBCOMMAND_WATCH => &[
@@ -188,10 +195,18 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let get = |f: &str| values.iter().find(|(n, _)| *n == f).map(|(_, v)| v.clone());
 
     if sub == contract::SUBCOMMAND_INSTALL {
-        let Some(dest) = get(FLAG_DEST) else {
-            return err(format!("install needs {FLAG_DEST} PATH"));
+        return match (get(FLAG_DEST), get(FLAG_DEST_DIR)) {
+            (Some(dest), None) => Ok(Cli::Install { dest: dest.into() }),
+            (None, Some(dir)) => Ok(Cli::InstallArchitectures {
+                dest_dir: dir.into(),
+            }),
+            (Some(_), Some(_)) => err(format!(
+                "install takes {FLAG_DEST} or {FLAG_DEST_DIR}, not both"
+            )),
+            (None, None) => err(format!(
+                "install needs {FLAG_DEST} PATH or {FLAG_DEST_DIR} DIR"
+            )),
         };
-        return Ok(Cli::Install { dest: dest.into() });
     }
     let Some(container) = get(FLAG_CONTAINER) else {
         return err(format!("{sub} needs {FLAG_CONTAINER} NAME"));
@@ -411,6 +426,13 @@ mod tests {
                 dest: contract::BINARY_PATH.into()
             }
         );
+        assert_eq!(
+            parse(&s(&["install", "--dest-dir", "/out"])).unwrap(),
+            Cli::InstallArchitectures {
+                dest_dir: "/out".into()
+            }
+        );
+        assert!(parse(&s(&["install", "--dest", "/a", "--dest-dir", "/b"])).is_err());
     }
 
     #[test]

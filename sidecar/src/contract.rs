@@ -17,7 +17,9 @@
 //!
 //! ```text
 //! /.kube-prestop/
-//!   bin/kube-prestop                 the static sidecar binary (install copies it here)
+//!   bin/kube-prestop                 the static sidecar binary (install copies it here, or
+//!                                    a ConfigMap volume over bin/ shows it here)
+//!   bin/kube-prestop-sidecar         the binary when the install image is an image volume over bin/
 //!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it; names the watcher, see armed_record)
 //!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
@@ -67,6 +69,40 @@ pub const BINARY_VOLUME_NAME: &str = "kube-prestop-bin";
 /// ConfigMap volume shows at [`BINARY_PATH`].
 pub const BINARY_CONFIG_MAP_KEY: &str = "kube-prestop";
 
+/// Path of the sidecar binary when the install image itself is mounted as
+/// an image volume (`spec.volumes[].image`) at [`BINARY_DIR`]: the image's
+/// [`INSTALL_IMAGE_BINARY`] seen through that mount. The node's runtime
+/// unpacks the image for the node's platform, so it is always the node's
+/// architecture. The runtimes mount only whole images or directories of
+/// them (containerd 2.4 refuses a file `subPath`: "only directory subpath
+/// is supported"), hence a path of its own rather than [`BINARY_PATH`].
+pub const IMAGE_VOLUME_BINARY_PATH: &str = "/.kube-prestop/bin/kube-prestop-sidecar";
+
+/// Every path the webhook writes the binary's commands with: [`BINARY_PATH`]
+/// (install init container, ConfigMap) and [`IMAGE_VOLUME_BINARY_PATH`].
+pub const BINARY_PATHS: [&str; 2] = [BINARY_PATH, IMAGE_VOLUME_BINARY_PATH];
+
+/// Directory of the install image holding every shipped architecture's
+/// binary, one `<arch>/`[`ARCHITECTURE_BINARY_NAME`] each, `<arch>` a
+/// `kubernetes.io/arch` value (`amd64`, `arm64`).
+pub const ARCHITECTURES_DIR: &str = "/architectures";
+
+/// File name of the binary in each architecture's directory of
+/// [`ARCHITECTURES_DIR`] (and of the copies `install --dest-dir` makes).
+pub const ARCHITECTURE_BINARY_NAME: &str = "kube-prestop-sidecar";
+
+/// The `kubernetes.io/arch` value (Go's `GOARCH`) of the architecture this
+/// binary was built for, `None` for one Kubernetes has no name for here.
+pub const fn own_architecture() -> Option<&'static str> {
+    if cfg!(target_arch = "x86_64") {
+        Some("amd64")
+    } else if cfg!(target_arch = "aarch64") {
+        Some("arm64")
+    } else {
+        None
+    }
+}
+
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
@@ -108,6 +144,14 @@ pub const POST_START_TIMEOUT_SECONDS: u64 = 30;
 pub const FLAG_CONTAINER: &str = "--container";
 /// Flag of `install`: where to write the binary.
 pub const FLAG_DEST: &str = "--dest";
+/// Flag of `install` (instead of [`FLAG_DEST`]): a directory that receives
+/// every architecture's binary as `<dir>/<arch>/`[`ARCHITECTURE_BINARY_NAME`],
+/// from the image's [`ARCHITECTURES_DIR`]; from an image without that
+/// directory (single-architecture images of kube-prestop 0.x), this binary
+/// as its own architecture ([`own_architecture`]). The webhook Deployment's
+/// init container runs it to hand the webhook the binaries for its
+/// per-architecture ConfigMaps.
+pub const FLAG_DEST_DIR: &str = "--dest-dir";
 /// Flag of `post-start`: how long to wait (whole seconds; default
 /// [`POST_START_TIMEOUT_SECONDS`]).
 pub const FLAG_TIMEOUT: &str = "--timeout";
@@ -422,8 +466,19 @@ pub fn watch_command(container: &str, started_after: &[String], hook: &[String])
 /// each flag is left out at its default, so pods that use none of them get
 /// the same command line as before the flags existed.
 pub fn watch_command_with(container: &str, opts: &WatchOptions, hook: &[String]) -> Vec<String> {
+    watch_command_at(BINARY_PATH, container, opts, hook)
+}
+
+/// [`watch_command_with`] running the binary at `binary` (one of
+/// [`BINARY_PATHS`]).
+pub fn watch_command_at(
+    binary: &str,
+    container: &str,
+    opts: &WatchOptions,
+    hook: &[String],
+) -> Vec<String> {
     let mut cmd = vec![
-        BINARY_PATH.to_owned(),
+        binary.to_owned(),
         SUBCOMMAND_WATCH.to_owned(),
         FLAG_CONTAINER.to_owned(),
         container.to_owned(),
@@ -447,9 +502,15 @@ pub fn watch_command_with(container: &str, opts: &WatchOptions, hook: &[String])
 /// `/.kube-prestop/bin/kube-prestop prestop --container X -- HOOK...`.
 /// The wrapper records the kubelet's run, then `execvp`s `HOOK`.
 pub fn prestop_command(container: &str, hook: &[String]) -> Vec<String> {
+    prestop_command_at(BINARY_PATH, container, hook)
+}
+
+/// [`prestop_command`] running the binary at `binary` (one of
+/// [`BINARY_PATHS`]).
+pub fn prestop_command_at(binary: &str, container: &str, hook: &[String]) -> Vec<String> {
     with_hook(
         vec![
-            BINARY_PATH.to_owned(),
+            binary.to_owned(),
             SUBCOMMAND_PRESTOP.to_owned(),
             FLAG_CONTAINER.to_owned(),
             container.to_owned(),
@@ -461,8 +522,14 @@ pub fn prestop_command(container: &str, hook: &[String]) -> Vec<String> {
 /// Command of the sidecar's `lifecycle.postStart` exec handler:
 /// `/.kube-prestop/bin/kube-prestop post-start --container X`.
 pub fn post_start_command(container: &str) -> Vec<String> {
+    post_start_command_at(BINARY_PATH, container)
+}
+
+/// [`post_start_command`] running the binary at `binary` (one of
+/// [`BINARY_PATHS`]).
+pub fn post_start_command_at(binary: &str, container: &str) -> Vec<String> {
     vec![
-        BINARY_PATH.to_owned(),
+        binary.to_owned(),
         SUBCOMMAND_POST_START.to_owned(),
         FLAG_CONTAINER.to_owned(),
         container.to_owned(),
@@ -489,12 +556,13 @@ pub struct WrappedPreStop<'a> {
     pub hook: &'a [String],
 }
 
-/// Recognises a preStop command that [`prestop_command`] wrapped (used by the
+/// Recognises a preStop command that [`prestop_command`] or
+/// [`prestop_command_at`] wrapped, with any of [`BINARY_PATHS`] (used by the
 /// webhook for idempotency). Returns `None` for any other command.
 pub fn parse_prestop_command(command: &[String]) -> Option<WrappedPreStop<'_>> {
     match command {
         [bin, sub, flag, container, sep, hook @ ..]
-            if bin == BINARY_PATH
+            if BINARY_PATHS.contains(&bin.as_str())
                 && sub == SUBCOMMAND_PRESTOP
                 && flag == FLAG_CONTAINER
                 && sep == COMMAND_SEPARATOR =>
@@ -511,6 +579,70 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    /// The image-volume delivery: the install image mounted at BINARY_DIR
+    /// shows its binary at IMAGE_VOLUME_BINARY_PATH; commands built for it
+    /// differ from the others only in the binary's path, and the wrapped
+    /// preStop is recognised with either path.
+    #[test]
+    fn image_volume_paths_and_commands() {
+        assert_eq!(
+            IMAGE_VOLUME_BINARY_PATH,
+            format!("{BINARY_DIR}{INSTALL_IMAGE_BINARY}")
+        );
+        assert_eq!(
+            INSTALL_IMAGE_BINARY.trim_start_matches('/'),
+            ARCHITECTURE_BINARY_NAME
+        );
+        assert_eq!(BINARY_PATHS, [BINARY_PATH, IMAGE_VOLUME_BINARY_PATH]);
+        let hook = s(&["sh", "-c", "echo bye"]);
+        let wrapped = prestop_command_at(IMAGE_VOLUME_BINARY_PATH, "main", &hook);
+        assert_eq!(
+            wrapped,
+            s(&[
+                "/.kube-prestop/bin/kube-prestop-sidecar",
+                "prestop",
+                "--container",
+                "main",
+                "--",
+                "sh",
+                "-c",
+                "echo bye"
+            ])
+        );
+        assert_eq!(
+            parse_prestop_command(&wrapped),
+            Some(WrappedPreStop {
+                container: "main",
+                hook: hook.as_slice()
+            })
+        );
+        assert_eq!(
+            post_start_command_at(IMAGE_VOLUME_BINARY_PATH, "main")[0],
+            IMAGE_VOLUME_BINARY_PATH
+        );
+        let watch = watch_command_at(
+            IMAGE_VOLUME_BINARY_PATH,
+            "main",
+            &WatchOptions::default(),
+            &hook,
+        );
+        assert_eq!(watch[0], IMAGE_VOLUME_BINARY_PATH);
+        assert_eq!(
+            watch[1..],
+            watch_command_with("main", &WatchOptions::default(), &hook)[1..]
+        );
+        let other = s(&[
+            "/bin/kube-prestop",
+            "prestop",
+            "--container",
+            "main",
+            "--",
+            "x",
+        ]);
+        assert!(parse_prestop_command(&other).is_none());
+        assert!(own_architecture().is_some_and(|a| a == "amd64" || a == "arm64"));
     }
 
     #[test]

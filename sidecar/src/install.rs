@@ -1,4 +1,6 @@
-//! `install`: copy this binary into the shared volume.
+//! `install`: copy this binary into the shared volume; or, with
+//! `--dest-dir`, every architecture's binary of the image into a directory
+//! ([`install_architectures`]).
 //!
 //! The install init container runs this from its own image; the copy must be
 //! runnable by whatever user the sidecar and the watched container run as, so
@@ -69,6 +71,63 @@ pub fn install(source: &Path, dest: &Path) -> Result<(), InstallError> {
     res
 }
 
+/// Copies every architecture's binary under `architectures` (the image's
+/// `contract::ARCHITECTURES_DIR`: `<arch>/kube-prestop-sidecar` each) to
+/// `dest_dir/<arch>/kube-prestop-sidecar`, each with [`install`]. When
+/// `architectures` does not exist (an image built for one architecture
+/// only), copies `own` (this binary) as `own_arch`. Returns the
+/// architectures copied, sorted.
+///
+/// Errors: the first failed copy; [`InstallError::Io`] when `architectures`
+/// cannot be read or holds no binary, or when there is no such directory
+/// and `own_arch` is `None`.
+pub fn install_architectures(
+    architectures: &Path,
+    own: &Path,
+    own_arch: Option<&str>,
+    dest_dir: &Path,
+) -> Result<Vec<String>, InstallError> {
+    use crate::contract::ARCHITECTURE_BINARY_NAME;
+    let mut copied = Vec::new();
+    if !architectures.exists() {
+        let Some(arch) = own_arch else {
+            return Err(InstallError::Io {
+                step: "find the architecture of",
+                path: own.to_owned(),
+                source: io::Error::other(
+                    "no architectures directory and an unknown own architecture",
+                ),
+            });
+        };
+        install(own, &dest_dir.join(arch).join(ARCHITECTURE_BINARY_NAME))?;
+        copied.push(arch.to_owned());
+        return Ok(copied);
+    }
+    let entries = fs::read_dir(architectures).map_err(io("read directory", architectures))?;
+    for entry in entries {
+        let entry = entry.map_err(io("read directory", architectures))?;
+        let source = entry.path().join(ARCHITECTURE_BINARY_NAME);
+        if !source.is_file() {
+            continue;
+        }
+        let arch = entry.file_name().to_string_lossy().into_owned();
+        install(
+            &source,
+            &dest_dir.join(&arch).join(ARCHITECTURE_BINARY_NAME),
+        )?;
+        copied.push(arch);
+    }
+    if copied.is_empty() {
+        return Err(InstallError::Io {
+            step: "find a binary in",
+            path: architectures.to_owned(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        });
+    }
+    copied.sort();
+    Ok(copied)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -90,6 +149,43 @@ mod tests {
         assert_eq!(fs::read_dir(d.join("a/b")).unwrap().count(), 1);
         assert!(install(&src, Path::new("/")).is_err());
         assert!(install(&d.join("missing"), &d.join("x")).is_err());
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn installs_every_architecture_or_itself() {
+        let d = std::env::temp_dir().join(format!("kps-install-arch-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        let archs = d.join("architectures");
+        for (arch, content) in [("amd64", "x86"), ("arm64", "arm")] {
+            fs::create_dir_all(archs.join(arch)).unwrap();
+            fs::write(archs.join(arch).join("kube-prestop-sidecar"), content).unwrap();
+        }
+        // A directory without a binary is not an architecture.
+        fs::create_dir_all(archs.join("empty")).unwrap();
+        let own = d.join("own");
+        fs::write(&own, b"self").unwrap();
+        let out = d.join("out");
+        let copied = install_architectures(&archs, &own, Some("amd64"), &out).unwrap();
+        assert_eq!(copied, ["amd64", "arm64"]);
+        assert_eq!(
+            fs::read(out.join("arm64/kube-prestop-sidecar")).unwrap(),
+            b"arm"
+        );
+        assert_eq!(
+            fs::read(out.join("amd64/kube-prestop-sidecar")).unwrap(),
+            b"x86"
+        );
+        // No architectures directory: this binary, as its own architecture.
+        let out2 = d.join("out2");
+        let copied = install_architectures(&d.join("none"), &own, Some("arm64"), &out2).unwrap();
+        assert_eq!(copied, ["arm64"]);
+        assert_eq!(
+            fs::read(out2.join("arm64/kube-prestop-sidecar")).unwrap(),
+            b"self"
+        );
+        assert!(install_architectures(&d.join("none"), &own, None, &out2).is_err());
+        assert!(install_architectures(&archs.join("empty"), &own, None, &out2).is_err());
         fs::remove_dir_all(&d).unwrap();
     }
 }

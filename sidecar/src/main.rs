@@ -53,6 +53,21 @@ fn main() {
                 1
             }
         },
+        Cli::InstallArchitectures { dest_dir } => match install::install_architectures(
+            Path::new(contract::ARCHITECTURES_DIR),
+            Path::new("/proc/self/exe"),
+            contract::own_architecture(),
+            &dest_dir,
+        ) {
+            Ok(copied) => {
+                log!("installed {} into {}", copied.join(","), dest_dir.display());
+                0
+            }
+            Err(e) => {
+                log!("error: install failed: {e}");
+                1
+            }
+        },
         Cli::Probe(t) => {
             let armed = contract::armed_mark(&t.root, &t.container);
             match poststart::check_mark(&armed, Path::new(procfs::PROC_ROOT)) {

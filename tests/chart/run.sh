@@ -78,6 +78,7 @@ cases=(
     "provided-k8s1.34|values-provided.yaml|1.34.0"
     "custom-k8s1.34|values-custom.yaml|1.34.0"
     "createahead-k8s1.34|values-createahead.yaml|1.34.0"
+    "imagevolume-k8s1.34|values-imagevolume.yaml|1.34.0"
     "monitoring-k8s1.34|values-monitoring.yaml|1.34.0"
     "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
 )
@@ -197,6 +198,7 @@ expect_refused "a timeout over 30 s" --set webhook.timeoutSeconds=31
 expect_refused "a malformed duration" --set certificates.selfManaged.validity=1year
 expect_refused "an unknown sidecar binary source" --set sidecarBinary.source=image
 expect_refused "createAhead without ConfigMaps" --set sidecarBinary.source=installContainer --set sidecarBinary.createAhead=true
+expect_refused "createAhead with image volumes only" --set sidecarBinary.source=imageVolume --set sidecarBinary.createAhead=true
 expect_refused "a privileged host port" --set hostNetwork.enabled=true --set hostNetwork.port=443
 expect_refused "a malformed scrape interval" --set monitoring.serviceMonitor.interval=often
 expect_refused "an unknown monitoring value" --set monitoring.prometheusRule.unknownKey=1
@@ -217,11 +219,23 @@ check_render "matchConditions present from 1.30" selfmanaged-k8s1.34 "matchCondi
 check_render "self-managed: no caBundle rendered" selfmanaged-k8s1.34 "caBundle:" 0
 check_render "cert-manager: CA injection annotation" certmanager-k8s1.34 "cert-manager.io/inject-ca-from: prestop-system/kube-prestop" 1
 check_render "provided: caBundle rendered" provided-k8s1.34 "caBundle: " 1
-check_render "no Secret write permission outside self-managed" certmanager-k8s1.34 "kind: Role$" 0
+check_render "no Secret write permission outside self-managed" certmanager-k8s1.34 'resources: \["secrets"\]' 0
 check_render "one replica: no PodDisruptionBudget" custom-k8s1.34 "kind: PodDisruptionBudget" 0
 check_render "sidecar binary from a ConfigMap: ConfigMap create permission" selfmanaged-k8s1.34 'resources: \["configmaps"\]' 1
 check_render "sidecar binary from a ConfigMap: side effects skipped on dry run" selfmanaged-k8s1.34 "sideEffects: NoneOnDryRun" 1
-check_render "sidecar binary from a ConfigMap: the webhook gets the binary" selfmanaged-k8s1.34 "sidecar-binary=/var/run/kube-prestop/sidecar-binary/kube-prestop" 1
+check_render "sidecar binary from a ConfigMap: the webhook gets every architecture's binary" selfmanaged-k8s1.34 "sidecar-binary=/var/run/kube-prestop/sidecar-binary$" 1
+check_render "sidecar binary from a ConfigMap: copied out of the install image's /architectures/" selfmanaged-k8s1.34 "            - --dest-dir$" 1
+check_render "auto by default" selfmanaged-k8s1.34 "sidecar-binary-source=auto$" 1
+check_render "auto: node list/watch permission" selfmanaged-k8s1.34 'resources: \["nodes"\]' 1
+check_render "auto: dry-run probe pod permission in the release namespace (Role, binding, roleRef)" selfmanaged-k8s1.34 'name: kube-prestop-image-volume-probe$' 3
+check_render "imageVolume: no ConfigMap permission" imagevolume-k8s1.34 "configmaps" 0
+check_render "imageVolume: no sidecar-binary init container" imagevolume-k8s1.34 "name: sidecar-binary$" 0
+check_render "imageVolume: node list/watch permission" imagevolume-k8s1.34 'resources: \["nodes"\]' 1
+check_render "imageVolume: dry-run probe pod permission" imagevolume-k8s1.34 'name: kube-prestop-image-volume-probe$' 3
+check_render "imageVolume: no side effects" imagevolume-k8s1.34 "sideEffects: None$" 1
+check_render "configMap: no pod permission" createahead-k8s1.34 'name: kube-prestop-image-volume-probe$' 0
+check_render "install container only: no node permission" custom-k8s1.34 'resources: \["nodes"\]' 0
+check_render "install container only: no pod permission" custom-k8s1.34 'name: kube-prestop-image-volume-probe$' 0
 check_render "sidecar binary from a ConfigMap: no ConfigMaps ahead by default" selfmanaged-k8s1.34 "namespace-selector=" 0
 check_render "sidecar binary from a ConfigMap: no Namespace permission by default" selfmanaged-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "createAhead: namespaces selected as the webhook configuration does" createahead-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system,batch-legacy)$" 1

@@ -13,7 +13,16 @@
 #      name, a local build's name (images/build.sh) or a placeholder;
 #   3. phrases known to be wrong (each with the reason), e.g. "exactly once"
 #      for the hook guarantee, which is "never twice; once per exit except
-#      the documented cases".
+#      the documented cases";
+#   4. notes that must stay where a topic is described: every document that
+#      describes rendering the chart offline for GitOps says that helm 3.14
+#      renders no matchConditions without `--kube-version`; the README keeps
+#      its "## Support" section and "## Run all tests" with `make test` (CI,
+#      .ci/run, is that command);
+#   5. every `make TARGET` the documents show is a target of the Makefile;
+#   6. every relative Markdown link resolves: the file exists and, for a
+#      `#fragment` into a Markdown file, a heading of that anchor exists
+#      (GitHub's anchors: lower case, punctuation dropped, spaces as `-`).
 #
 #   tests/docs/check.sh      prints one line per finding; exit 1 if any
 set -euo pipefail
@@ -88,14 +97,15 @@ for doc in "${docs[@]}"; do
         [[ "${image}" =~ ${allowed_images} ]] ||
             finding "${doc}:${line}: image '${image}' is neither the published name (${published_base}/kube-prestop-{webhook,sidecar}) nor the local build's (localhost/kube-prestop/{webhook,sidecar})"
     done < <(grep -n -o -E '[A-Za-z0-9._:-]+(/[A-Za-z0-9._-]+)*/kube-prestop[-/](webhook|sidecar)\b(:[A-Za-z0-9.<>_-]+)?' "${doc}" |
-        grep -v -E -e ':(target|\.|)/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' \
+        grep -v -E -e ':(target|\.|)/' -e ':\.kube-prestop/' -e ':[^:]*(/src/|/tests/|\.rs|\.sh|\.yaml|\.Dockerfile|\.tar)' \
             -e ':architectures/' || true)
 done
 
 # --- 3. phrases known to be wrong -----------------------------------------
 # pattern (grep -E, case-insensitive) | why it is wrong
 banned=(
-    'exactly once|the guarantee is "never twice; once per exit except the documented cases" (README: The guarantee)'
+    'exactly[- ]once|the guarantee is "never twice; once per exit except the documented cases" (docs/operations.md: The guarantee)'
+    'exactly one hook run|a hook can be missed or abandoned: "at most one hook run per exit" (docs/operations.md: The guarantee)'
     'pasted into the README|docs/security.md is linked from the README, not pasted into it'
     'metadata only, by label|the sidecar-binary ConfigMap watch reads whole objects (binaryData is hashed and dropped), see webhook/src/sidecar_configmap'
     'never update, delete or read data|the sidecar-binary ConfigMap watch reads the data to hash it'
@@ -111,6 +121,78 @@ for entry in "${banned[@]}"; do
         done < <(grep -n -i -E -e "${pattern}" "${doc}" || true)
     done
 done
+
+# --- 4. notes that must stay ----------------------------------------------
+for doc in "${docs[@]}"; do
+    if grep -q -i 'gitops' "${doc}"; then
+        if ! grep -q -e '--kube-version' "${doc}" || ! grep -q 'matchConditions' "${doc}"; then
+            finding "${doc}: describes GitOps rendering without the note that helm 3.14 renders no matchConditions unless given --kube-version"
+        fi
+    fi
+done
+grep -q '^## Support$' README.md || finding "README.md: no '## Support' section (the matrix table lives there)"
+awk '/^## Run all tests$/ { in_s = 1; next } in_s && /^## / { exit } in_s && /^make test$/ { found = 1 }
+    END { exit !found }' README.md ||
+    finding "README.md: no '## Run all tests' section showing 'make test' (.ci/run runs that command)"
+
+# --- 5. make targets -------------------------------------------------------
+# `make X` in code spans and at the start of a code block's line.
+# shellcheck disable=SC2016 # the backquotes are Markdown's, not the shell's
+make_pattern='`make [a-z][a-z0-9_-]*|^ *make [a-z][a-z0-9_-]*'
+declare -A targets=()
+while IFS= read -r target; do targets["${target}"]=1; done < <(grep -o -E '^[a-zA-Z0-9_-]+:' Makefile | tr -d ':')
+for doc in "${docs[@]}"; do
+    while IFS=: read -r line target; do
+        [[ -n "${targets[${target}]:-}" ]] ||
+            finding "${doc}:${line}: 'make ${target}' is not a Makefile target"
+    done < <(grep -n -o -E "${make_pattern}" "${doc}" |
+        sed -E 's/^([0-9]+):.*make ([a-z0-9_-]+).*/\1:\2/' || true)
+done
+
+# --- 6. relative links -----------------------------------------------------
+while IFS= read -r hit; do
+    finding "${hit}"
+done < <(python3 - "${docs[@]}" <<'PY'
+import os, re, sys
+
+def anchors(path):
+    # GitHub's heading anchors: lower case, punctuation except '-' and '_'
+    # dropped, spaces as '-'; a repeated heading gets -1, -2, ...
+    seen, out, fence = {}, set(), False
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("```"):
+            fence = not fence
+        if fence or not line.startswith("#"):
+            continue
+        text = line.lstrip("#").strip()
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+link = re.compile(r"\]\(([^)\s]+)\)")
+for doc in sys.argv[1:]:
+    if not doc.endswith(".md"):
+        continue
+    fence = False
+    for number, line in enumerate(open(doc, encoding="utf-8"), 1):
+        if line.startswith("```"):
+            fence = not fence
+        if fence:
+            continue
+        for target in link.findall(line):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            resolved = os.path.normpath(os.path.join(os.path.dirname(doc), path)) if path else doc
+            if not os.path.exists(resolved):
+                print(f"{doc}:{number}: link to {target}: no file {resolved}")
+            elif fragment and resolved.endswith(".md") and fragment not in anchors(resolved):
+                print(f"{doc}:{number}: link to {target}: {resolved} has no heading #{fragment}")
+PY
+)
 
 if [[ "${failed}" -gt 0 ]]; then
     printf 'docs: %d finding(s)\n' "${failed}"

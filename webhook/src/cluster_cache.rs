@@ -1,9 +1,13 @@
 //! What the engine needs from the cluster, cached: every namespace's
 //! LimitRanges, kept current by a kube-runtime reflector (one watch on
-//! LimitRange across namespaces), and which namespaces hold the sidecar
-//! binary's ConfigMap ([`SidecarConfigMaps`], when enabled). Admission reads
-//! the cache and never calls the API server itself.
+//! LimitRange across namespaces); which namespaces hold the sidecar
+//! binary's ConfigMap of each architecture ([`SidecarConfigMaps`], when
+//! enabled); the nodes' architectures and runtimes ([`NodeWatch`]); whether
+//! the API server keeps image volumes ([`ImageVolumeApi`]). Admission reads
+//! the cache ([`ClusterCache::binary_facts`]) and never calls the API
+//! server itself.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +17,11 @@ use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::image_volume_api::ImageVolumeApi;
 use crate::kube_config::{self, KubeConfigError};
+use crate::node_facts::NodeWatch;
 use crate::sidecar_configmap::SidecarConfigMaps;
+use kube_prestop_engine::{BinaryFacts, Support};
 
 /// Failure to build a client from an explicitly given kubeconfig.
 #[derive(Debug, thiserror::Error)]
@@ -33,14 +40,18 @@ pub enum ClusterCacheError {
     Client(#[from] kube::Error),
 }
 
-/// Cached LimitRanges, or none at all when running without a cluster; and
-/// the sidecar binary's ConfigMaps (disabled unless
-/// [`Self::with_sidecar_config_maps`]).
+/// Cached LimitRanges, or none at all when running without a cluster; the
+/// sidecar binary's ConfigMaps per architecture (none unless
+/// [`Self::with_sidecar_config_maps`]); the node facts (unknown unless
+/// [`Self::with_nodes`]); the API server's image-volume support (no unless
+/// [`Self::with_image_volume_api`]).
 #[derive(Clone)]
 pub struct ClusterCache {
     store: Option<Store<LimitRange>>,
     synced: Arc<AtomicBool>,
-    sidecar_config_maps: SidecarConfigMaps,
+    sidecar_config_maps: BTreeMap<String, SidecarConfigMaps>,
+    nodes: NodeWatch,
+    image_volume_api: ImageVolumeApi,
 }
 
 impl std::fmt::Debug for ClusterCache {
@@ -49,6 +60,8 @@ impl std::fmt::Debug for ClusterCache {
             .field("connected", &self.store.is_some())
             .field("synced", &self.is_synced())
             .field("sidecar_config_maps", &self.sidecar_config_maps)
+            .field("nodes", &self.nodes)
+            .field("image_volume_api", &self.image_volume_api)
             .finish()
     }
 }
@@ -59,7 +72,9 @@ impl ClusterCache {
         Self {
             store: None,
             synced: Arc::new(AtomicBool::new(true)),
-            sidecar_config_maps: SidecarConfigMaps::disabled(),
+            sidecar_config_maps: BTreeMap::new(),
+            nodes: NodeWatch::disabled("the nodes are not watched"),
+            image_volume_api: not_probed(),
         }
     }
 
@@ -100,22 +115,74 @@ impl ClusterCache {
         Self {
             store: Some(store),
             synced,
-            sidecar_config_maps: SidecarConfigMaps::disabled(),
+            sidecar_config_maps: BTreeMap::new(),
+            nodes: NodeWatch::disabled("the nodes are not watched"),
+            image_volume_api: not_probed(),
         }
     }
 
-    /// The same cache, answering [`Self::sidecar_config_map`] from
-    /// `sidecar_config_maps`.
+    /// The same cache, answering for the architecture of
+    /// `sidecar_config_maps`' binary from them (ignored when disabled).
     pub fn with_sidecar_config_maps(mut self, sidecar_config_maps: SidecarConfigMaps) -> Self {
-        self.sidecar_config_maps = sidecar_config_maps;
+        if let Some(arch) = sidecar_config_maps.architecture() {
+            self.sidecar_config_maps
+                .insert(arch.to_owned(), sidecar_config_maps);
+        }
         self
     }
 
-    /// The sidecar binary's ConfigMap in `namespace` when it exists there
-    /// (see [`SidecarConfigMaps::config_map_for`]: unless `dry_run`, a miss
-    /// schedules its creation in the background). `None` when disabled.
-    pub fn sidecar_config_map(&self, namespace: &str, dry_run: bool) -> Option<String> {
-        self.sidecar_config_maps.config_map_for(namespace, dry_run)
+    /// The same cache, with the node facts from `nodes`.
+    pub fn with_nodes(mut self, nodes: NodeWatch) -> Self {
+        self.nodes = nodes;
+        self
+    }
+
+    /// The same cache, with the API server's image-volume support from
+    /// `api`.
+    pub fn with_image_volume_api(mut self, api: ImageVolumeApi) -> Self {
+        self.image_volume_api = api;
+        self
+    }
+
+    /// The node facts this cache reads.
+    pub fn nodes(&self) -> &NodeWatch {
+        &self.nodes
+    }
+
+    /// Everything the engine decides a pod's binary delivery from, for a
+    /// pod in `namespace`: the ConfigMaps ready there (looked up without
+    /// side effects), the nodes' architectures, and whether image volumes
+    /// work (the API server keeps them and every node's runtime mounts
+    /// them). Memory reads only.
+    pub fn binary_facts(&self, namespace: &str) -> BinaryFacts {
+        let config_maps = self
+            .sidecar_config_maps
+            .iter()
+            .filter_map(|(arch, maps)| {
+                maps.config_map_for(namespace, true)
+                    .map(|name| (arch.clone(), name))
+            })
+            .collect();
+        let summary = self.nodes.summary();
+        let image_volumes = match (self.image_volume_api.support(), summary.runtimes) {
+            (Support::Yes, Support::Yes) => Support::Yes,
+            (Support::No(why), _) | (Support::Yes, Support::No(why)) => Support::No(why),
+        };
+        BinaryFacts {
+            config_maps,
+            node_architectures: summary.architectures,
+            image_volumes,
+        }
+    }
+
+    /// Schedule the creation of `architecture`'s sidecar-binary ConfigMap in
+    /// `namespace` when it is missing there (see
+    /// [`SidecarConfigMaps::config_map_for`]; nothing on a dry run, nothing
+    /// for an architecture without a binary).
+    pub fn ensure_sidecar_config_map(&self, namespace: &str, architecture: &str, dry_run: bool) {
+        if let Some(maps) = self.sidecar_config_maps.get(architecture) {
+            maps.config_map_for(namespace, dry_run);
+        }
     }
 
     /// Connect to the cluster when a configuration exists: the explicit
@@ -179,6 +246,14 @@ impl ClusterCache {
     }
 }
 
+/// The API server's image-volume support before anything was probed.
+fn not_probed() -> ImageVolumeApi {
+    ImageVolumeApi::fixed(Support::No(
+        "the API server is not probed (no cluster, or image volumes not allowed by --sidecar-binary-source)"
+            .to_owned(),
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -230,5 +305,36 @@ mod tests {
         let cache = ClusterCache::disconnected();
         assert!(cache.is_synced());
         assert!(cache.limit_ranges("default").is_empty());
+        let facts = cache.binary_facts("default");
+        assert!(facts.config_maps.is_empty());
+        assert!(matches!(facts.image_volumes, Support::No(_)));
+    }
+
+    /// Image volumes count only when the API server keeps them and every
+    /// node's runtime mounts them; the ConfigMaps are per architecture.
+    #[test]
+    fn binary_facts_combine_api_nodes_and_config_maps() {
+        use kube_prestop_engine::delivery::NodeFacts;
+        let node = |rt: &str| NodeFacts {
+            architecture: Some("amd64".to_owned()),
+            runtime_version: rt.to_owned(),
+            kubelet_version: "v1.37.2".to_owned(),
+        };
+        let cache = ClusterCache::disconnected()
+            .with_sidecar_config_maps(SidecarConfigMaps::fixed("cm-a", "amd64"))
+            .with_sidecar_config_maps(SidecarConfigMaps::fixed("cm-b", "arm64"))
+            .with_nodes(NodeWatch::fixed([("n", node("containerd://2.4.2"))]));
+        let facts = cache.binary_facts("ns");
+        assert_eq!(facts.config_maps.len(), 2);
+        assert_eq!(facts.config_maps["arm64"], "cm-b");
+        // The API server was not probed: no image volumes.
+        assert!(matches!(facts.image_volumes, Support::No(_)));
+        let cache = cache.with_image_volume_api(ImageVolumeApi::fixed(Support::Yes));
+        assert_eq!(cache.binary_facts("ns").image_volumes, Support::Yes);
+        let cache = cache.with_nodes(NodeWatch::fixed([("n", node("containerd://1.7.0"))]));
+        assert!(matches!(
+            cache.binary_facts("ns").image_volumes,
+            Support::No(why) if why.contains("older than 2.1")
+        ));
     }
 }

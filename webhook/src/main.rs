@@ -8,9 +8,11 @@ use anyhow::Context;
 use clap::Parser;
 use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::image_volume_api::ImageVolumeApi;
 use kube_prestop_webhook::metrics::Metrics;
+use kube_prestop_webhook::node_facts::NodeWatch;
 use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
-use kube_prestop_webhook::sidecar_configmap::{SidecarBinary, SidecarConfigMaps};
+use kube_prestop_webhook::sidecar_configmap::{SidecarConfigMaps, load_binaries};
 use kube_prestop_webhook::{check, inject_cmd, logging, self_managed_certs};
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
@@ -131,32 +133,55 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         start_self_managed_certs(client, cert_config).await?;
     }
     let metrics = Metrics::new();
-    let binary = args
-        .sidecar_binary
-        .as_deref()
-        .map(SidecarBinary::load)
-        .transpose()
-        .context("--sidecar-binary")?;
-    let cache = match (client, binary) {
-        (Some(client), Some(binary)) => {
-            tracing::info!(
-                name = binary.name(),
-                bytes = binary.size(),
-                sha256 = binary.sha256(),
-                "sidecar binary from ConfigMaps"
-            );
-            let config_maps = SidecarConfigMaps::start(client.clone(), binary, metrics.clone());
-            if let Some(selector) = args.namespace_selector.as_deref() {
-                config_maps.provision(selector);
+    let binaries = load_binaries(&args.sidecar_binary).context("--sidecar-binary")?;
+    let source = config.engine.sidecar_binary_source;
+    let engine = &config.engine;
+    let cache = match client {
+        Some(client) => {
+            let mut cache = ClusterCache::start(client.clone());
+            // The node facts decide the architecture (ConfigMaps) and the
+            // runtimes (image volumes): not needed for installContainer.
+            let nodes = if source.may_use_config_map() || source.may_use_image_volume() {
+                NodeWatch::start(client.clone())
+            } else {
+                NodeWatch::disabled("source installContainer: the nodes are not watched")
+            };
+            cache = cache.with_nodes(nodes.clone());
+            if source.may_use_image_volume() {
+                cache = cache.with_image_volume_api(ImageVolumeApi::start(
+                    client.clone(),
+                    &engine.webhook_namespace,
+                    &engine.install_image,
+                    &engine.install_image_pull_policy,
+                ));
             }
-            ClusterCache::start(client).with_sidecar_config_maps(config_maps)
+            if source.may_use_config_map() {
+                for binary in binaries {
+                    tracing::info!(
+                        name = binary.name(),
+                        architecture = binary.architecture(),
+                        bytes = binary.size(),
+                        sha256 = binary.sha256(),
+                        "sidecar binary for ConfigMaps"
+                    );
+                    let config_maps =
+                        SidecarConfigMaps::start(client.clone(), binary, metrics.clone());
+                    if let Some(selector) = args.namespace_selector.as_deref() {
+                        config_maps.provision(selector, nodes.clone());
+                    }
+                    cache = cache.with_sidecar_config_maps(config_maps);
+                }
+            } else if !binaries.is_empty() {
+                tracing::warn!(%source, "--sidecar-binary ignored: the source uses no ConfigMaps");
+            }
+            cache
         }
-        (Some(client), None) => ClusterCache::start(client),
-        (None, Some(_)) => {
+        None if !binaries.is_empty() => {
             anyhow::bail!("--sidecar-binary needs a cluster (kubeconfig or in-cluster)")
         }
-        (None, None) => ClusterCache::disconnected(),
+        None => ClusterCache::disconnected(),
     };
+    tracing::info!(%source, architectures = %engine.shipped_architectures.join(","), "sidecar binary delivery");
     let server = Server::bind_with_metrics(config, cache, metrics).await?;
     // Machine-readable for scripts that start with port 0.
     println!(

@@ -23,8 +23,12 @@ use golden_common::{Context, cases, config, read_expected, read_yaml};
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
+use kube_prestop_engine::Support;
+use kube_prestop_engine::delivery::NodeFacts;
 use kube_prestop_webhook::cluster_cache::ClusterCache;
+use kube_prestop_webhook::image_volume_api::ImageVolumeApi;
 use kube_prestop_webhook::metrics::labels::Decision;
+use kube_prestop_webhook::node_facts::NodeWatch;
 use kube_prestop_webhook::server::admission::{FailureMode, Outcome, review};
 use kube_prestop_webhook::sidecar_configmap::SidecarConfigMaps;
 use serde_json::{Value, json};
@@ -70,8 +74,38 @@ async fn webhook_patch_gives_the_golden_output() {
             writer.apply_watcher_event(&watcher::Event::Apply(lr));
         }
         let mut cache = ClusterCache::from_store(store);
-        if let Some(name) = context.sidecar_config_map.as_deref() {
-            cache = cache.with_sidecar_config_maps(SidecarConfigMaps::fixed(name));
+        for (arch, name) in &context.config_maps {
+            cache = cache.with_sidecar_config_maps(SidecarConfigMaps::fixed(name, arch));
+        }
+        // The nodes the case describes, with a runtime that mounts image
+        // volumes exactly when the case says they work.
+        let runtime = if context.image_volumes {
+            "containerd://2.4.2"
+        } else {
+            "containerd://1.7.0"
+        };
+        let node = |architecture: Option<&String>| NodeFacts {
+            architecture: architecture.cloned(),
+            runtime_version: runtime.to_owned(),
+            kubelet_version: "v1.37.2".to_owned(),
+        };
+        let names: Vec<String> = (0..context.node_architectures.as_ref().map_or(1, Vec::len))
+            .map(|i| format!("node-{i}"))
+            .collect();
+        let nodes: Vec<(&str, NodeFacts)> = match &context.node_architectures {
+            Some(archs) => names
+                .iter()
+                .map(String::as_str)
+                .zip(archs.iter().map(|a| node(Some(a))))
+                .collect(),
+            None if context.image_volumes => vec![("node-0", node(None))],
+            None => vec![],
+        };
+        if !nodes.is_empty() {
+            cache = cache.with_nodes(NodeWatch::fixed(nodes));
+        }
+        if context.image_volumes {
+            cache = cache.with_image_volume_api(ImageVolumeApi::fixed(Support::Yes));
         }
 
         let config = config();

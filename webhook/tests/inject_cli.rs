@@ -173,8 +173,7 @@ fn golden_cronjob_stream() {
     };
     let context = ClusterContext {
         namespace: "reports".into(),
-        limit_ranges: vec![],
-        sidecar_config_map: None,
+        ..ClusterContext::default()
     };
     let Decision::Inject(webhook_pod) = engine::inject(&pod, &context, &config).unwrap() else {
         panic!("the webhook would not inject this pod");

@@ -360,11 +360,13 @@ async fn start(client: &Client, prefix: &str, pods: u32) -> Result<(String, Valu
     let plain = TestNamespace::create(client, &format!("{prefix}-start-plain"), false).await?;
     let client = client.clone();
     with_namespaces(vec![inj, plain], |names| async move {
-        // With the chart's default (sidecarBinary.source=configMap) the
-        // first pod injected in a namespace gets the install container and
-        // makes the webhook create the namespace's ConfigMap; the pods after
-        // it mount the binary from there. Measure that steady state: one
-        // warm-up Job first (not a sample).
+        // With sidecarBinary.source=configMap (or auto where image volumes
+        // do not work, on a cluster of one architecture) the first pod
+        // injected in a namespace gets the install container and makes the
+        // webhook create the namespace's ConfigMap; the pods after it mount
+        // the binary from there. Where image volumes work, auto (the chart's
+        // default) mounts the install image instead and no ConfigMap comes.
+        // Measure the steady state: one warm-up Job first (not a sample).
         let warm_up = start_job("warm-up", "warm-up", Kind::Injected)?;
         run_job(&client, &names[0], &warm_up, POD_TIMEOUT)
             .await

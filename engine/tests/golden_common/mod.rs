@@ -4,24 +4,32 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::LimitRange;
-use kube_prestop_engine::EngineConfig;
+use kube_prestop_engine::{BinaryFacts, EngineConfig, NodeArchitectures, Support};
 use serde::Deserialize;
 use serde_json::Value;
 
 /// A case's optional `context.yaml`: the pod's namespace (default
-/// `default`), the namespace's LimitRanges and the ConfigMap holding the
-/// sidecar binary there (default none: the install init container).
+/// `default`), the namespace's LimitRanges, and the binary-delivery facts:
+/// `configMaps` (architecture → the ConfigMap holding that binary there),
+/// `nodeArchitectures` (every node's; absent: not known) and `imageVolumes`
+/// (whether they work; default not). The default: the install init
+/// container.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Context {
     pub namespace: Option<String>,
     #[serde(default)]
     pub limit_ranges: Vec<LimitRange>,
-    pub sidecar_config_map: Option<String>,
+    #[serde(default)]
+    pub config_maps: BTreeMap<String, String>,
+    pub node_architectures: Option<Vec<String>>,
+    #[serde(default)]
+    pub image_volumes: bool,
 }
 
 impl Context {
@@ -32,6 +40,22 @@ impl Context {
             return Ok(Self::default());
         }
         serde_json::from_value(read_yaml(&path)).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The binary-delivery facts the case describes.
+    pub fn binary_facts(&self) -> BinaryFacts {
+        BinaryFacts {
+            config_maps: self.config_maps.clone(),
+            node_architectures: match &self.node_architectures {
+                Some(archs) => NodeArchitectures::Known(archs.iter().cloned().collect()),
+                None => NodeArchitectures::default(),
+            },
+            image_volumes: if self.image_volumes {
+                Support::Yes
+            } else {
+                Support::default()
+            },
+        }
     }
 
     /// The namespace, `default` when not given.

@@ -166,6 +166,32 @@ pub fn binary_config_map(pod: &Pod) -> Option<String> {
         .find(|n| n.starts_with("kube-prestop-sidecar-"))
 }
 
+/// The image a pod mounts the sidecar binary from as an image volume, if it
+/// does (`sidecarBinary.source` `auto` or `imageVolume` where image volumes
+/// work).
+pub fn binary_image_volume(pod: &Pod) -> Option<String> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter(|v| v.name.starts_with("kube-prestop-bin"))
+        .find_map(|v| v.image.as_ref().and_then(|i| i.reference.clone()))
+}
+
+/// Where an injected pod's sidecar binary comes from, as the webhook's
+/// metric labels it: `imageVolume`, `configMap` or `installContainer`
+/// (`none` for a pod that is not injected).
+pub fn binary_delivery(pod: &Pod) -> &'static str {
+    if binary_image_volume(pod).is_some() {
+        "imageVolume"
+    } else if binary_config_map(pod).is_some() {
+        "configMap"
+    } else if has_install_container(pod) {
+        "installContainer"
+    } else {
+        "none"
+    }
+}
+
 /// Whether the pod has the install init container.
 pub fn has_install_container(pod: &Pod) -> bool {
     pod.spec

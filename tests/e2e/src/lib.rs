@@ -13,18 +13,21 @@
 //!   labels, image tags);
 //! - [`waits`]: conditions with deadlines;
 //! - [`checks`]: assertions on pods and sidecar logs;
+//! - [`nodes`]: Node objects without a kubelet, standing for nodes of
+//!   another architecture or runtime;
 //! - [`webhook`]: controlling and observing the installed webhook;
 //! - [`metrics`]: the webhook's and the API server's Prometheus metrics;
 //! - [`scenario`]: a namespace and records per scenario, and a concurrent
 //!   runner that reports each one.
 //!
 //! Dependencies point one way, each module only on those listed before it
-//! (and on this root): `checks`, `waits`, `records`, `fixtures`, `webhook`,
-//! `metrics`, `scenario`.
+//! (and on this root): `checks`, `waits`, `records`, `fixtures`, `nodes`,
+//! `webhook`, `metrics`, `scenario`.
 
 pub mod checks;
 pub mod fixtures;
 pub mod metrics;
+pub mod nodes;
 pub mod records;
 pub mod scenario;
 pub mod waits;

@@ -12,7 +12,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::checks::{binary_config_map, has_install_container, phase};
+use crate::checks::{binary_config_map, binary_delivery, has_install_container, phase};
 use crate::test_image;
 use crate::waits::poll_until;
 
@@ -159,7 +159,13 @@ pub async fn wait_webhook_rolled_out(client: &Client, timeout: Duration) -> Resu
 /// A Job-like pod (opted in, with an exec preStop) for server-side dry-run
 /// creates that ask the webhook what it would do.
 fn probe_pod() -> Result<Pod> {
-    Ok(serde_json::from_value(json!({
+    probe_pod_with(json!({}))
+}
+
+/// [`probe_pod`] with `spec` keys merged into its spec (e.g. a
+/// `nodeSelector`).
+pub fn probe_pod_with(spec: serde_json::Value) -> Result<Pod> {
+    let mut pod = json!({
         "metadata": {
             "generateName": "webhook-probe-",
             "annotations": { "kube-prestop.io/inject": "true" }
@@ -174,7 +180,61 @@ fn probe_pod() -> Result<Pod> {
                 "lifecycle": { "preStop": { "exec": { "command": ["true"] } } }
             }]
         }
-    }))?)
+    });
+    if let (Some(target), Some(extra)) = (pod["spec"].as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    Ok(serde_json::from_value(pod)?)
+}
+
+/// What a server-side dry-run create of `pod` in `ns` comes back as (the
+/// webhook's answer applied).
+pub async fn dry_run(client: &Client, ns: &str, pod: &Pod) -> Result<Pod> {
+    let pp = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&pp, pod)
+        .await?)
+}
+
+/// Waits until dry-run creates of `pod` in `ns` come back with the binary
+/// delivered by `want` (a [`binary_delivery`] label) five times in a row
+/// (every webhook replica has seen what changed: each has its own
+/// watches), and returns the last one.
+pub async fn wait_delivery(
+    client: &Client,
+    ns: &str,
+    pod: &Pod,
+    want: &str,
+    timeout: Duration,
+) -> Result<Pod> {
+    let last = std::sync::Arc::new(std::sync::Mutex::new((0u32, None::<Pod>, String::new())));
+    let seen = last.clone();
+    poll_until(timeout, Duration::from_millis(200), move || {
+        let last = last.clone();
+        async move {
+            let created = dry_run(client, ns, pod).await?;
+            let Ok(mut l) = last.lock() else {
+                bail!("poisoned lock");
+            };
+            let got = binary_delivery(&created);
+            l.0 = if got == want { l.0 + 1 } else { 0 };
+            l.2 = got.to_owned();
+            l.1 = Some(created);
+            Ok(l.0 >= 5)
+        }
+    })
+    .await
+    .with_context(|| {
+        let got = seen.lock().map(|l| l.2.clone()).unwrap_or_default();
+        format!("dry-run pods in {ns} are not given the binary by {want} (last: {got})")
+    })?;
+    let pod = seen.lock().ok().and_then(|mut l| l.1.take());
+    pod.context("no dry-run answer kept")
 }
 
 /// Waits until a server-side dry-run create of a Job-like pod in the labelled

@@ -169,7 +169,7 @@ async fn run_on_failure_and_success(client: Client) -> Result<()> {
 }
 
 /// A file the container wrote outside any volume: read by the hook through
-/// `KUBE_PRESTOP_ROOT` (with `tar`, as the README shows), and by its own
+/// `KUBE_PRESTOP_ROOT` (with `tar`, as docs/reference.md shows), and by its own
 /// absolute path with `hook-root: container`.
 async fn containers_own_files_reach_the_hook(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-root", |ns, rec| async move {
@@ -236,7 +236,7 @@ async fn termination_message_lists_both_containers(client: Client) -> Result<()>
                 );
             }
         }
-        // The command the README gives.
+        // The command docs/operations.md gives.
         let out = kube_prestop_e2e::kubectl(&[
             "get",
             "pod",

@@ -18,7 +18,7 @@
 //!   `kuberuntime_container.go`), then runs the init containers again; the
 //!   sandbox and so the emptyDir volumes stay. Our sidecar is killed with the
 //!   rest, typically while it runs the hook of the exit that triggered the
-//!   restart: the README's rule for an interrupted hook applies (the restarted
+//!   restart: the documented rule for an interrupted hook applies (the restarted
 //!   sidecar retries it once, `KUBE_PRESTOP_ATTEMPT=2`).
 //!
 //! Each scenario is skipped, with the reason printed, on a cluster whose
@@ -225,7 +225,7 @@ async fn restart_rules_in_place() -> Result<()> {
 /// exit's hook (the hook's first attempt sleeps, so it is cut for sure); the
 /// init container runs again, the emptyDir keeps its content, `main` runs
 /// again and exits 0. Each of the two exits gets exactly one finished hook:
-/// the first by the restarted sidecar's retry (attempt 2), as the README
+/// the first by the restarted sidecar's retry (attempt 2), as docs/how-it-works.md
 /// says for an interrupted hook; nothing is run twice to its end.
 #[tokio::test]
 async fn restart_all_containers() -> Result<()> {

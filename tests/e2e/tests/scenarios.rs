@@ -5,7 +5,10 @@
 //! are counted too. Each function is named after its case.
 //!
 //! `concurrent_scenarios` runs the independent scenarios concurrently (a few
-//! at a time) and reports each by its function's name. Three run alone:
+//! at a time) and reports each by its function's name. The ConfigMap
+//! scenarios run in
+//! `image_volume_unsupported_falls_back_to_config_map_then_install_container`,
+//! beside a fake node whose runtime is too old for image volumes. Three run alone:
 //! `indexed_twenty_true_runs_twenty_hooks` (a burst of short-lived
 //! containers), `unselected_pods_untouched_and_webhook_not_called` (the
 //! webhook's metrics must stay still) and
@@ -33,14 +36,15 @@ use kube_prestop_e2e::checks::{
 };
 use kube_prestop_e2e::fixtures::{container, job, label_namespace, pod_spec, set, tag_image};
 use kube_prestop_e2e::metrics::admissions_total;
+use kube_prestop_e2e::nodes::FakeNode;
 use kube_prestop_e2e::records::{RECORD_HOOK, Records, ensure_records};
 use kube_prestop_e2e::scenario::{Scenario, run_scenarios, with_scenario, with_scenario_in};
 use kube_prestop_e2e::waits::{
     job_pods, poll_until, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
 };
 use kube_prestop_e2e::webhook::{
-    binary_config_maps, scale_webhook, wait_injects_from_config_map, wait_webhook_serving,
-    webhook_log_lines, webhook_replicas,
+    binary_config_maps, probe_pod_with, scale_webhook, wait_delivery, wait_injects_from_config_map,
+    wait_webhook_serving, webhook_log_lines, webhook_replicas,
 };
 use kube_prestop_e2e::{
     JobOutcome, TestNamespace, client, container_logs, init_tracing, kubectl, run_job,
@@ -897,8 +901,9 @@ async fn job_deleted_during_hook_lets_it_finish(client: Client) -> Result<()> {
     .await
 }
 
-/// The sidecar binary from the namespace's ConfigMap (the chart's default
-/// `sidecarBinary.source=configMap`): the first pod injected in a namespace
+/// The sidecar binary from the namespace's ConfigMap (`sidecarBinary.source`
+/// `auto` where image volumes do not work, on a cluster of one
+/// architecture): the first pod injected in a namespace
 /// gets the install init container and makes the webhook create the
 /// ConfigMap; later pods get no install init container. A container that
 /// exits runs its hook once from the sidecar, and a deleted pod's preStop
@@ -1097,10 +1102,57 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, guaranteed_pod_stays_guaranteed),
         scenario!(client, killed_sidecar_restarts_and_hook_runs_once),
         scenario!(client, job_deleted_during_hook_lets_it_finish),
-        scenario!(client, sidecar_binary_from_namespace_config_map),
-        scenario!(client, config_map_refused_falls_back_to_install_container),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
+}
+
+/// The chart's default `sidecarBinary.source: auto` on this cluster mounts
+/// the image volume (`binary_delivery.rs`). A Node object (no kubelet) of
+/// this node's architecture whose runtime is containerd 1.7, too old for
+/// image volumes, makes the webhook fall back to the next delivery: the
+/// namespace's ConfigMap (`sidecar_binary_from_namespace_config_map`), and
+/// where that cannot be made, the install init container
+/// (`config_map_refused_falls_back_to_install_container`). The node is
+/// removed at the end, and image volumes come back.
+#[tokio::test]
+async fn image_volume_unsupported_falls_back_to_config_map_then_install_container() -> Result<()> {
+    init_tracing();
+    let client = client().await?;
+    let node = FakeNode::create(
+        &client,
+        "kpt-fake-containerd17",
+        "amd64",
+        "containerd://1.7.0",
+    )
+    .await?;
+    let result = async {
+        with_scenario(&client.clone(), "kpt-fallback-wait", |ns, _rec| {
+            let client = client.clone();
+            async move {
+                let pod = probe_pod_with(json!({}))?;
+                wait_delivery(&client, &ns, &pod, "installContainer", POD_TIMEOUT).await?;
+                Ok(())
+            }
+        })
+        .await?;
+        let scenarios: Vec<Scenario> = vec![
+            scenario!(client, sidecar_binary_from_namespace_config_map),
+            scenario!(client, config_map_refused_falls_back_to_install_container),
+        ];
+        run_scenarios(scenarios, 2).await
+    }
+    .await;
+    let deleted = node.delete().await;
+    let back = with_scenario(&client.clone(), "kpt-fallback-back", |ns, _rec| {
+        let client = client.clone();
+        async move {
+            let pod = probe_pod_with(json!({}))?;
+            wait_delivery(&client, &ns, &pod, "imageVolume", POD_TIMEOUT).await?;
+            Ok(())
+        }
+    })
+    .await;
+    result.and(deleted).and(back)
 }
 
 /// An Indexed Job, 20 completions, parallelism 5, containers running `true`

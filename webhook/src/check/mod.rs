@@ -447,11 +447,14 @@ async fn dry_run<W: Write>(
     };
     match pods.create(&params, &probe_pod::pod(image)).await {
         Ok(pod) => match probe_pod::injected(&pod) {
+            Some(Delivery::ImageVolume(image)) => report.pass(format!(
+                "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from the image volume {image}"
+            )),
             Some(Delivery::ConfigMap(name)) => report.pass(format!(
                 "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from ConfigMap {name}"
             )),
             Some(Delivery::InstallContainer) => report.pass(format!(
-                "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from the install init container (no ConfigMap there yet, or sidecarBinary.source=installContainer)"
+                "namespace {namespace}: a dry-run test pod comes back injected; sidecar binary from the install init container (no image volumes, and no ConfigMap there yet or the nodes' architecture not known; the webhook's admission log line says why in sidecar_binary_why)"
             )),
             None => report.fail(format!(
                 "namespace {namespace}: a dry-run test pod came back NOT injected: the API server did not get an answer from the webhook (with failurePolicy Ignore it creates the pod unchanged; its log says \"failed calling webhook\"), or the pod was skipped (see the webhook's decision log line)"

@@ -104,6 +104,8 @@ pub fn pod(image: &str) -> Pod {
 /// Where an injected pod's sidecar binary comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
+    /// The install image (this reference) mounted as an image volume.
+    ImageVolume(String),
     /// Mounted from this ConfigMap of the namespace.
     ConfigMap(String),
     /// Copied by the install init container.
@@ -123,6 +125,18 @@ pub fn injected(pod: &Pod) -> Option<Delivery> {
         return None;
     }
     let spec = pod.spec.as_ref()?;
+    let image = spec.volumes.iter().flatten().find_map(|v| {
+        v.image
+            .as_ref()
+            .filter(|_| {
+                v.name
+                    .starts_with(kube_prestop_sidecar::contract::BINARY_VOLUME_NAME)
+            })
+            .and_then(|i| i.reference.clone())
+    });
+    if let Some(reference) = image {
+        return Some(Delivery::ImageVolume(reference));
+    }
     let config_map = spec.volumes.iter().flatten().find_map(|v| {
         v.config_map
             .as_ref()
@@ -163,5 +177,15 @@ mod tests {
         );
         p.spec.as_mut().unwrap().volumes.as_mut().unwrap().pop();
         assert_eq!(injected(&p), Some(Delivery::InstallContainer));
+        p.spec.as_mut().unwrap().volumes.as_mut().unwrap().push(
+            serde_json::from_value(serde_json::json!(
+                {"name": "kube-prestop-bin", "image": {"reference": "example/sidecar:1"}}
+            ))
+            .unwrap(),
+        );
+        assert_eq!(
+            injected(&p),
+            Some(Delivery::ImageVolume("example/sidecar:1".to_owned()))
+        );
     }
 }

@@ -7,6 +7,8 @@
 
 use clap::ValueEnum;
 
+use kube_prestop_engine::SidecarBinarySource;
+
 use crate::inject_cmd::OutputFormat;
 use crate::logging::LogFormat;
 use crate::server::FailureMode;
@@ -46,6 +48,38 @@ impl From<FailureModeFlag> for FailureMode {
         match flag {
             FailureModeFlag::Allow => Self::Allow,
             FailureModeFlag::Deny => Self::Deny,
+        }
+    }
+}
+
+/// Values of `--sidecar-binary-source`; see [`SidecarBinarySource`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum SidecarBinarySourceFlag {
+    /// The image volume where the API server keeps it and every node's
+    /// runtime mounts it, else the ConfigMap of the pod's architecture, else
+    /// the install init container.
+    #[default]
+    #[value(name = "auto")]
+    Auto,
+    /// The image volume, else the install init container (no ConfigMaps).
+    #[value(name = "imageVolume")]
+    ImageVolume,
+    /// The ConfigMap of the pod's architecture where it is known, else the
+    /// install init container.
+    #[value(name = "configMap")]
+    ConfigMap,
+    /// Always the install init container.
+    #[value(name = "installContainer")]
+    InstallContainer,
+}
+
+impl From<SidecarBinarySourceFlag> for SidecarBinarySource {
+    fn from(flag: SidecarBinarySourceFlag) -> Self {
+        match flag {
+            SidecarBinarySourceFlag::Auto => Self::Auto,
+            SidecarBinarySourceFlag::ImageVolume => Self::ImageVolume,
+            SidecarBinarySourceFlag::ConfigMap => Self::ConfigMap,
+            SidecarBinarySourceFlag::InstallContainer => Self::InstallContainer,
         }
     }
 }
@@ -98,6 +132,17 @@ mod tests {
             let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
             let domain = format!("{:?}", FailureMode::from(*flag)).to_lowercase();
             assert_eq!(name.as_deref(), Some(domain.as_str()));
+        }
+        assert_eq!(
+            SidecarBinarySource::from(SidecarBinarySourceFlag::default()),
+            SidecarBinarySource::default()
+        );
+        for flag in SidecarBinarySourceFlag::value_variants() {
+            let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(
+                name.as_deref(),
+                Some(SidecarBinarySource::from(*flag).as_str())
+            );
         }
         for flag in OutputFormatFlag::value_variants() {
             let name = flag.to_possible_value().map(|v| v.get_name().to_owned());

@@ -6,6 +6,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use kube_prestop_engine::{EngineConfig, EngineError};
 
+use super::choices::SidecarBinarySourceFlag;
+
 /// Engine flags; an unset flag keeps the value of [`EngineConfig::default`].
 #[derive(Debug, Clone, Default, Args)]
 pub struct EngineArgs {
@@ -33,6 +35,16 @@ pub struct EngineArgs {
     /// Default memory limit of each sidecar (quantity, bytes). Default: 256Mi.
     #[arg(long, env = "KUBE_PRESTOP_SIDECAR_MEMORY_LIMIT")]
     pub sidecar_memory_limit: Option<String>,
+    /// Where injected pods get the sidecar binary from; each falls back to
+    /// the next of image volume, ConfigMap, install init container where it
+    /// cannot be used (see docs/reference.md). Default: auto.
+    #[arg(long, value_enum, env = "KUBE_PRESTOP_SIDECAR_BINARY_SOURCE")]
+    pub sidecar_binary_source: Option<SidecarBinarySourceFlag>,
+    /// Architectures (kubernetes.io/arch values, comma-separated) the
+    /// install image has a binary for; a pod pinned to another one is not
+    /// injected (failure mode applies). Default: amd64,arm64.
+    #[arg(long, value_delimiter = ',', env = "KUBE_PRESTOP_ARCHITECTURES")]
+    pub architectures: Option<Vec<String>>,
 }
 
 fn set(target: &mut String, value: Option<&String>) {
@@ -74,6 +86,16 @@ impl EngineArgs {
             &mut sidecar.memory_limit,
             self.sidecar_memory_limit.as_ref(),
         );
+        if let Some(source) = self.sidecar_binary_source {
+            config.sidecar_binary_source = source.into();
+        }
+        if let Some(archs) = &self.architectures {
+            config.shipped_architectures = archs
+                .iter()
+                .map(|a| a.trim().to_owned())
+                .filter(|a| !a.is_empty())
+                .collect();
+        }
         config.validate()?;
         Ok(config)
     }

@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 
 pub use cert_flags::CertArgs;
 pub use check_args::CheckArgs;
-pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag};
+pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinarySourceFlag};
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
@@ -115,7 +115,7 @@ pub struct ServeArgs {
     /// separately, the TLS handshake and the request body.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
     pub read_timeout: Duration,
-    /// Kubeconfig for the LimitRange cache (default: the KUBECONFIG
+    /// Kubeconfig for the cluster caches (default: the KUBECONFIG
     /// environment variable, ~/.kube/config, then the in-cluster service
     /// account).
     #[arg(long)]
@@ -123,22 +123,27 @@ pub struct ServeArgs {
     /// Run without a cluster: LimitRanges are taken as empty.
     #[arg(long, env = "KUBE_PRESTOP_NO_CLUSTER")]
     pub no_cluster: bool,
-    /// The static sidecar binary (at most 1 MiB). With it, the webhook keeps
-    /// the binary in an immutable ConfigMap
-    /// (`kube-prestop-sidecar-<sha256 prefix>`) in each namespace where it
-    /// injects pods, and pods there mount it instead of getting the install
-    /// init container (one kubelet pod sync less at pod start). Needs a
-    /// cluster, and RBAC create/list/watch on ConfigMaps. Without it, every
-    /// pod gets the install init container.
-    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_BINARY")]
-    pub sidecar_binary: Option<PathBuf>,
+    /// The static sidecar binaries (each at most 1 MiB): a file (its
+    /// architecture read from its ELF header) or a directory of
+    /// `<arch>/kube-prestop-sidecar` (the install image's `/architectures/`
+    /// as `install --dest-dir` copies it); repeatable. With them (and a
+    /// source that allows ConfigMaps), the webhook keeps each architecture's
+    /// binary in an immutable ConfigMap (`kube-prestop-sidecar-<sha256
+    /// prefix>`) in each namespace where it injects pods, and pods whose
+    /// node architecture is known at admission mount it instead of getting
+    /// the install init container (one kubelet pod sync less at pod start).
+    /// Needs a cluster, and RBAC create/list/watch on ConfigMaps. Without
+    /// them, no pod gets a ConfigMap.
+    #[arg(long, env = "KUBE_PRESTOP_SIDECAR_BINARY", value_delimiter = ',')]
+    pub sidecar_binary: Vec<PathBuf>,
     /// With `--sidecar-binary`: label selector of the namespaces whose pods
     /// the webhook configuration sends (its `namespaceSelector`), e.g.
     /// `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
     /// (kube-system,kube-prestop)`. Each gets its ConfigMap as soon as it
     /// matches, so its first pod starts without the install init container
-    /// too (needs RBAC list/watch on Namespaces). Without it, a namespace
-    /// gets its ConfigMap when its first pod is injected.
+    /// too (needs RBAC list/watch on Namespaces), for each architecture some
+    /// node of the cluster has. Without it, a namespace gets its ConfigMap
+    /// when its first pod is injected.
     #[arg(
         long,
         env = "KUBE_PRESTOP_NAMESPACE_SELECTOR",

@@ -65,9 +65,9 @@ pub fn transform(
     let context = ClusterContext {
         namespace,
         limit_ranges: Vec::new(),
-        // Offline: no ConfigMap is known to exist, so the install init
-        // container copies the binary.
-        sidecar_config_map: None,
+        // Offline: no ConfigMap is known to exist and nothing is known of
+        // the nodes, so the install init container copies the binary.
+        binary: Default::default(),
     };
     let label = format!("{kind}/{name}");
     let mut warnings = Vec::new();

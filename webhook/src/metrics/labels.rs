@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use kube_prestop_engine::{EngineError, SkipReason};
+use kube_prestop_engine::{Delivery, EngineError, SkipReason};
 
 /// What the webhook did with one admission request: the `decision` label
 /// of `kube_prestop_admissions_total` and of the `admission` log line.
@@ -121,9 +121,16 @@ pub fn engine_error(error: &EngineError) -> &'static str {
 }
 
 /// Values of `sidecar_binary` in `kube_prestop_injections_total`: the
-/// binary mounted from the namespace's ConfigMap, or copied by the install
-/// init container (the chart's `sidecarBinary.source` values).
-pub const SIDECAR_BINARY_SOURCES: [&str; 2] = ["configMap", "installContainer"];
+/// install image mounted as an image volume, the binary mounted from the
+/// namespace's ConfigMap of the pod's architecture, or copied by the
+/// install init container (the engine's `Delivery::LABELS`, the chart's
+/// `sidecarBinary.source` names).
+pub const SIDECAR_BINARY_SOURCES: [&str; 3] = Delivery::LABELS;
+
+/// The `sidecar_binary` label of a delivery.
+pub fn sidecar_binary(delivery: &Delivery) -> &'static str {
+    delivery.label()
+}
 
 /// Values of `result` in `kube_prestop_certificate_reloads_total`.
 pub const RELOAD_RESULTS: [&str; 2] = ["success", "error"];

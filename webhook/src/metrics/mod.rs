@@ -8,11 +8,11 @@
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 //! | `kube_prestop_sidecar_configmap_creations_total` | counter | `result` (`created`, `exists`, `error`) | attempts to create the sidecar-binary ConfigMap in a namespace |
-//! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`configMap`, `installContainer`) | pods injected (patch sent; dry runs not counted), by where their sidecar binary comes from |
+//! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`imageVolume`, `configMap`, `installContainer`) | pods injected (patch sent; dry runs not counted), by where their sidecar binary comes from |
 //!
 //! Every known label combination of the counters (each decision with each
 //! of its reasons, see [`labels::admission_outcomes`], both reload
-//! results, the three creation results and both binary sources) is created
+//! results, the three creation results and the three binary sources) is created
 //! at zero when the registry is made, so the series exist before their
 //! first event.
 //!
@@ -138,7 +138,7 @@ impl Metrics {
         let injections = Family::<InjectionLabels, Counter>::default();
         registry.register(
             "kube_prestop_injections",
-            "Pods injected, by where their sidecar binary comes from (configMap: mounted from the namespace's ConfigMap; installContainer: copied by the install init container)",
+            "Pods injected, by where their sidecar binary comes from (imageVolume: the install image mounted as an image volume; configMap: mounted from the namespace's ConfigMap for the pod's architecture; installContainer: copied by the install init container)",
             injections.clone(),
         );
         // Every known series exists from the start, at zero: a counter that

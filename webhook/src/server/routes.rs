@@ -238,6 +238,8 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
     let unknown_annotations =
         (error || !r.unknown_annotations.is_empty()).then_some(r.unknown_annotations.as_str());
     let sidecar_binary = (!r.sidecar_binary.is_empty()).then_some(r.sidecar_binary);
+    let sidecar_binary_why =
+        (!r.sidecar_binary_why.is_empty()).then_some(r.sidecar_binary_why.as_str());
     let dry_run = r.dry_run.then_some(true);
     // One line, at a level fixed per call site (tracing's levels are static).
     macro_rules! admission_line {
@@ -254,6 +256,7 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
                 detail,
                 unknown_annotations,
                 sidecar_binary,
+                sidecar_binary_why,
                 dry_run,
                 duration_ms,
                 "admission"

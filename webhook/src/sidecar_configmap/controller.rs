@@ -19,6 +19,8 @@ use super::readiness::Readiness;
 use super::selected::Selected;
 use crate::metrics::Metrics;
 use crate::metrics::labels::CreationOutcome;
+use crate::node_facts::NodeWatch;
+use kube_prestop_engine::NodeArchitectures;
 
 /// How long no creation is attempted in a namespace after an attempt that
 /// failed (or found an object that the watch had not reported); doubled
@@ -55,8 +57,9 @@ pub const PROVISION_INTERVAL: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct SidecarConfigMaps {
     inner: Option<Arc<Inner>>,
-    /// [`Self::fixed`]: this name in every namespace, no cluster.
-    fixed: Option<Arc<str>>,
+    /// [`Self::fixed`]: this name (and architecture) in every namespace, no
+    /// cluster.
+    fixed: Option<(Arc<str>, Arc<str>)>,
 }
 
 struct Inner {
@@ -72,7 +75,7 @@ impl std::fmt::Debug for SidecarConfigMaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("SidecarConfigMaps");
         match (&self.fixed, &self.inner) {
-            (Some(name), _) => d.field("fixed", name),
+            (Some((name, arch)), _) => d.field("fixed", name).field("architecture", arch),
             (None, None) => d.field("enabled", &false),
             (None, Some(inner)) => {
                 let r = inner.readiness();
@@ -94,13 +97,23 @@ impl SidecarConfigMaps {
         }
     }
 
-    /// Names the ConfigMap `name` for every namespace, without a cluster:
-    /// nothing is watched or created (tests, and rendering pods for a
-    /// cluster where the ConfigMaps are known to exist).
-    pub fn fixed(name: &str) -> Self {
+    /// Names the ConfigMap `name`, holding the binary of `architecture`,
+    /// for every namespace, without a cluster: nothing is watched or
+    /// created (tests, and rendering pods for a cluster where the
+    /// ConfigMaps are known to exist).
+    pub fn fixed(name: &str, architecture: &str) -> Self {
         Self {
             inner: None,
-            fixed: Some(Arc::from(name)),
+            fixed: Some((Arc::from(name), Arc::from(architecture))),
+        }
+    }
+
+    /// The architecture of the binary these ConfigMaps hold (`None` when
+    /// disabled).
+    pub fn architecture(&self) -> Option<&str> {
+        match (&self.fixed, &self.inner) {
+            (Some((_, arch)), _) => Some(arch),
+            (None, inner) => inner.as_ref().map(|i| i.binary.architecture()),
         }
     }
 
@@ -149,7 +162,7 @@ impl SidecarConfigMaps {
     /// failed one). Never blocks on I/O: one read lock, and on a miss one
     /// mutex and at most one task spawn.
     pub fn config_map_for(&self, namespace: &str, dry_run: bool) -> Option<String> {
-        if let Some(name) = &self.fixed {
+        if let Some((name, _)) = &self.fixed {
             return Some(name.to_string());
         }
         let inner = self.inner.as_ref()?;
@@ -176,14 +189,23 @@ impl SidecarConfigMaps {
     /// schedules a creation as soon as a namespace matches, and every
     /// [`PROVISION_INTERVAL`] each matching namespace without the object is
     /// scheduled again (subject to the same deduplication and
-    /// [`RETRY_AFTER`] as admission's). Nothing happens when disabled.
-    pub fn provision(&self, namespace_selector: &str) {
+    /// [`RETRY_AFTER`] as admission's), as long as some node of the
+    /// cluster has this binary's architecture (per `nodes`: a namespace
+    /// gets no ConfigMap its pods could never mount). Nothing happens when
+    /// disabled.
+    pub fn provision(&self, namespace_selector: &str, nodes: NodeWatch) {
         let Some(inner) = &self.inner else { return };
+        let arch = inner.binary.architecture().to_owned();
+        let wanted = move || match nodes.summary().architectures {
+            NodeArchitectures::Known(set) => set.contains(&arch),
+            NodeArchitectures::Unknown(_) => false,
+        };
+        let wanted = Arc::new(wanted);
         let selected = Arc::new(Mutex::new(Selected::new()));
         let api = kube::Api::<PartialObjectMeta<Namespace>>::all(inner.client.clone());
         let stream =
             watcher(api, watcher::Config::default().labels(namespace_selector)).default_backoff();
-        let (this, watched) = (self.clone(), Arc::clone(&selected));
+        let (this, watched, want) = (self.clone(), Arc::clone(&selected), Arc::clone(&wanted));
         inner.runtime.spawn(async move {
             stream
                 .for_each(|event| {
@@ -193,7 +215,9 @@ impl SidecarConfigMaps {
                                 .lock()
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .apply(&event);
-                            if let Some(namespace) = appeared {
+                            if let Some(namespace) = appeared
+                                && want()
+                            {
                                 this.config_map_for(&namespace, false);
                             }
                         }
@@ -212,6 +236,9 @@ impl SidecarConfigMaps {
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 every.tick().await;
+                if !wanted() {
+                    continue;
+                }
                 let names: Vec<String> = selected
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
@@ -228,7 +255,7 @@ impl SidecarConfigMaps {
     /// The name of the ConfigMaps (`None` when disabled).
     pub fn name(&self) -> Option<&str> {
         match (&self.fixed, &self.inner) {
-            (Some(name), _) => Some(name),
+            (Some((name, _)), _) => Some(name),
             (None, inner) => inner.as_ref().map(|i| i.binary.name()),
         }
     }

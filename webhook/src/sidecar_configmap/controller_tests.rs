@@ -9,7 +9,7 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 
 fn binary(bytes: &[u8]) -> SidecarBinary {
-    SidecarBinary::from_bytes(bytes.to_vec())
+    SidecarBinary::from_bytes(bytes.to_vec(), "amd64")
 }
 
 #[test]

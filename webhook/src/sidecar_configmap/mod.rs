@@ -1,7 +1,10 @@
 //! The ConfigMaps that carry the static sidecar binary, one per namespace
-//! where pods are injected, so that the sidecar can run the binary from a
-//! ConfigMap volume instead of an install init container copying it into an
-//! emptyDir first.
+//! where pods are injected and architecture (`kube-prestop.io/arch`), so
+//! that the sidecar can run the binary from a ConfigMap volume instead of an
+//! install init container copying it into an emptyDir first. One
+//! [`SidecarConfigMaps`] per architecture's binary ([`load_binaries`] reads
+//! each one's architecture from its ELF header); the engine mounts one only
+//! for a pod whose node architecture it knows (`engine::delivery`).
 //!
 //! Each object is content-addressed: named [`NAME_PREFIX`] + the first
 //! [`NAME_HASH_CHARS`] hex digits of the binary's sha256, `immutable: true`,
@@ -46,15 +49,15 @@ mod selected;
 pub use attempts::Attempts;
 pub use binary::{
     BINARY_KEY, MAX_BINARY_BYTES, NAME_HASH_CHARS, NAME_PREFIX, SidecarBinary,
-    SidecarConfigMapError,
+    SidecarConfigMapError, elf_architecture, load_binaries,
 };
 pub use controller::{
     CREATE_TIMEOUT, FIELD_MANAGER, FOREIGN_CHECK_AFTER, MAX_RETRY_AFTER, PROVISION_INTERVAL,
     RETRY_AFTER, SidecarConfigMaps, WATCH_PAGE_SIZE,
 };
 pub use object::{
-    COMPONENT, COMPONENT_LABEL, LABEL_SELECTOR, MANAGED_BY, MANAGED_BY_LABEL, SHA256_ANNOTATION,
-    VERSION_LABEL, build_config_map,
+    ARCH_LABEL, COMPONENT, COMPONENT_LABEL, LABEL_SELECTOR, MANAGED_BY, MANAGED_BY_LABEL,
+    SHA256_ANNOTATION, VERSION_LABEL, build_config_map,
 };
 pub use readiness::Readiness;
 pub use selected::Selected;

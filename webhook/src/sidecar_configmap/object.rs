@@ -20,6 +20,11 @@ pub const MANAGED_BY: &str = "kube-prestop";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`COMPONENT_LABEL`].
 pub const COMPONENT: &str = "sidecar-binary";
+/// Label key holding the architecture (`kubernetes.io/arch` value) of the
+/// object's binary (informational: the name, a hash of the content, is
+/// what the webhook goes by).
+pub const ARCH_LABEL: &str = "kube-prestop.io/arch";
+
 /// Label key holding the webhook version that created the object
 /// (informational, not part of the selector).
 pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
@@ -35,6 +40,7 @@ pub fn build_config_map(binary: &SidecarBinary, namespace: &str) -> ConfigMap {
         (MANAGED_BY_LABEL, MANAGED_BY),
         (COMPONENT_LABEL, COMPONENT),
         (VERSION_LABEL, env!("CARGO_PKG_VERSION")),
+        (ARCH_LABEL, binary.architecture()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -65,7 +71,7 @@ mod tests {
     use super::*;
 
     fn binary(bytes: &[u8]) -> SidecarBinary {
-        SidecarBinary::from_bytes(bytes.to_vec())
+        SidecarBinary::from_bytes(bytes.to_vec(), "arm64")
     }
 
     /// `key=value` pairs of a plain equality selector.
@@ -89,7 +95,8 @@ mod tests {
         assert_eq!(data.len(), 1);
         assert_eq!(data[BINARY_KEY].0, b.bytes());
         let labels = meta.labels.as_ref().unwrap();
-        assert_eq!(labels.len(), 3);
+        assert_eq!(labels.len(), 4);
+        assert_eq!(labels[ARCH_LABEL], "arm64");
         assert_eq!(labels[MANAGED_BY_LABEL], MANAGED_BY);
         assert_eq!(labels[COMPONENT_LABEL], COMPONENT);
         assert_eq!(labels[VERSION_LABEL], env!("CARGO_PKG_VERSION"));

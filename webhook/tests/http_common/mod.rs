@@ -100,6 +100,23 @@ impl TestServer {
         layout: impl FnOnce(&Path, &Issued) -> (PathBuf, PathBuf),
         configure: impl FnOnce(&mut ServerConfig),
     ) -> Self {
+        Self::start_full(layout, configure, ClusterCache::disconnected()).await
+    }
+
+    /// Like [`Self::start`], answering from `cache` (cluster facts the test
+    /// sets up) instead of a disconnected one.
+    pub async fn start_with_cache(
+        cache: ClusterCache,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> Self {
+        Self::start_full(write_pair, configure, cache).await
+    }
+
+    async fn start_full(
+        layout: impl FnOnce(&Path, &Issued) -> (PathBuf, PathBuf),
+        configure: impl FnOnce(&mut ServerConfig),
+        cache: ClusterCache,
+    ) -> Self {
         install_crypto();
         let pki = Pki::new();
         let first_cert = pki.issue("first");
@@ -115,9 +132,7 @@ impl TestServer {
         config.drain_delay = Duration::from_millis(200);
         config.shutdown_grace = Duration::from_secs(5);
         configure(&mut config);
-        let server = Server::bind(config, ClusterCache::disconnected())
-            .await
-            .expect("server binds");
+        let server = Server::bind(config, cache).await.expect("server binds");
         let https = server.https_addr();
         let metrics = server.metrics_addr();
         let (tx, rx) = oneshot::channel::<()>();

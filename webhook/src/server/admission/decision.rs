@@ -62,6 +62,10 @@ pub struct RequestFacts {
     /// For an injected pod (patch sent): where its sidecar binary comes
     /// from, one of `metrics::labels::SIDECAR_BINARY_SOURCES`; else empty.
     pub sidecar_binary: &'static str,
+    /// For an injected pod: why that delivery (the engine's
+    /// `delivery::Choice::why`, naming each earlier one skipped and why);
+    /// else empty.
+    pub sidecar_binary_why: String,
     /// `request.dryRun`: nothing will be created (the decision is logged,
     /// but not counted as an injection).
     pub dry_run: bool,
@@ -154,7 +158,7 @@ pub fn review(
     // for a pod that is injected without it.
     let context = ClusterContext {
         limit_ranges: cache.limit_ranges(&namespace),
-        sidecar_config_map: cache.sidecar_config_map(&namespace, true),
+        binary: cache.binary_facts(&namespace),
         namespace,
     };
 
@@ -172,7 +176,7 @@ pub fn review(
                 match serde_json::to_writer(&mut patch, &operations)
                     .and_then(|()| base64_string(&patch))
                 {
-                    Ok(patch) => Decided::Patch(patch),
+                    Ok(patch) => Decided::Patch(patch, Box::new(mutation.binary.clone())),
                     Err(e) => Decided::PatchError(e),
                 }
             }
@@ -193,15 +197,14 @@ pub fn review(
         Ok(Decided::NoChange) => {
             answer(&response, None, Decision::Inject, reason::NO_CHANGE, facts)
         }
-        Ok(Decided::Patch(patch)) => {
-            let [from_config_map, from_install] = labels::SIDECAR_BINARY_SOURCES;
-            if context.sidecar_config_map.is_some() {
-                facts.sidecar_binary = from_config_map;
-            } else {
-                facts.sidecar_binary = from_install;
-                // The namespace's ConfigMap, for its next pods (not for a
-                // dry run, which must have no side effects).
-                cache.sidecar_config_map(&context.namespace, request.dry_run);
+        Ok(Decided::Patch(patch, choice)) => {
+            facts.sidecar_binary = labels::sidecar_binary(&choice.delivery);
+            facts.sidecar_binary_why = choice.why;
+            // The ConfigMap this pod would have mounted, for the
+            // namespace's next pods (not for a dry run, which must have no
+            // side effects).
+            if let Some(arch) = choice.missing_config_map.as_deref() {
+                cache.ensure_sidecar_config_map(&context.namespace, arch, request.dry_run);
             }
             answer(
                 &response,
@@ -246,8 +249,8 @@ enum Decided {
     /// Injected, but the patch is empty.
     NoChange,
     /// The JSON Patch, as a JSON string of its base64 (see
-    /// [`base64_string`]).
-    Patch(Box<RawValue>),
+    /// [`base64_string`]), and where the binary comes from.
+    Patch(Box<RawValue>, Box<engine::delivery::Choice>),
     /// The patch could not be serialized or encoded: why.
     PatchError(serde_json::Error),
 }

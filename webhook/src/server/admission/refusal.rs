@@ -67,6 +67,9 @@ impl Refusal {
     /// * no sidecar resources fit the namespace's LimitRanges: 403
     ///   `Forbidden` (what the LimitRanger admission plugin answers for a
     ///   container outside a LimitRange);
+    /// * no sidecar binary for the pod's architecture: 422 `Invalid` with
+    ///   the pod's field that pins it, or 403 `Forbidden` when every node
+    ///   has that architecture;
     /// * invalid webhook configuration, or a quantity we cannot parse in an
     ///   object the API server accepted: 500 `InternalError`.
     pub fn of(error: &EngineError) -> Self {
@@ -87,6 +90,10 @@ impl Refusal {
             }
             EngineError::Invalid(_) => user(400, "BadRequest", None),
             EngineError::LimitRangeUnsatisfiable { .. } => user(403, "Forbidden", None),
+            EngineError::UnsupportedArchitecture { field, .. } if field.starts_with("spec.") => {
+                user(422, "Invalid", Some(field.clone()))
+            }
+            EngineError::UnsupportedArchitecture { .. } => user(403, "Forbidden", None),
             EngineError::InvalidConfig(_) | EngineError::InvalidQuantity { .. } => Self::internal(),
         }
     }

@@ -1,13 +1,17 @@
-//! The README's webhook flag table (section "### Webhook flags") agrees
-//! with `kube-prestop-webhook serve --help`, so the two cannot drift:
-//! * every flag the section names exists;
-//! * every flag of `serve` is named in the section;
+//! The flag tables of docs/reference.md (section "## Commands and flags")
+//! agree with `kube-prestop-webhook <command> --help` for every command, so
+//! the two cannot drift:
+//! * every flag a command's section names exists in that command (the
+//!   section "### Flags of every command" is read with each command's);
+//! * every flag of each command is named in its section or in the section of
+//!   flags every command has;
 //! * where a row's default cell is a plain list of values (`` `a`, `b` ``),
 //!   they are the defaults `--help` shows for the row's flags (in any order,
 //!   as `--sidecar-{cpu,memory}-{request,limit}` lists them); `none` or
 //!   `off` means the flags have no default;
-//! * every flag reads the environment variable `KUBE_PRESTOP_<FLAG>`, except
-//!   those the section's introduction names.
+//! * a flag reads the environment variable `KUBE_PRESTOP_<FLAG>` exactly when
+//!   `serve` has it, except the flags the introduction names with what they
+//!   read instead; the introduction says which flags read none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -17,18 +21,30 @@ use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-webhook");
 
-/// The section of the README about the webhook's flags.
-const SECTION: &str = "### Webhook flags";
+/// The page and the part of it about commands and flags.
+const PAGE: &str = "docs/reference.md";
+const CHAPTER: &str = "## Commands and flags";
 
-/// The subcommand the table documents.
-const SUBCOMMAND: &str = "serve";
+/// The section of the flags every command has.
+const GLOBAL_SECTION: &str = "### Flags of every command";
+
+/// Each command, with the start of its section's heading.
+const COMMANDS: [(&str, &str); 3] = [
+    ("serve", "### `serve`"),
+    ("inject", "### `inject`"),
+    ("check", "### `check`"),
+];
+
+/// The command whose flags read `KUBE_PRESTOP_<FLAG>`: a flag of another
+/// command reads it exactly when it is one of this command's too.
+const ENV_COMMAND: &str = "serve";
 
 /// Flags that do not read `KUBE_PRESTOP_<FLAG>`, with what they read
-/// instead, as the section's introduction says.
+/// instead, as the chapter's introduction says.
 const ENV_EXCEPTIONS: [(&str, Option<&str>); 2] =
     [("log-level", Some("RUST_LOG")), ("kubeconfig", None)];
 
-/// Flags every subcommand has (clap's), not documented in the table.
+/// Flags every subcommand has (clap's), not documented in the tables.
 const BUILT_IN: [&str; 2] = ["help", "version"];
 
 /// One option of `--help`.
@@ -97,21 +113,36 @@ fn help_flags(subcommand: &str) -> BTreeMap<String, HelpFlag> {
     if let Some((name, flag)) = current {
         flags.insert(name, flag);
     }
-    assert!(flags.len() > 10, "too few options parsed from:\n{text}");
+    assert!(flags.len() > 3, "too few options parsed from:\n{text}");
     flags
 }
 
-/// The README section's text, up to the next heading of any level.
-fn section() -> String {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let start = readme
-        .find(&format!("\n{SECTION}\n"))
-        .unwrap_or_else(|| panic!("README.md has no section {SECTION:?}"));
-    let body = &readme[start + SECTION.len() + 2..];
+/// The page's text.
+fn page() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(PAGE))
+        .unwrap_or_else(|e| panic!("{PAGE}: {e}"))
+}
+
+/// The text after the heading line that starts with `heading`, up to the
+/// next heading of any level.
+fn section(heading: &str) -> String {
+    let page = page();
+    let start = page
+        .find(&format!("\n{heading}"))
+        .unwrap_or_else(|| panic!("{PAGE} has no section {heading:?}"));
+    let body = &page[start + 1..];
+    let body = &body[body.find('\n').map_or(body.len(), |i| i + 1)..];
     let end = body.find("\n#").unwrap_or(body.len());
     body[..end].to_owned()
+}
+
+/// The section of `command`.
+fn command_section(command: &str) -> String {
+    let (_, heading) = COMMANDS
+        .iter()
+        .find(|(c, _)| *c == command)
+        .unwrap_or_else(|| panic!("no section for {command}"));
+    section(heading)
 }
 
 /// The code spans (`` `...` ``) of `text`.
@@ -156,7 +187,7 @@ struct Row {
 fn rows(section: &str) -> Vec<Row> {
     section
         .lines()
-        .filter(|l| l.starts_with("| `--"))
+        .filter(|l| l.starts_with("| `-"))
         .map(|line| {
             let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
             assert_eq!(cells.len(), 3, "a row of 3 cells: {line}");
@@ -170,38 +201,45 @@ fn rows(section: &str) -> Vec<Row> {
 }
 
 #[test]
-fn every_flag_named_in_the_readme_exists() {
-    let help = help_flags(SUBCOMMAND);
-    let unknown: Vec<_> = flags_named(&section())
-        .into_iter()
-        .filter(|f| !help.contains_key(f))
-        .collect();
-    assert!(
-        unknown.is_empty(),
-        "README {SECTION:?} names flags `{SUBCOMMAND}` does not have: {unknown:?}"
-    );
+fn every_flag_named_in_the_reference_exists() {
+    let global = section(GLOBAL_SECTION);
+    for (command, _) in COMMANDS {
+        let help = help_flags(command);
+        let text = format!("{global}\n{}", command_section(command));
+        let unknown: Vec<_> = flags_named(&text)
+            .into_iter()
+            .filter(|f| !help.contains_key(f))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{PAGE}: the section of `{command}` names flags it does not have: {unknown:?}"
+        );
+    }
 }
 
 #[test]
-fn every_flag_is_in_the_readme() {
-    let named = flags_named(&section());
-    let missing: Vec<_> = help_flags(SUBCOMMAND)
-        .into_keys()
-        .filter(|f| !named.contains(f) && !BUILT_IN.contains(&f.as_str()))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "flags of `{SUBCOMMAND}` missing from README {SECTION:?}: {missing:?}"
-    );
+fn every_flag_is_in_the_reference() {
+    let global = flags_named(&section(GLOBAL_SECTION));
+    for (command, _) in COMMANDS {
+        let named = flags_named(&command_section(command));
+        let missing: Vec<_> = help_flags(command)
+            .into_keys()
+            .filter(|f| {
+                !named.contains(f) && !global.contains(f) && !BUILT_IN.contains(&f.as_str())
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "flags of `{command}` missing from its section of {PAGE}: {missing:?}"
+        );
+    }
 }
 
-#[test]
-fn the_readme_defaults_are_the_real_ones() {
-    let help = help_flags(SUBCOMMAND);
-    let rows = rows(&section());
-    assert!(rows.len() > 10, "too few table rows");
+/// Checks the default cells of `section`'s rows against `help`; returns how
+/// many rows were checked.
+fn check_defaults(command: &str, help: &BTreeMap<String, HelpFlag>, section: &str) -> usize {
     let mut checked = 0;
-    for row in rows {
+    for row in rows(section) {
         let actual: Vec<Option<&str>> = row
             .flags
             .iter()
@@ -210,14 +248,14 @@ fn the_readme_defaults_are_the_real_ones() {
         if row.default.is_empty() || row.default == "none" || row.default == "off" {
             assert!(
                 actual.iter().all(Option::is_none),
-                "README says {:?} have no default; --help: {actual:?}",
+                "{PAGE} says {:?} of `{command}` have no default; --help: {actual:?}",
                 row.flags
             );
             checked += 1;
             continue;
         }
         // Only a plain list of values is machine-readable; prose such as
-        // "7 MiB" or "`KUBECONFIG`, then ..." is not checked.
+        // "`KUBECONFIG`, then ..." or "as `serve`" is not checked.
         let values = code_spans(&row.default);
         let plain = values.iter().map(|v| format!("`{v}`")).collect::<Vec<_>>();
         if plain.join(", ") != row.default {
@@ -229,40 +267,82 @@ fn the_readme_defaults_are_the_real_ones() {
         actual.sort_unstable();
         assert_eq!(
             documented, actual,
-            "README defaults of {:?} differ from --help",
+            "{PAGE}: defaults of {:?} of `{command}` differ from --help",
             row.flags
         );
         checked += 1;
     }
-    assert!(checked >= 10, "only {checked} rows checked");
+    checked
 }
 
 #[test]
-fn every_flag_reads_its_environment_variable() {
-    for (name, flag) in help_flags(SUBCOMMAND) {
-        if BUILT_IN.contains(&name.as_str()) {
-            continue;
-        }
-        let expected = match ENV_EXCEPTIONS.iter().find(|(n, _)| *n == name) {
-            Some((_, env)) => env.map(str::to_owned),
-            None => Some(format!(
-                "KUBE_PRESTOP_{}",
-                name.to_uppercase().replace('-', "_")
-            )),
-        };
-        assert_eq!(flag.env, expected, "environment variable of --{name}");
+fn the_reference_defaults_are_the_real_ones() {
+    let serve = help_flags(ENV_COMMAND);
+    let global = check_defaults(ENV_COMMAND, &serve, &section(GLOBAL_SECTION));
+    assert_eq!(global, 2, "rows checked in {GLOBAL_SECTION:?}");
+    // At least this many rows of each command's table are machine-checked.
+    for (command, minimum) in [("serve", 15), ("inject", 3), ("check", 4)] {
+        let help = help_flags(command);
+        let section = command_section(command);
+        assert!(
+            rows(&section).len() >= minimum,
+            "too few rows for `{command}`"
+        );
+        let checked = check_defaults(command, &help, &section);
+        assert!(
+            checked >= minimum,
+            "only {checked} rows of `{command}` checked"
+        );
     }
-    // The exceptions are the ones the README names.
-    let intro = section();
-    let intro = intro.split("\n|").next().unwrap_or("");
+}
+
+#[test]
+fn flags_read_the_environment_as_the_reference_says() {
+    let with_env: BTreeSet<String> = help_flags(ENV_COMMAND).into_keys().collect();
+    let mut without_env = BTreeSet::new();
+    for (command, _) in COMMANDS {
+        for (name, flag) in help_flags(command) {
+            if BUILT_IN.contains(&name.as_str()) {
+                continue;
+            }
+            let expected = match ENV_EXCEPTIONS.iter().find(|(n, _)| *n == name) {
+                Some((_, env)) => env.map(str::to_owned),
+                None if with_env.contains(&name) => Some(format!(
+                    "KUBE_PRESTOP_{}",
+                    name.to_uppercase().replace('-', "_")
+                )),
+                None => {
+                    without_env.insert((command, name.clone()));
+                    None
+                }
+            };
+            assert_eq!(
+                flag.env, expected,
+                "environment variable of `{command} --{name}`"
+            );
+        }
+    }
+    // The introduction names the exceptions and what they read, and says
+    // which commands' flags read nothing.
+    let intro = section(CHAPTER);
     for (name, env) in ENV_EXCEPTIONS {
         assert!(
             intro.contains(&format!("`--{name}`")),
-            "README intro: --{name}"
+            "{PAGE} {CHAPTER:?}: --{name}"
         );
         if let Some(env) = env {
-            assert!(intro.contains(&format!("`{env}`")), "README intro: {env}");
+            assert!(
+                intro.contains(&format!("`{env}`")),
+                "{PAGE} {CHAPTER:?}: {env}"
+            );
         }
+    }
+    assert!(!without_env.is_empty());
+    for (command, _) in &without_env {
+        assert!(
+            intro.contains(&format!("`{command}`")),
+            "{PAGE} {CHAPTER:?} should say that flags of `{command}` read no environment variable: {without_env:?}"
+        );
     }
 }
 
