@@ -57,15 +57,6 @@ declare -A elf_machine=([amd64]="Advanced Micro Devices X86-64" [arm64]="AArch64
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-workspace_version() {
-    # The [workspace.package] version of the root Cargo.toml.
-    awk '
-        /^\[/ { section = $0 }
-        section == "[workspace.package]" && $1 == "version" {
-            gsub(/[" ]/, "", $3); print $3; exit
-        }' "${repo}/Cargo.toml"
-}
-
 apt_install() {
     log "installing Debian packages: $*"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1 || {
@@ -199,7 +190,7 @@ main() {
         [[ "${name}" == webhook || "${name}" == sidecar || "${name}" == binaries ]] ||
             die "unknown argument: ${name} (binaries | webhook | sidecar)"
     done
-    version="$(workspace_version)"
+    version="$("${repo}/scripts/release.sh" version)"
     [[ -n "${version}" ]] || die "no [workspace.package] version in Cargo.toml"
     ensure_tools "${which[0]}"
     [[ -n "${IMAGES_SKIP_CARGO:-}" ]] || build_binaries
