@@ -149,13 +149,6 @@ fi
 ahead="${ns}-ahead"
 if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
     --set sidecarBinary.source=configMap --set sidecarBinary.createAhead=true >/dev/null; then
-    # --wait returns once the new replicas are ready; replicas of the old
-    # configuration may still answer admission reviews while they terminate.
-    wanted="$(k -n "${ns}" get deployment "${name}" -o 'jsonpath={.spec.replicas}')"
-    for _ in $(seq 1 240); do
-        [[ "$(k -n "${ns}" get pods -l app.kubernetes.io/instance="${release}" -o name | wc -l)" == "${wanted}" ]] && break
-        sleep 0.5
-    done
     k create namespace "${ahead}" >/dev/null
     k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null
     made=""
