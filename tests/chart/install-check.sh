@@ -143,12 +143,10 @@ else
     fail "helm upgrade changed the certificate or caBundle"
 fi
 
-# createAhead: a labelled namespace gets the ConfigMap without any pod. With
-# source configMap, so that the check's dry-run pod mounts it (the default,
-# auto, gives the image volume on this cluster).
+# createAhead: a labelled namespace gets the ConfigMap without any pod.
 ahead="${ns}-ahead"
 if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
-    --set sidecarBinary.source=configMap --set sidecarBinary.createAhead=true >/dev/null; then
+    --set sidecarBinary.createAhead=true >/dev/null; then
     k create namespace "${ahead}" >/dev/null
     k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null
     made=""
