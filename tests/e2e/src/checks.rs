@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Result, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
 
 use crate::container_logs;
@@ -164,6 +164,16 @@ pub fn binary_config_map(pod: &Pod) -> Option<String> {
         .filter_map(|v| v.config_map.as_ref())
         .map(|c| c.name.clone())
         .find(|n| n.starts_with("kube-prestop-sidecar-"))
+}
+
+/// The sidecar binary a sidecar-binary ConfigMap carries (its `binaryData`
+/// under the contract's key), empty when it has none.
+pub fn config_map_binary(cm: &ConfigMap) -> Vec<u8> {
+    cm.binary_data
+        .as_ref()
+        .and_then(|d| d.get(kube_prestop_sidecar::contract::BINARY_CONFIG_MAP_KEY))
+        .map(|b| b.0.clone())
+        .unwrap_or_default()
 }
 
 /// The image a pod mounts the sidecar binary from as an image volume, if it

@@ -19,8 +19,8 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
-    binary_config_map, binary_delivery, binary_image_volume, ensure_injected, ensure_sidecar_hooks,
-    has_install_container,
+    binary_config_map, binary_delivery, binary_image_volume, config_map_binary, ensure_injected,
+    ensure_sidecar_hooks, has_install_container,
 };
 use kube_prestop_e2e::fixtures::{container, job, pod_spec, set};
 use kube_prestop_e2e::metrics::{sum, webhook_replica_metrics};
@@ -178,12 +178,7 @@ async fn mixed_cluster(client: &Client) -> Result<()> {
             .and_then(|l| l.get("kube-prestop.io/arch"))
             .cloned()
             .unwrap_or_default();
-        let binary = cm
-            .binary_data
-            .as_ref()
-            .and_then(|d| d.get("kube-prestop"))
-            .map(|b| b.0.clone())
-            .unwrap_or_default();
+        let binary = config_map_binary(&cm);
         ensure!(
             arch_label == "amd64" && elf_machine(&binary) == "amd64",
             "ConfigMap {name}: label {arch_label:?}, binary {}",

@@ -30,9 +30,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Pod, ResourceQuota, Secr
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
-    HOOK_SKIPPED_KUBELET, HOOK_STARTED, binary_config_map, container_running, container_status,
-    count_lines, ensure_injected, ensure_sidecar_hooks, ensure_untouched, has_install_container,
-    phase, sidecar_logs,
+    HOOK_SKIPPED_KUBELET, HOOK_STARTED, binary_config_map, config_map_binary, container_running,
+    container_status, count_lines, ensure_injected, ensure_sidecar_hooks, ensure_untouched,
+    has_install_container, phase, sidecar_logs,
 };
 use kube_prestop_e2e::fixtures::{container, job, label_namespace, pod_spec, set, tag_image};
 use kube_prestop_e2e::metrics::admissions_total;
@@ -931,12 +931,7 @@ async fn sidecar_binary_from_namespace_config_map(client: Client) -> Result<()> 
             .get(&name)
             .await?;
         ensure!(cm.immutable == Some(true), "{name} is not immutable");
-        let binary = cm
-            .binary_data
-            .as_ref()
-            .and_then(|d| d.get("kube-prestop"))
-            .map(|b| b.0.clone())
-            .unwrap_or_default();
+        let binary = config_map_binary(&cm);
         ensure!(
             binary.starts_with(b"\x7fELF") && binary.len() > 100 * 1024,
             "{name} does not hold the static sidecar binary ({} bytes)",
