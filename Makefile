@@ -92,6 +92,7 @@ install: ## Build the images (images/build.sh), import them and helm install the
 e2e-all: ## Cluster up, install, the e2e suite and the chart install check, cluster down (always)
 	@rc=0; \
 	{ $(CLUSTER)/up.sh && tests/install-product.sh && $(MAKE) --no-print-directory e2e && \
+	  tests/install-product.sh --uninstall && \
 	  source $(CLUSTER_ENV) && tests/chart/install-check.sh && \
 	  KUBE_PRESTOP_TEST_KUBECONFIG=$$KUBECONFIG cargo test -p kube-prestop-webhook --lib \
 	    self_managed_certs::cluster_tests -- --ignored; } || rc=$$?; \

@@ -8,6 +8,9 @@
 #
 #   tests/install-product.sh            build, import, helm upgrade --install
 #   SKIP_IMAGE_BUILD=1 tests/install-product.sh   reuse target/oci/*.tar
+#   tests/install-product.sh --uninstall          helm uninstall --wait, delete
+#                                                 the namespace (the chart install
+#                                                 check needs no other release)
 #
 # Idempotent: a second run upgrades the release in place; the pods are
 # restarted when the image content changed (the chart's podAnnotations get
@@ -31,6 +34,13 @@ source "${state_env}"
 # ctr of the running cluster's runtime, whatever RUNTIME the caller has.
 use_running_platform
 chart_tools_install >/dev/null
+
+if [[ "${1:-}" == --uninstall ]]; then
+  log "helm uninstall ${release} in namespace ${namespace}"
+  "${HELM}" uninstall "${release}" --namespace "${namespace}" --wait --ignore-not-found >&2
+  kubectl delete namespace "${namespace}" --ignore-not-found --wait --timeout 120s >&2
+  exit 0
+fi
 
 if [[ -z "${SKIP_IMAGE_BUILD:-}" ]]; then
   log "building images (images/build.sh)"

@@ -73,6 +73,7 @@ cell_tests() {
   if [[ "$1" == "$DEFAULT_CELL" ]]; then
     # What `make e2e-all` runs.
     echo "cargo test -p kube-prestop-e2e -- --test-threads=1 --nocapture"
+    echo "tests/install-product.sh --uninstall"
     echo "tests/chart/install-check.sh"
     echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-webhook --lib self_managed_certs::cluster_tests -- --ignored"
   else

@@ -6,7 +6,7 @@
 #   -> the Secret holds the CA and certificate, caBundle of the webhook
 #   configuration equals the Secret's bundle -> an overwritten caBundle is
 #   repaired -> helm upgrade keeps the same certificate -> with
-#   sidecarBinary.createAhead a namespace gets its sidecar-binary ConfigMap
+#   sidecarBinary.createAhead and source configMap a namespace gets its sidecar-binary ConfigMap
 #   as soon as it is labelled, before any pod -> `kube-prestop-webhook
 #   check --run-job` there is all PASS (replicas reached by the API server,
 #   the presented certificates trusted by the caBundle, a dry-run pod
@@ -14,10 +14,9 @@
 #   and FAIL with exit status 1 for a webhook configuration that does not
 #   exist and for a test Job in a namespace the webhook does not select ->
 #   helm uninstall leaves no Secret, webhook configuration, ClusterRole or
-#   binding behind. (When the main release of tests/install-product.sh is
-#   installed too, both webhooks select the labelled namespace; the check's
-#   replica, reachability and certificate lines are about this release's
-#   Service alone.)
+#   binding behind. Refuses to start while another release of the chart is
+#   installed (`tests/install-product.sh --uninstall` removes the local one):
+#   its webhook would be called first and inject the check's namespaces.
 #
 #   KUBECONFIG=... tests/chart/install-check.sh
 #
@@ -47,9 +46,27 @@ k() { "${kubectl}" "$@"; }
 
 cleanup() {
     "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null 2>&1 || true
+    k delete mutatingwebhookconfiguration "${name%?}" --ignore-not-found >/dev/null 2>&1 || true
     k delete namespace "${ns}" "${ns}-ahead" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+
+# Another release of the chart (e.g. tests/install-product.sh's) would
+# select this check's namespaces too, and the API server calls mutating
+# webhook configurations in name order: kube-prestop's runs before
+# kube-prestop-chart-check's and injects first, so this release would never
+# be the one tested. Refuse, naming it.
+others="$(k get mutatingwebhookconfigurations -o json | python3 -c '
+import json, sys
+own = sys.argv[1]
+for c in json.load(sys.stdin)["items"]:
+    if c["metadata"]["name"] != own and any(w["name"] == "inject.kube-prestop.io" for w in c.get("webhooks") or []):
+        print(c["metadata"]["name"])
+' "${name}")"
+if [[ -n "${others}" ]]; then
+    printf 'FAIL  another kube-prestop release is installed (MutatingWebhookConfiguration %s): its webhook would inject this check'"'"'s namespaces first; uninstall it first (tests/install-product.sh --uninstall for the local one)\n' "${others//$'\n'/, }"
+    exit 1
+fi
 
 # kube-prestop-webhook check against this release: all PASS with a test Job
 # in labelled namespace $1, whose pods get the sidecar binary from $2 (as the
@@ -92,6 +109,27 @@ check_command() {
         pass "check: --run-job in a namespace the webhook does not select is FAIL, exit 1"
     else
         fail "check --run-job ${ns}: exit ${rc}"
+    fi
+    # A second release's configuration that the API server calls first (its
+    # name sorts before ours) and that selects the namespace: it injects
+    # there, so the check says so and fails. A copy of ours, renamed to our
+    # name less its last character (a prefix sorts first).
+    local rival="${name%?}"
+    k get mutatingwebhookconfiguration "${name}" -o json | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+c["metadata"] = {"name": sys.argv[1]}
+print(json.dumps(c))
+' "${rival}" | k create -f - >/dev/null
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" 2>/dev/null)" || rc=$?
+    k delete mutatingwebhookconfiguration "${rival}" --ignore-not-found >/dev/null
+    if [[ "${rc}" == 1 ]] &&
+        grep -q "^FAIL  namespace ${labelled}: MutatingWebhookConfiguration ${rival} (another kube-prestop release) selects it too and the API server calls it first" <<<"${out}" &&
+        grep -q "^FAIL  --run-job ${labelled}: not run: pods there are injected by MutatingWebhookConfiguration ${rival}" <<<"${out}"; then
+        pass "check: a second release called first is FAIL for the namespace and the test Job, exit 1"
+    else
+        fail "check with a second release ${rival}: exit ${rc}: ${out}"
     fi
 }
 
@@ -144,10 +182,12 @@ else
     fail "helm upgrade changed the certificate or caBundle"
 fi
 
-# createAhead: a labelled namespace gets the ConfigMap without any pod.
+# createAhead: a labelled namespace gets the ConfigMap without any pod, and
+# with source configMap the check's pods mount it (the default, auto, gives
+# the image volume on this cluster: the e2e suite covers that).
 ahead="${ns}-ahead"
 if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
-    --set sidecarBinary.createAhead=true >/dev/null; then
+    --set sidecarBinary.source=configMap --set sidecarBinary.createAhead=true >/dev/null; then
     k create namespace "${ahead}" >/dev/null
     k label namespace "${ahead}" kube-prestop.io/inject=enabled >/dev/null
     made=""
@@ -162,12 +202,10 @@ if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]
     else
         fail "createAhead: no sidecar-binary ConfigMap in a labelled namespace within 60 s"
     fi
-    # The chart's default source (auto) prefers the image volume, which this
-    # cluster supports, over the ConfigMap made ahead.
-    check_command "${ahead}" "the image volume localhost/kube-prestop/sidecar"
+    check_command "${ahead}" "ConfigMap ${made#configmap/}"
     k delete namespace "${ahead}" --wait=false >/dev/null
 else
-    fail "helm upgrade --set sidecarBinary.createAhead=true"
+    fail "helm upgrade --set sidecarBinary.source=configMap --set sidecarBinary.createAhead=true"
 fi
 
 if "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null; then

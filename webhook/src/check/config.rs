@@ -108,6 +108,54 @@ impl WebhookTarget {
     }
 }
 
+/// Another kube-prestop installation: a `MutatingWebhookConfiguration`
+/// other than ours that also has a webhook named [`WEBHOOK_NAME`] (a second
+/// Helm release of the chart, or one left behind by a rename).
+#[derive(Debug, Clone)]
+pub struct OtherRelease {
+    /// Name of its configuration.
+    pub name: String,
+    /// Its target, or why it could not be read (then the namespaces it
+    /// selects are not known).
+    pub target: Result<WebhookTarget, String>,
+}
+
+impl OtherRelease {
+    /// Whether the API server calls this configuration's webhooks before
+    /// those of configuration `ours`: mutating webhook configurations are
+    /// called in order of their names (k8s.io/apiserver,
+    /// `pkg/admission/configuration/mutating_webhook_manager.go`, which
+    /// sorts the configurations by name; Go compares strings byte-wise, as
+    /// Rust's `str` ordering does). The first kube-prestop webhook to inject
+    /// a pod wins: every later one sees `kube-prestop.io/status` and leaves
+    /// the pod alone.
+    pub fn called_before(&self, ours: &str) -> bool {
+        self.name.as_str() < ours
+    }
+
+    /// Whether it sends pods of a namespace with `labels` to its webhook;
+    /// `false` when its configuration could not be read.
+    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.target.as_ref().is_ok_and(|t| t.selects(labels))
+    }
+}
+
+/// The kube-prestop installations in `configs` besides configuration
+/// `ours`, in the order the API server calls them (by name).
+pub fn other_releases(configs: &[MutatingWebhookConfiguration], ours: &str) -> Vec<OtherRelease> {
+    let mut others: Vec<OtherRelease> = configs
+        .iter()
+        .filter(|c| c.metadata.name.as_deref() != Some(ours))
+        .filter(|c| c.webhooks.iter().flatten().any(|w| w.name == WEBHOOK_NAME))
+        .map(|c| OtherRelease {
+            name: c.metadata.name.clone().unwrap_or_default(),
+            target: target(c).map_err(|e| e.to_string()),
+        })
+        .collect();
+    others.sort_by(|a, b| a.name.cmp(&b.name));
+    others
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -177,6 +225,56 @@ mod tests {
                 "has no webhook named inject.kube-prestop.io (webhooks: other.example.com)"
                     .to_owned()
             )
+        );
+    }
+
+    fn named(name: &str) -> MutatingWebhookConfiguration {
+        let mut config = chart_config();
+        config.metadata.name = Some(name.to_owned());
+        config
+    }
+
+    #[test]
+    fn other_releases_are_the_other_configurations_with_our_webhook_in_call_order() {
+        let mut foreign = named("aaa-other-product");
+        if let Some(w) = foreign.webhooks.as_mut().and_then(|w| w.first_mut()) {
+            w.name = "other.example.com".to_owned();
+        }
+        let mut url = named("kube-prestop-old");
+        if let Some(w) = url.webhooks.as_mut().and_then(|w| w.first_mut()) {
+            w.client_config.service = None;
+            w.client_config.url = Some("https://example.invalid/mutate".to_owned());
+        }
+        let configs = [
+            named("kube-prestop-z"),
+            named("kube-prestop"),
+            foreign,
+            url,
+            named("batch-kube-prestop"),
+        ];
+        let others = other_releases(&configs, "kube-prestop");
+        let names: Vec<&str> = others.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["batch-kube-prestop", "kube-prestop-old", "kube-prestop-z"]
+        );
+        let before: Vec<bool> = others
+            .iter()
+            .map(|o| o.called_before("kube-prestop"))
+            .collect();
+        assert_eq!(before, [true, false, false]);
+        let ns = labels(&[
+            ("kube-prestop.io/inject", "enabled"),
+            ("kubernetes.io/metadata.name", "batch"),
+        ]);
+        assert!(others[0].selects(&ns));
+        // A configuration that cannot be read selects nothing we can tell.
+        assert!(!others[1].selects(&ns));
+        assert!(
+            others[1]
+                .target
+                .as_ref()
+                .is_err_and(|e| e.contains("calls a URL"))
         );
     }
 }

@@ -7,10 +7,12 @@
 
 use std::time::Duration;
 
+use futures_util::StreamExt as _;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::runtime::wait::await_condition;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use std::collections::BTreeMap;
 
 use super::probe_pod::{self, CHECK_LABEL, CONTAINER, HOOK_OUTPUT};
@@ -33,6 +35,9 @@ pub struct JobOutcome {
     pub hook_output_seen: bool,
     /// Whether the Job ended (succeeded or failed) within the timeout.
     pub ended: bool,
+    /// A container of the pod that cannot start ([`stuck`]): the wait
+    /// stopped there.
+    pub stuck: Option<String>,
 }
 
 impl JobOutcome {
@@ -63,6 +68,44 @@ pub enum JobError {
 fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> JobError {
     let what = what.into();
     move |source| JobError::Api { what, source }
+}
+
+/// Waiting reasons of a container that the kubelet reports when it cannot
+/// start it and only retries with a back-off (kubelet `pkg/kubelet/images`:
+/// `ErrImagePull`, `ImagePullBackOff`, `ErrImageNeverPull`,
+/// `InvalidImageName`; `pkg/kubelet/kuberuntime`:
+/// `CreateContainerConfigError`, `CreateContainerError`). A test Job showing
+/// one will not end by itself within the check's timeout.
+pub const STUCK_REASONS: [&str; 6] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// The first container of `pod` (init containers first) waiting for one of
+/// [`STUCK_REASONS`], as `container NAME (image IMAGE): REASON: MESSAGE`.
+pub fn stuck(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .find_map(|c| {
+            let waiting = c.state.as_ref()?.waiting.as_ref()?;
+            let reason = waiting.reason.as_deref()?;
+            STUCK_REASONS.contains(&reason).then(|| {
+                format!(
+                    "container {} (image {}): {reason}: {}",
+                    c.name,
+                    c.image,
+                    waiting.message.as_deref().unwrap_or("(no message)")
+                )
+            })
+        })
 }
 
 fn job_ended(job: Option<&Job>) -> bool {
@@ -131,10 +174,27 @@ async fn observe(
     name: &str,
     timeout: Duration,
 ) -> Result<JobOutcome, JobError> {
-    let ended = tokio::time::timeout(timeout, await_condition(jobs.clone(), name, job_ended))
-        .await
-        .is_ok_and(|r| r.is_ok());
     let selector = format!("batch.kubernetes.io/job-name={name}");
+    // Until the Job ends, or one of its pods shows a container that cannot
+    // start (then the Job would run into its deadline), or the timeout.
+    let pod_stuck = async {
+        let config = watcher::Config::default().labels(&selector);
+        let mut events = std::pin::pin!(watcher(pods.clone(), config).default_backoff());
+        while let Some(event) = events.next().await {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event
+                && let Some(why) = stuck(&pod)
+            {
+                return Some(why);
+            }
+        }
+        None
+    };
+    let (ended, stuck_reason) = tokio::select! {
+        r = tokio::time::timeout(timeout, await_condition(jobs.clone(), name, job_ended)) => {
+            (r.is_ok_and(|r| r.is_ok()), None)
+        }
+        why = tokio::time::timeout(timeout, pod_stuck) => (false, why.ok().flatten()),
+    };
     let list = pods
         .list(&ListParams::default().labels(&selector))
         .await
@@ -146,6 +206,7 @@ async fn observe(
         hook_finished: None,
         hook_output_seen: false,
         ended,
+        stuck: stuck_reason,
     };
     let Some(pod) = list.items.into_iter().next() else {
         return Ok(outcome);
@@ -153,7 +214,7 @@ async fn observe(
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     outcome.delivery = probe_pod::injected(&pod);
     outcome.pod = Some(pod_name.clone());
-    if outcome.delivery.is_some() {
+    if outcome.delivery.is_some() && outcome.stuck.is_none() {
         let log = pods
             .logs(
                 &pod_name,
@@ -212,6 +273,7 @@ mod tests {
             hook_finished: Some("kube-prestop: hook finished container=main instance=1-2 attempt=1 status=\"exit 0\" exit_status=0 duration=0.003s".into()),
             hook_output_seen: true,
             ended: true,
+            stuck: None,
         };
         assert!(o.hook_ran());
         o.hook_output_seen = false;
@@ -219,5 +281,46 @@ mod tests {
         o.hook_output_seen = true;
         o.hook_finished = Some("kube-prestop: hook finished container=main exit_status=1".into());
         assert!(!o.hook_ran());
+    }
+
+    #[test]
+    fn a_container_that_cannot_start_is_named_with_its_image_and_reason() {
+        let pod = |statuses: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {}, "status": statuses})).unwrap()
+        };
+        let waiting = |name: &str, reason: &str| {
+            serde_json::json!({
+                "name": name, "image": format!("{name}:1"), "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": format!("{reason} for {name}")}}
+            })
+        };
+        assert_eq!(stuck(&pod(serde_json::json!({}))), None);
+        // Still starting: not stuck.
+        assert_eq!(
+            stuck(&pod(serde_json::json!({
+                "initContainerStatuses": [waiting("kube-prestop-main", "PodInitializing")],
+                "containerStatuses": [waiting("main", "PodInitializing")]
+            }))),
+            None
+        );
+        assert_eq!(
+            stuck(&pod(serde_json::json!({
+                "initContainerStatuses": [waiting("kube-prestop-main", "PodInitializing")],
+                "containerStatuses": [waiting("main", "ImagePullBackOff")]
+            }))),
+            Some(
+                "container main (image main:1): ImagePullBackOff: ImagePullBackOff for main"
+                    .to_owned()
+            )
+        );
+        // Init containers first: the main container waits for them.
+        assert_eq!(
+            stuck(&pod(serde_json::json!({
+                "initContainerStatuses": [waiting("kube-prestop-install", "ErrImagePull")],
+                "containerStatuses": [waiting("main", "CreateContainerConfigError")]
+            }))),
+            Some("container kube-prestop-install (image kube-prestop-install:1): ErrImagePull: ErrImagePull for kube-prestop-install".to_owned())
+        );
     }
 }

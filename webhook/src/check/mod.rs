@@ -12,7 +12,10 @@
 //!    presents is trusted by the `caBundle` for `<service>.<namespace>.svc`
 //!    ([`tls`], through a port-forward);
 //! 5. which namespaces carry `kube-prestop.io/inject=enabled`, which of them
-//!    the webhook configuration selects, and, for each selected one, a
+//!    the webhook configuration selects, whether another kube-prestop
+//!    release's configuration selects it too (the one the API server calls
+//!    first injects: a `FAIL` when that is not this one), and, for each
+//!    namespace this one injects, a
 //!    server-side dry-run create of a test pod ([`probe_pod`]) that must
 //!    come back injected, saying how its sidecar binary would be delivered
 //!    (the namespace's ConfigMap or the install init container): the API
@@ -20,7 +23,7 @@
 //! 6. with `--run-job NAMESPACE`: a tiny Job there whose preStop must run
 //!    ([`job`]), then deleted.
 //!
-//! Needs: get on the webhook configuration, Services and EndpointSlices in
+//! Needs: get and list on webhook configurations, Services and EndpointSlices in
 //! the webhook's namespace, `pods/portforward` and `pods/proxy` there, list
 //! on Namespaces, create on pods (dry run) in the selected namespaces, and
 //! for `--run-job` create/delete Jobs and get pod logs in that namespace.
@@ -175,19 +178,95 @@ pub async fn run<W: Write>(client: kube::Client, options: &CheckOptions, report:
         );
     }
     replicas(&client, &target, report).await;
-    let selected = namespaces(&client, &target, report).await;
-    for namespace in &selected {
+    let others = other_releases(&client, &options.webhook_config, report).await;
+    let found = namespaces(&client, &target, report).await;
+    let mut injected_here = Vec::new();
+    let mut shadowed = BTreeMap::new();
+    for (namespace, labels) in &found {
+        match first_other(&others, &options.webhook_config, namespace, labels, report) {
+            Some(other) => {
+                shadowed.insert(namespace.clone(), other);
+            }
+            None => injected_here.push(namespace.clone()),
+        }
+    }
+    for namespace in &injected_here {
         dry_run(&client, namespace, &options.image, report).await;
     }
     if let Some(namespace) = &options.run_job {
-        if selected.contains(namespace) {
+        if injected_here.contains(namespace) {
             test_job(&client, namespace, options, report).await;
+        } else if let Some(other) = shadowed.get(namespace) {
+            report.fail(format!(
+                "--run-job {namespace}: not run: pods there are injected by MutatingWebhookConfiguration {other}, not {}",
+                options.webhook_config
+            ));
         } else {
             report.fail(format!(
                 "--run-job {namespace}: the webhook configuration does not select that namespace (label it kube-prestop.io/inject=enabled)"
             ));
         }
     }
+}
+
+/// The other kube-prestop installations of the cluster ([`config::other_releases`]);
+/// none, with a `WARN`, when the configurations cannot be listed.
+async fn other_releases<W: Write>(
+    client: &kube::Client,
+    ours: &str,
+    report: &mut Report<W>,
+) -> Vec<config::OtherRelease> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => {
+            let others = config::other_releases(&list.items, ours);
+            for other in &others {
+                if let Err(e) = &other.target {
+                    report.warn(format!(
+                        "MutatingWebhookConfiguration {} also has webhook {} but {e}: which namespaces it injects is not known",
+                        other.name,
+                        config::WEBHOOK_NAME
+                    ));
+                }
+            }
+            others
+        }
+        Err(e) => {
+            report.warn(format!(
+                "cannot list MutatingWebhookConfigurations ({e}): whether another kube-prestop release also selects these namespaces is not known"
+            ));
+            Vec::new()
+        }
+    }
+}
+
+/// For a namespace `ours` selects: the other installation whose webhook
+/// the API server calls first there, which then injects every pod of the
+/// namespace (a `FAIL` line), or `None` (with a `WARN` line for each other
+/// one selecting it that is called after `ours` and so never injects).
+fn first_other<W: Write>(
+    others: &[config::OtherRelease],
+    ours: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    report: &mut Report<W>,
+) -> Option<String> {
+    let selecting: Vec<&config::OtherRelease> =
+        others.iter().filter(|o| o.selects(labels)).collect();
+    if let Some(first) = selecting.iter().find(|o| o.called_before(ours)) {
+        report.fail(format!(
+            "namespace {namespace}: MutatingWebhookConfiguration {} (another kube-prestop release) selects it too and the API server calls it first (configurations are called in name order), so it injects every pod there and {ours} never does: exclude the namespace from one release (webhook.excludedNamespaces) or uninstall one; not dry-run",
+            first.name
+        ));
+        return Some(first.name.clone());
+    }
+    for later in selecting {
+        report.warn(format!(
+            "namespace {namespace}: MutatingWebhookConfiguration {} (another kube-prestop release) selects it too; it is called after {ours} and leaves the pods {ours} injected alone (kube-prestop.io/status), so it never injects there",
+            later.name
+        ));
+    }
+    None
 }
 
 async fn cluster_version<W: Write>(client: &kube::Client, report: &mut Report<W>) {
@@ -383,12 +462,13 @@ fn now_unix() -> i64 {
         .unwrap_or(0)
 }
 
-/// Namespaces labelled for injection, and those the webhook selects.
+/// Namespaces labelled for injection, reported; returns those the webhook
+/// selects, with their labels.
 async fn namespaces<W: Write>(
     client: &kube::Client,
     target: &WebhookTarget,
     report: &mut Report<W>,
-) -> Vec<String> {
+) -> Vec<(String, BTreeMap<String, String>)> {
     let api: Api<Namespace> = Api::all(client.clone());
     let (key, value) = NAMESPACE_LABEL;
     let list = match api
@@ -407,7 +487,7 @@ async fn namespaces<W: Write>(
         let name = ns.metadata.name.clone().unwrap_or_default();
         let labels: BTreeMap<String, String> = ns.metadata.labels.clone().unwrap_or_default();
         if target.selects(&labels) {
-            selected.push(name.clone());
+            selected.push((name.clone(), labels));
         }
         labelled.push(name);
     }
@@ -423,7 +503,10 @@ async fn namespaces<W: Write>(
         labelled.len(),
         if labelled.len() == 1 { "" } else { "s" }
     ));
-    let excluded: Vec<&String> = labelled.iter().filter(|n| !selected.contains(n)).collect();
+    let excluded: Vec<&String> = labelled
+        .iter()
+        .filter(|n| !selected.iter().any(|(s, _)| s == *n))
+        .collect();
     if !excluded.is_empty() {
         report.warn(format!(
             "labelled but never injected (kube-system, the webhook's namespace or webhook.excludedNamespaces): {}",
@@ -487,7 +570,12 @@ async fn test_job<W: Write>(
     {
         Ok(o) => {
             let pod = o.pod.clone().unwrap_or_else(|| "(no pod)".to_owned());
-            if o.delivery.is_none() {
+            if let Some(why) = &o.stuck {
+                report.fail(format!(
+                    "test Job {namespace}/{}: pod {pod} cannot start: {why} (for an image pull error: main and its sidecar run --image, the install container and the image volume the chart's installImage; the nodes must be able to pull both); Job deleted",
+                    o.job
+                ));
+            } else if o.delivery.is_none() {
                 report.fail(format!(
                     "test Job {namespace}/{}: pod {pod} was not injected (ended: {})",
                     o.job, o.ended
@@ -510,5 +598,60 @@ async fn test_job<W: Write>(
             }
         }
         Err(e) => report.fail(format!("test Job in {namespace}: {e}")),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn release(name: &str) -> config::OtherRelease {
+        let config: MutatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "webhooks": [{
+                "name": config::WEBHOOK_NAME,
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "NoneOnDryRun",
+                "clientConfig": {"service": {"namespace": name, "name": name}},
+                "namespaceSelector": {"matchLabels": {"kube-prestop.io/inject": "enabled"}}
+            }]
+        }))
+        .unwrap();
+        config::other_releases(&[config], "kube-prestop")
+            .pop()
+            .unwrap()
+    }
+
+    fn lines(others: &[config::OtherRelease]) -> (Option<String>, String) {
+        let labels = BTreeMap::from([("kube-prestop.io/inject".to_owned(), "enabled".to_owned())]);
+        let mut out = Vec::new();
+        let mut report = Report::new(&mut out);
+        let first = first_other(others, "kube-prestop", "batch", &labels, &mut report);
+        drop(report);
+        (first, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn a_release_called_first_takes_the_namespace_and_fails_the_check() {
+        let (first, text) = lines(&[release("batch-kube-prestop"), release("kube-prestop-v2")]);
+        assert_eq!(first.as_deref(), Some("batch-kube-prestop"));
+        assert!(
+            text.starts_with("FAIL  namespace batch: MutatingWebhookConfiguration batch-kube-prestop (another kube-prestop release) selects it too and the API server calls it first"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_release_called_after_is_a_warning_only() {
+        let (first, text) = lines(&[release("kube-prestop-v2")]);
+        assert_eq!(first, None);
+        assert!(
+            text.starts_with("WARN  namespace batch: MutatingWebhookConfiguration kube-prestop-v2 (another kube-prestop release) selects it too; it is called after kube-prestop"),
+            "{text}"
+        );
+        let (first, text) = lines(&[]);
+        assert_eq!((first, text.as_str()), (None, ""));
     }
 }
