@@ -131,6 +131,22 @@ print(json.dumps(c))
     else
         fail "check with a second release ${rival}: exit ${rc}: ${out}"
     fi
+    # A test image the node cannot pull (a registry on the node's own
+    # loopback, where nothing listens): FAIL naming it, long before the timeout.
+    local absent="localhost/kube-prestop/absent:1"
+    rc=0
+    out="$("${bin}" check --webhook-config "${name}" --run-job "${labelled}" --timeout 150s --image "${absent}" 2>/dev/null)" || rc=$?
+    if [[ "${rc}" == 1 ]] &&
+        grep -Eq "^FAIL  test Job ${labelled}/[^:]+: pod [^ ]+ cannot start: container [^ ]+ \(image ${absent}\): (ErrImagePull|ImagePullBackOff): " <<<"${out}"; then
+        pass "check: a test image that cannot be pulled is FAIL naming the container, image and reason, exit 1"
+    else
+        fail "check --image ${absent}: exit ${rc}: ${out}"
+    fi
+    if [[ -z "$(k get jobs -n "${labelled}" -l kube-prestop.io/check=true -o name)" ]]; then
+        pass "check: the test Job of the failed pull is deleted"
+    else
+        fail "check: test Job of the failed pull left in ${labelled}"
+    fi
 }
 
 k create namespace "${ns}" >/dev/null
