@@ -29,9 +29,24 @@ packages=(
   python3-yaml
 )
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+# Docker's containerd.io (GitHub's Ubuntu runners have it) ships containerd
+# and runc itself and conflicts with Debian's and Ubuntu's packages of both:
+# keep it. Only the containerd1.6-runc1.1 cluster cell needs those packages
+# (the default cell builds containerd 2 and runc 1.5 from the Go module proxy).
+if installed containerd.io; then
+  echo "==> containerd.io is installed: not installing the containerd and runc packages (RUNTIME=containerd1.6-runc1.1 is then not available)"
+  kept=()
+  for p in "${packages[@]}"; do
+    [[ "$p" == containerd || "$p" == runc ]] || kept+=("$p")
+  done
+  packages=("${kept[@]}")
+fi
+
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "==> apt-get install ${missing[*]}"
