@@ -4,7 +4,7 @@
 //! returns, and each container's exit
 //! (`internal/cri/instrument/instrumented_service.go` and
 //! `internal/cri/server/events.go`, containerd 2.4; the same messages in
-//! 1.6), each line stamped with the time of writing in RFC 3339 with
+//! 1.6, whose CRI metadata print differently: both are read), each line stamped with the time of writing in RFC 3339 with
 //! nanoseconds (`time="2026-12-02T01:02:03.123456789Z"`). The local cluster
 //! writes that log to `<state>/logs/containerd.log` on this machine, whose
 //! clock the node shares (the node is a network namespace here).
@@ -64,17 +64,35 @@ pub struct RuntimeLog {
 static LINE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"^time="([^"]+)" level=\w+ msg="((?:[^"\\]|\\.)*)""#).expect("a valid pattern")
 });
+// containerd 1.x prints the CRI metadata in Go's struct syntax
+// (`&PodSandboxMetadata{Name:N,Uid:U,Namespace:NS,Attempt:0,}`), 2.x in
+// protobuf text (`name:"N"  uid:"U"  namespace:"NS"`, `attempt:` left out
+// when 0).
 #[allow(clippy::expect_used)]
-static SANDBOX: LazyLock<Regex> = LazyLock::new(|| {
+static SANDBOX_V1: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"^RunPodSandbox for &PodSandboxMetadata\{Name:([^,]*),Uid:[^,]*,Namespace:([^,]*),Attempt:\d+,\}(?: returns sandbox id "([0-9a-f]+)")?$"#,
     )
     .expect("a valid pattern")
 });
 #[allow(clippy::expect_used)]
-static CREATE: LazyLock<Regex> = LazyLock::new(|| {
+static SANDBOX_V2: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"^RunPodSandbox for name:"([^"]*)"\s+uid:"[^"]*"\s+namespace:"([^"]*)"(?:\s+attempt:\d+)?(?: returns sandbox id "([0-9a-f]+)")?$"#,
+    )
+    .expect("a valid pattern")
+});
+#[allow(clippy::expect_used)]
+static CREATE_V1: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r#"^CreateContainer within sandbox "([0-9a-f]+)" for (?:container )?&ContainerMetadata\{Name:([^,]*),Attempt:(\d+),\}(?: returns container id "([0-9a-f]+)")?$"#,
+    )
+    .expect("a valid pattern")
+});
+#[allow(clippy::expect_used)]
+static CREATE_V2: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r#"^CreateContainer within sandbox "([0-9a-f]+)" for (?:container )?name:"([^"]*)"(?:\s+attempt:(\d+))?(?: returns container id "([0-9a-f]+)")?$"#,
     )
     .expect("a valid pattern")
 });
@@ -110,7 +128,10 @@ impl RuntimeLog {
                 continue;
             };
             let msg = m[2].replace("\\\"", "\"").replace("\\\\", "\\");
-            if let Some(c) = SANDBOX.captures(&msg) {
+            if let Some(c) = SANDBOX_V1
+                .captures(&msg)
+                .or_else(|| SANDBOX_V2.captures(&msg))
+            {
                 let key = (c[2].to_owned(), c[1].to_owned());
                 let pod = log.pods.entry(key.clone()).or_default();
                 match c.get(3) {
@@ -124,11 +145,14 @@ impl RuntimeLog {
                     }
                     Some(_) => {}
                 }
-            } else if let Some(c) = CREATE.captures(&msg) {
+            } else if let Some(c) = CREATE_V1
+                .captures(&msg)
+                .or_else(|| CREATE_V2.captures(&msg))
+            {
                 let Some(key) = sandboxes.get(&c[1]).cloned() else {
                     continue;
                 };
-                if &c[3] != "0" {
+                if c.get(3).is_some_and(|a| a.as_str() != "0") {
                     continue;
                 }
                 let name = c[2].to_owned();
@@ -227,6 +251,37 @@ time="2026-12-02T01:00:02.000000000Z" level=info msg="received container exit ev
         // exited_at, not the log line's time.
         assert_eq!(c.exited, Some(t("2026-12-02T01:00:01.9Z")));
         assert!(log.pod("kpb-inj-x1", "other").is_none());
+    }
+
+    // containerd 2.4.2's protobuf text, as the local cluster wrote it.
+    const LOG_V2: &str = r#"time="2026-12-02T01:29:53.472303422Z" level=info msg="RunPodSandbox for name:\"p0-000-abcde\"  uid:\"cba8\"  namespace:\"kpb-inj-x1\""
+time="2026-12-02T01:29:53.746621820Z" level=info msg="RunPodSandbox for name:\"p0-000-abcde\"  uid:\"cba8\"  namespace:\"kpb-inj-x1\" returns sandbox id \"4728\""
+time="2026-12-02T01:29:53.751985690Z" level=info msg="CreateContainer within sandbox \"4728\" for container name:\"main\""
+time="2026-12-02T01:29:53.791360572Z" level=info msg="CreateContainer within sandbox \"4728\" for name:\"main\" returns container id \"f043\""
+time="2026-12-02T01:29:53.793880731Z" level=info msg="StartContainer for \"f043\""
+time="2026-12-02T01:29:53.988723637Z" level=info msg="StartContainer for \"f043\" returns successfully"
+time="2026-12-02T01:29:54.064204806Z" level=info msg="received container exit event container_id:\"f043\"  id:\"f043\"  pid:29460  exited_at:{seconds:1796174994  nanos:60052463}"
+time="2026-12-02T01:29:55.000000000Z" level=info msg="CreateContainer within sandbox \"4728\" for container name:\"main\"  attempt:1"
+"#;
+
+    #[test]
+    fn reads_containerd_2s_protobuf_text() {
+        let log = RuntimeLog::parse(LOG_V2);
+        let pod = log.pod("kpb-inj-x1", "p0-000-abcde").unwrap();
+        let t = |s: &str| parse_time(s).unwrap();
+        assert_eq!(
+            pod.run_sandbox.returned,
+            Some(t("2026-12-02T01:29:53.746621820Z"))
+        );
+        let c = &pod.containers["main"];
+        assert_eq!(c.id.as_deref(), Some("f043"));
+        // The restart (attempt 1) does not replace the first attempt.
+        assert_eq!(
+            c.create.requested,
+            Some(t("2026-12-02T01:29:53.751985690Z"))
+        );
+        assert_eq!(c.start.returned, Some(t("2026-12-02T01:29:53.988723637Z")));
+        assert_eq!(c.exited, Some(1_796_174_994_060_052_463));
     }
 
     #[test]

@@ -277,6 +277,18 @@ async fn timed_lines(
         .collect())
 }
 
+/// The `waited=S.SSSs` of a `post-start done` line, in ns.
+fn post_start_waited_ns(line: &str) -> Option<i128> {
+    let secs: f64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("waited="))?
+        .trim_end_matches(':')
+        .strip_suffix('s')?
+        .parse()
+        .ok()?;
+    Some((secs * 1e9) as i128)
+}
+
 /// The time of the first line containing `needle`.
 fn first_with(lines: &[(i128, String)], needle: &str) -> Option<i128> {
     lines
@@ -389,8 +401,20 @@ const STEPS: &[(&str, &str, &str, &str)] = &[
         "sidecar_armed",
     ),
     (
+        "post_start_exec",
+        "sidecar's StartContainer returned → postStart handler running (kubelet's exec: ExecSync, runc exec)",
+        "sidecar_started",
+        "sidecar_post_start_begin",
+    ),
+    (
+        "post_start_wait",
+        "postStart handler: running → `post-start done` (its wait for the mark)",
+        "sidecar_post_start_begin",
+        "sidecar_post_start_done",
+    ),
+    (
         "post_start",
-        "postStart handler: `armed` → `post-start done`",
+        "`armed` → `post-start done`",
         "sidecar_armed",
         "sidecar_post_start_done",
     ),
@@ -717,6 +741,14 @@ async fn start_one(
                 marks.insert(mark.to_owned(), t);
             }
         }
+        // The handler's own start: its line's time less the wait it reports.
+        if let Some(begin) = sidecar
+            .iter()
+            .find(|(_, l)| l.contains("kube-prestop: post-start done"))
+            .and_then(|(t, l)| Some(t - post_start_waited_ns(l)?))
+        {
+            marks.insert("sidecar_post_start_begin".to_owned(), begin);
+        }
     }
     Ok(StartSample {
         kind,
@@ -875,6 +907,7 @@ mod tests {
             "sidecar_first_line",
             "sidecar_armed",
             "sidecar_post_start_done",
+            "sidecar_post_start_begin",
             "sandbox_requested",
             "sandbox_ready",
             "first_create_requested",
@@ -914,6 +947,13 @@ mod tests {
         assert!(opts(&["auto"], true).check().is_err());
         assert!(opts(&["configMap", "configMap"], true).check().is_err());
         assert!(opts(&[CURRENT, "configMap"], true).check().is_err());
+    }
+
+    #[test]
+    fn reads_the_post_start_wait() {
+        let line = "kube-prestop: post-start done container=main watcher_pid=7 waited=0.004s: the kubelet may start the pod's next containers";
+        assert_eq!(post_start_waited_ns(line), Some(4_000_000));
+        assert_eq!(post_start_waited_ns("kube-prestop: armed"), None);
     }
 
     #[test]
