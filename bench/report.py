@@ -215,6 +215,10 @@ def start_rows(fig, rows):
     reference pods) and one for the admission of each phase."""
     s = fig.kv("cluster-start.txt")
     n = s["start_pods_each"]
+    if "load_after_start" in s:
+        rows.append(("machine load average (1/5/15 min) right after the pod start phases", s["load_after_start"],
+                     "—", f"release's sidecarBinary.source before the phases (restored after): "
+                     f"{s.get('start_source_before', '?')}"))
     for src in s["start_phases"].split(","):
         def q(kind, qn, m="start"):
             return float(s[f"{m}_{src}_{kind}_{qn}_ms"])

@@ -310,6 +310,8 @@ if want cluster; then
     log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved"
     "${cluster_bench_bin}" start --pods "${start_pods}" --sources "${start_sources}" "${helm_args[@]}" \
         --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
+    # The machine's load right after the start part (before the burst's pods).
+    printf 'load_after_start=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >> "${work}/cluster-start.txt"
     log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}"
     "${cluster_bench_bin}" burst --completions "${burst_completions}" --parallelism "${burst_parallelism}" \
         --raw "${work}/cluster-burst.json" > "${work}/cluster-burst.txt"
