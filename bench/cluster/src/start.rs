@@ -12,8 +12,9 @@
 //! one do-nothing native sidecar added by hand (the reference), interleaved
 //! A B C C B A, one pod at a time, each to its end. Every injected pod must
 //! have got the phase's delivery: any other is an error naming both. At the
-//! end, even after an error, the release is rolled back to the revision it
-//! had. `--sources current` measures the release as it is, without Helm.
+//! end, even after an error or SIGINT, the release is rolled back to the
+//! revision it had (a second SIGINT does not stop the rollback; SIGTERM
+//! does). `--sources current` measures the release as it is, without Helm.
 //! Before each phase: exactly one MutatingWebhookConfiguration's
 //! `inject.kube-prestop.io` webhook selects the labelled namespace
 //! ([`crate::release::ensure_one_injector`]).
@@ -519,13 +520,17 @@ pub async fn start(client: &Client, prefix: &str, opts: StartOpts) -> Result<(St
             _ => None,
         };
         let mut phases = Vec::new();
-        let result = async {
+        let run = async {
             for (idx, source) in opts.sources.iter().enumerate() {
                 phases.push(run_phase(&client, &names, idx, source, opts.pods, opts.release.as_ref()).await?);
             }
             Ok::<_, anyhow::Error>(())
-        }
-        .await;
+        };
+        // Interrupted (Ctrl-C): stop measuring, still restore the release.
+        let result = tokio::select! {
+            r = run => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted (SIGINT)")),
+        };
         let restored = match (&opts.release, &original) {
             (Some(r), Some((rev, _))) => r.restore(&client, *rev).await,
             _ => Ok(()),
