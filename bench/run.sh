@@ -14,7 +14,10 @@
 # Sidecar: the static binary, its OCI image, and bench/sidecar.py (a pod
 # stand-in made of namespaces, as in sidecar/tests/common; needs root).
 # Cluster: kube-prestop-cluster-bench (bench/cluster) against the local cluster
-# with the chart installed (pod start overhead, injected vs not; a burst of an
+# with the chart installed (pod start per sidecar-binary source, each phase
+# with the release switched to that source by Helm and rolled back at the
+# end, against plain pods and one-native-sidecar pods of the same phase, and
+# where the time goes, from containerd's log on this machine; a burst of an
 # Indexed Job: admission latency from the webhook's and the API server's
 # histograms, pods injected, hooks run). When no cluster is reachable it
 # brings one up (tests/cluster/up.sh), installs the product
@@ -28,7 +31,10 @@
 # BENCH_CONNECTIONS (32), BENCH_REPEAT (saturation runs per server,
 # alternating, 3), BENCH_IDLE (sidecar watch window, 60 s), BENCH_RUNS
 # (exit->hook runs, 1000), BENCH_LATENCY_BUDGET (s; stop the runs early and
-# say so, 300), BENCH_START_PODS (pods of each kind, 20),
+# say so, 300), BENCH_START_PODS (pods of each kind per source, 20),
+# BENCH_START_SOURCES (comma-separated sidecarBinary.source values, one
+# phase each; default imageVolume,configMap,installContainer; `current`:
+# the release as installed, no Helm),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
 # BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
 # static musl binary the images ship, built as images/build.sh does, in
@@ -49,6 +55,7 @@ idle="${BENCH_IDLE:-60}"
 runs="${BENCH_RUNS:-1000}"
 budget="${BENCH_LATENCY_BUDGET:-300}"
 start_pods="${BENCH_START_PODS:-20}"
+start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
 burst_completions="${BENCH_BURST_COMPLETIONS:-200}"
 burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
 parts=",${BENCH_PARTS:-webhook,sidecar,cluster},"
@@ -292,9 +299,19 @@ if want cluster; then
     kubectl -n kube-prestop get deployment kube-prestop \
         -o jsonpath='image={.spec.template.spec.containers[0].image}{"\n"}replicas={.spec.replicas}{"\n"}' \
         > "${work}/cluster-install.txt"
-    log "cluster: pod start overhead, ${start_pods} pods injected and ${start_pods} not, interleaved"
-    "${cluster_bench_bin}" start --pods "${start_pods}" --raw "${work}/cluster-start.json" \
-        > "${work}/cluster-start.txt"
+    helm_args=()
+    if [[ "${start_sources}" != current ]]; then
+        # shellcheck source=tests/chart/tools.sh
+        source "${repo}/tests/chart/tools.sh"
+        chart_tools_install >/dev/null
+        helm_args=(--helm "${HELM}" --chart "${repo}/charts/kube-prestop")
+    fi
+    runtime_log="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}/cluster/logs/containerd.log"
+    log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved"
+    "${cluster_bench_bin}" start --pods "${start_pods}" --sources "${start_sources}" "${helm_args[@]}" \
+        --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
+    # The machine's load right after the start part (before the burst's pods).
+    printf 'load_after_start=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >> "${work}/cluster-start.txt"
     log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}"
     "${cluster_bench_bin}" burst --completions "${burst_completions}" --parallelism "${burst_parallelism}" \
         --raw "${work}/cluster-burst.json" > "${work}/cluster-burst.txt"

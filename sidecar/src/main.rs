@@ -85,7 +85,23 @@ fn main() {
         Cli::PostStart { target, timeout } => {
             let armed = contract::armed_mark(&target.root, &target.container);
             match poststart::wait_armed(&armed, Path::new(procfs::PROC_ROOT), timeout) {
-                poststart::Outcome::Armed { .. } => 0,
+                poststart::Outcome::Armed { waited, pid } => {
+                    // Into the sidecar's log (the kubelet drops a
+                    // successful handler's output); on our own stderr if
+                    // the watcher's cannot be opened.
+                    let line = format!(
+                        "{} post-start done container={} watcher_pid={pid} waited={:.3}s: the kubelet may start the pod's next containers\n",
+                        kube_prestop_sidecar::LOG_PREFIX,
+                        target.container,
+                        waited.as_secs_f64()
+                    );
+                    if poststart::write_to_watcher_log(Path::new(procfs::PROC_ROOT), pid, &line)
+                        .is_err()
+                    {
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    }
+                    0
+                }
                 poststart::Outcome::TimedOut { last } => {
                     // Fail-open: a failing postStart would make the kubelet
                     // restart the sidecar and never start the container.

@@ -14,6 +14,13 @@
 //! keep X from ever starting. So the wait is bounded, and when it runs out
 //! the handler still succeeds: the Job goes on (fail-open) and the
 //! watcher's own log tells why it could not arm.
+//!
+//! The kubelet keeps an exec handler's output only when the handler fails,
+//! so when it returns, the handler writes its line (`post-start done`) into
+//! the sidecar container's log: the armed watcher's stderr, opened through
+//! `/proc/<pid>/fd/2` (same container, so same user and capabilities: the
+//! kernel's `PTRACE_MODE_READ` check passes). The line's timestamp in the
+//! container log says when the pod's next containers were let go.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -90,6 +97,8 @@ pub enum Outcome {
     Armed {
         /// Time from the start of the wait until the mark was seen.
         waited: Duration,
+        /// The armed watcher's PID (in the pod's PID namespace).
+        pid: i32,
     },
     /// No running watcher's mark appeared within the timeout; `last` is
     /// what the last look found.
@@ -109,9 +118,10 @@ pub fn wait_armed(mark: &Path, proc_root: &Path, timeout: Duration) -> Outcome {
     let start = Instant::now();
     loop {
         let seen = check_mark(mark, proc_root);
-        if seen.is_live() {
+        if let Mark::Live { pid } = seen {
             return Outcome::Armed {
                 waited: start.elapsed(),
+                pid,
             };
         }
         let elapsed = start.elapsed();
@@ -120,6 +130,20 @@ pub fn wait_armed(mark: &Path, proc_root: &Path, timeout: Duration) -> Outcome {
         }
         std::thread::sleep(POLL_INTERVAL.min(timeout - elapsed));
     }
+}
+
+/// Writes `line` (one log line, newline included) into the log of the
+/// container whose watcher is `pid`: that process's stderr, opened through
+/// `<proc_root>/<pid>/fd/2`, with a single `write(2)` (a line shorter than
+/// `PIPE_BUF` never interleaves with the watcher's own). Errors: the open or
+/// the write failed (the watcher exited, or another user's process).
+pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let path = proc_root.join(pid.to_string()).join("fd/2");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)?
+        .write_all(line.as_bytes())
 }
 
 #[cfg(test)]
@@ -215,9 +239,32 @@ mod tests {
         let outcome = wait_armed(&mark, proc_root(), Duration::from_secs(60));
         writer.join().unwrap();
         assert!(
-            matches!(outcome, Outcome::Armed { waited } if waited >= Duration::from_millis(30)),
+            matches!(outcome, Outcome::Armed { waited, pid } if waited >= Duration::from_millis(30) && pid == std::process::id() as i32),
             "{outcome:?}"
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_line_reaches_the_watchers_stderr() {
+        // A child whose stderr is a file stands in for the watcher.
+        let d = tmp("log");
+        let log = d.join("stderr");
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        write_to_watcher_log(proc_root(), pid, "kube-prestop: line\n").unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "kube-prestop: line\n"
+        );
+        // Gone (reaped): an error, not a panic.
+        assert!(write_to_watcher_log(proc_root(), pid, "x\n").is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

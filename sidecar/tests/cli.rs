@@ -135,18 +135,43 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
         err.contains("not armed after 0 s") && err.contains("not running"),
         "{err}"
     );
-    // Armed while it waits: it returns, silently, long before its timeout.
+    // Armed while it waits: it returns long before its timeout, saying so
+    // in the watcher's log (its stderr; a `sleep` whose stderr is a file
+    // stands in for the watcher here), nothing on its own stderr.
+    let watcher_log = d.join("watcher.log");
+    let mut watcher = Command::new("sleep")
+        .arg("60")
+        .stderr(fs::File::create(&watcher_log).unwrap())
+        .spawn()
+        .unwrap();
+    let wpid = watcher.id() as i32;
+    let wstart = procfs::read_stat(std::path::Path::new(procfs::PROC_ROOT), wpid)
+        .unwrap()
+        .start_time;
     let mut child = Command::new(bin())
         .args(["post-start", "--container", "main", "--root", root])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    fs::write(d.join("state/main/armed"), live_armed_record()).unwrap();
+    fs::write(
+        d.join("state/main/armed"),
+        contract::armed_record(wpid, wstart),
+    )
+    .unwrap();
     let status = wait_exit(&mut child, T);
     assert_eq!(code(status), 0);
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
     assert!(err.is_empty(), "{err}");
+    let logged = fs::read_to_string(&watcher_log).unwrap();
+    assert!(
+        logged.starts_with(&format!(
+            "kube-prestop: post-start done container=main watcher_pid={wpid} waited="
+        )) && logged.ends_with("the kubelet may start the pod's next containers\n"),
+        "{logged:?}"
+    );
     fs::remove_dir_all(&d).unwrap();
 }
 

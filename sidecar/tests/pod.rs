@@ -194,6 +194,12 @@ fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
     let (c, err) = pod.post_start(0);
     assert_eq!(c, 0, "{err}");
     assert!(err.is_empty(), "armed by a live watcher: {err}");
+    // Its line is in the sidecar's log (the watcher's stderr).
+    assert!(
+        sc1.log_text().contains("post-start done container=main"),
+        "{}",
+        sc1.log_text()
+    );
     // SIGKILL: the watcher cannot remove its mark, and the restarted
     // sidecar's postStart may run before the new watcher removes it.
     kill(sc1.pid, libc::SIGKILL);
