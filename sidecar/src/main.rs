@@ -105,12 +105,22 @@ fn main() {
                 poststart::Outcome::TimedOut { last } => {
                     // Fail-open: a failing postStart would make the kubelet
                     // restart the sidecar and never start the container.
-                    log!(
-                        "post-start: warning: watcher for container {} not armed after {} s ({}: {last}); letting the kubelet start the pod's next containers (its preStop may be missed; see this sidecar's log)",
+                    // Into the sidecar's log too: the kubelet drops the
+                    // output of a handler that succeeds.
+                    let line = format!(
+                        "{} post-start: warning: watcher for container {} not armed after {} s ({}: {last}); letting the kubelet start the pod's next containers (its preStop may be missed)\n",
+                        kube_prestop_sidecar::LOG_PREFIX,
                         target.container,
                         timeout.as_secs(),
                         armed.display()
                     );
+                    let proc_root = Path::new(procfs::PROC_ROOT);
+                    let logged = poststart::container_watcher(proc_root).is_some_and(|pid| {
+                        poststart::write_to_watcher_log(proc_root, pid, &line).is_ok()
+                    });
+                    if !logged {
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    }
                     0
                 }
             }

@@ -146,6 +146,40 @@ pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::
         .write_all(line.as_bytes())
 }
 
+/// The watcher of the container this process runs in, as the postStart
+/// handler (an exec into the sidecar container) finds it without a mark:
+/// the oldest other process that runs the same executable (`<pid>/exe`:
+/// same device and inode), in the same mount namespace (`<pid>/ns/mnt`
+/// links to the same `mnt:[inode]`), and whose parent is outside the
+/// reader's PID namespace (`ppid` 0: the runtime's shim started it, as it
+/// starts every exec). That is the sidecar container's first process, the
+/// watcher, whose stderr is the container's log, also when it never armed.
+/// `None` when there is none (it exited, or this is not run in a sidecar
+/// container).
+pub fn container_watcher(proc_root: &Path) -> Option<i32> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = crate::procfs::self_pid(proc_root).ok()?;
+    let at = |pid: i32, what: &str| proc_root.join(pid.to_string()).join(what);
+    let exe = |pid: i32| {
+        std::fs::metadata(at(pid, "exe"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let ns = |pid: i32| std::fs::read_link(at(pid, "ns/mnt")).ok();
+    let (own_exe, own_ns) = (exe(me)?, ns(me)?);
+    crate::procfs::list_pids(proc_root)
+        .ok()?
+        .into_iter()
+        .filter(|pid| *pid != me)
+        .filter_map(|pid| {
+            let st = crate::procfs::read_stat(proc_root, pid).ok()?;
+            (st.ppid == 0 && exe(pid) == Some(own_exe) && ns(pid).as_ref() == Some(&own_ns))
+                .then_some((st.start_time, pid))
+        })
+        .min()
+        .map(|(_, pid)| pid)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

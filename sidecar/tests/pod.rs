@@ -210,10 +210,26 @@ fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
     assert!(err.contains("not armed after 0 s"), "{err}");
     assert!(err.contains("not running"), "{err}");
     // A new watcher's own mark satisfies it again.
-    let _sc2 = pod.sidecar(&pod.hook(), &[]);
+    let sc2 = pod.sidecar(&pod.hook(), &[]);
     let (c, err) = pod.post_start(0);
     assert_eq!(c, 0, "{err}");
     assert!(err.is_empty(), "armed by the new watcher: {err}");
+    // A running watcher but no mark (removed here by hand): the handler
+    // times out and writes its warning into that watcher's log, where an
+    // operator sees it (the kubelet drops a successful handler's output).
+    std::fs::remove_file(pod.state().join("armed")).unwrap();
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "fail-open: {err}");
+    assert!(
+        err.is_empty(),
+        "into the watcher's log, not its own stderr: {err}"
+    );
+    assert!(
+        sc2.log_text()
+            .contains("post-start: warning: watcher for container main not armed after 0 s"),
+        "{}",
+        sc2.log_text()
+    );
 }
 
 #[test]
