@@ -109,7 +109,8 @@ run_cell() {
   } >>"$logf" 2>&1
   if [[ "$status" == pass ]]; then
     local lock_cmd=()
-    [[ -n "${MATRIX_LOCK:-}" ]] && lock_cmd=(flock "$MATRIX_LOCK")
+    # -o: the lock is held by flock alone, not by the daemons the cell starts.
+    [[ -n "${MATRIX_LOCK:-}" ]] && lock_cmd=(flock -o "$MATRIX_LOCK")
     # shellcheck disable=SC2016  # expanded by the inner bash
     if ! "${lock_cmd[@]}" bash -c '
       set -uo pipefail
