@@ -4,10 +4,13 @@
 # build what is missing (cached by version, so a re-run skips it), cluster up,
 # install kube-prestop, the cell's tests, cluster down, check-clean. A failing
 # cell does not stop the others. Each cell writes
-#   target/matrix/<k8s>_<runtime>.json   result: cell, date, counts, failed tests/scenarios
+#   target/matrix/<k8s>_<runtime>.json   result: cell, date, wall time, counts, failed tests/scenarios
 #   target/matrix/<k8s>_<runtime>.log    everything the cell printed
 # and the run ends with one table over all result files (`tests/matrix.sh table`
-# prints it again). Tests run with --nocapture, so that the log shows every
+# prints it again). tests/matrix_results.py counts a log into its result (failed
+# tests from libtest's `failures:` summary of each test binary) and makes the
+# table; `tests/matrix.sh self-test` (run by `make lint`) checks that on the
+# logs in tests/fixtures/matrix/. Tests run with --nocapture, so that the log shows every
 # scenario's result (the concurrent batch reports each one) and skip reasons.
 #
 # The default cell (v1.37.2, containerd2-runc) runs what `make e2e-all` runs; every other
@@ -82,34 +85,6 @@ cell_tests() {
   fi
 }
 
-# write_result FILE CELL STATUS LOG: the cell's result as JSON, counted from its log.
-write_result() {
-  local file="$1" cell="$2" status="$3" logf="$4"
-  python3 - "$file" "$cell" "$status" "$logf" <<'PY'
-import json, re, sys, datetime
-file, cell, status, logf = sys.argv[1:5]
-text = open(logf, errors="replace").read()
-passed = failed = ignored = 0
-for m in re.finditer(r"test result: \w+\. (\d+) passed; (\d+) failed; (\d+) ignored", text):
-    passed += int(m.group(1)); failed += int(m.group(2)); ignored += int(m.group(3))
-failed_tests = sorted(set(re.findall(r"^test (\S+) \.\.\. FAILED", text, re.M)))
-sc_passed = len(re.findall(r"^scenario \S+: passed", text, re.M))
-sc_failed = sorted(set(re.findall(r"^scenario (\S+): FAILED", text, re.M)))
-skipped = re.findall(r"^SKIPPED: (.*)$", text, re.M)
-k8s, runtime = cell.split("/", 1)
-json.dump({
-    "cell": cell, "kubernetes": k8s, "runtime": runtime,
-    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    "status": status,
-    "tests_passed": passed, "tests_failed": failed, "tests_ignored": ignored,
-    "scenarios_passed": sc_passed, "scenarios_failed": len(sc_failed),
-    "failed": failed_tests + ["scenario " + s for s in sc_failed],
-    "skipped": skipped,
-    "log": logf,
-}, open(file, "w"), indent=1)
-PY
-}
-
 run_cell() {
   local cell="$1" k8s="${1%%/*}" runtime="${1#*/}" name logf res status=pass
   name="${k8s}_${runtime}"
@@ -122,6 +97,7 @@ run_cell() {
   fi
   log "$cell: log $logf"
   : >"$logf"
+  local cell_start=$SECONDS
   export K8S_VERSION="$k8s" RUNTIME="$runtime"
   {
     echo "==> cell $cell: $(date -u +%FT%TZ)"
@@ -134,12 +110,14 @@ run_cell() {
   } >>"$logf" 2>&1
   if [[ "$status" == pass ]]; then
     local lock_cmd=()
-    [[ -n "${MATRIX_LOCK:-}" ]] && lock_cmd=(flock "$MATRIX_LOCK")
+    # -o: the lock is held by flock alone, not by the daemons the cell starts.
+    [[ -n "${MATRIX_LOCK:-}" ]] && lock_cmd=(flock -o "$MATRIX_LOCK")
     # shellcheck disable=SC2016  # expanded by the inner bash
     if ! "${lock_cmd[@]}" bash -c '
       set -uo pipefail
       repo="$1" cell="$2" status=pass
       shift 2
+      echo "==> cluster turn start: $(date -u +%FT%TZ)"
       if ! "$repo/tests/cluster/up.sh"; then
         echo "==> cluster-up failed"; status=cluster-failed
       elif ! SKIP_IMAGE_BUILD="${MATRIX_SKIP_IMAGE_BUILD:-}" "$repo/tests/install-product.sh"; then
@@ -147,12 +125,16 @@ run_cell() {
       else
         source /var/lib/kube-prestop/cluster/env.sh
         for t in "$@"; do
-          echo "==> $t"
-          (cd "$repo" && $t) || status=fail
+          echo "==> step: $t"
+          (cd "$repo" && $t)
+          rc=$?
+          echo "==> step exit $rc: $t"
+          ((rc == 0)) || status=fail
         done
       fi
       "$repo/tests/cluster/down.sh" || status=down-failed
       "$repo/tests/cluster/check-clean.sh" || status=not-clean
+      echo "==> cluster time: $SECONDS s (up to check-clean)"
       echo "==> cell status: $status"
       [[ "$status" == pass ]]
     ' matrix-cell "$repo" "$cell" "${tests[@]}" >>"$logf" 2>&1; then
@@ -160,34 +142,26 @@ run_cell() {
       [[ -n "$status" ]] || status=fail
     fi
   fi
-  write_result "$res" "$cell" "$status" "$logf"
+  echo "==> cell end: $(date -u +%FT%TZ), $((SECONDS - cell_start)) s" >>"$logf"
+  python3 "$repo/tests/matrix_results.py" result "$res" "$cell" "$status" "$logf" "$((SECONDS - cell_start))"
   log "$cell: $status"
 }
 
 table() {
-  python3 - "$out" <<'PY'
-import glob, json, os, sys
-rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json")))]
-order = {"v1.37.2/containerd2-runc": 0}
-rows.sort(key=lambda r: (order.get(r["cell"], 1), [-int(x) for x in r["kubernetes"][1:].split(".")], r["runtime"]))
-print("| Kubernetes | runtime | date | result | tests passed / failed | scenarios passed / failed | failed (log) |")
-print("|---|---|---|---|---|---|---|")
-for r in rows:
-    failed = ", ".join(r["failed"]) or "-"
-    if r["status"] != "pass":
-        failed += f" ({os.path.relpath(r['log'])})"
-    if r.get("skipped"):
-        failed += "; skipped: " + "; ".join(r["skipped"])
-    print(f"| {r['kubernetes']} | {r['runtime']} | {r['date']} | {r['status']} | "
-          f"{r['tests_passed']} / {r['tests_failed']} | {r['scenarios_passed']} / {r['scenarios_failed']} | {failed} |")
-PY
+  python3 "$repo/tests/matrix_results.py" table "$out"
 }
 
 main() {
-  if [[ "${1:-}" == table ]]; then
-    table
-    return
-  fi
+  case "${1:-}" in
+    table)
+      table
+      return
+      ;;
+    self-test)
+      python3 "$repo/tests/matrix_results.py" self-test
+      return
+      ;;
+  esac
   [[ $EUID -eq 0 ]] || {
     log "must run as root (the cluster harness)"
     exit 1

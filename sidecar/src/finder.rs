@@ -36,6 +36,15 @@
 //! watcher's next look. A pending process that exits without the mount, or
 //! has none after 60 s, is dropped (its namespace released).
 //!
+//! youki (libcontainer 0.7.0) does it in another order: its container process
+//! is created in the pod's PID namespace while still in the *runtime's* mount
+//! namespace and unshares its own right after (`container_init_process`,
+//! `apply_rest_namespaces`), then makes its mounts, `pivot_root`s and waits
+//! for start. A table held from before the unshare shows the runtime's
+//! mounts, and their changes, never the container's. So while a pending
+//! process is young ([`PENDING_FOLLOW_AGE`]), every look also reads the first
+//! mount ID of its table opened afresh, and re-opens the hold when it changed.
+//!
 //! Matching: the identifying mount point is matched exactly, or as a suffix
 //! after `/` (before `pivot_root` the runtime's mounts appear under the root
 //! file system's host path).
@@ -164,6 +173,18 @@ const PENDING_GIVE_UP: Duration = Duration::from_secs(60);
 /// A pending process's mountinfo is also opened afresh at this interval, in
 /// case it moved to another mount namespace after we first opened it.
 const PENDING_FRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// While a pending process is younger than this (by its start time), every
+/// look also checks which mount namespace it is in now (the first mount ID
+/// of its table opened afresh, [`procfs::current_first_mount_id`]) and
+/// follows it when it moved. youki (libcontainer 0.7.0,
+/// `container_init_process`) creates the container process in the pod's PID
+/// namespace while it is still in the runtime's mount namespace and unshares
+/// its own right after: a table held from before shows the runtime's mounts,
+/// whose changes never show the container's, and a short container (`true`)
+/// is set up, run and gone well within [`PENDING_FRESH_INTERVAL`]. runc
+/// creates it in its own mount namespace, so there the check only finds the
+/// `pivot_root`.
+const PENDING_FOLLOW_AGE: Duration = Duration::from_secs(2);
 
 /// Environment variable that, when set, makes the scanner log every
 /// classification (troubleshooting a container that is not found).
@@ -184,6 +205,9 @@ enum Class {
         pidfd: Option<OwnedFd>,
         dirty: bool,
         next_fresh: Instant,
+        /// The first mount ID of `hold`'s table when it was opened: which
+        /// mount namespace (and root) it shows ([`procfs::first_mount_id`]).
+        first_mount: Option<u64>,
     },
     /// Parentless with the identifying mount (its ID), holding the
     /// process's mountinfo open (and so its mount namespace alive).
@@ -225,21 +249,26 @@ pub struct SearchStats {
     /// had been replaced (`pivot_root`) before the last look, i.e. a
     /// container the runtime set up, ran and ended between two looks.
     pub candidates_lost_pivoted: u64,
+    /// Candidates that left the mount namespace they were first seen in
+    /// (created in the runtime's namespace and unshared after, as youki
+    /// does), followed into their own ([`PENDING_FOLLOW_AGE`]).
+    pub candidates_moved: u64,
     /// Longest time between two consecutive [`Scanner::step`]s: how long the
     /// watcher went without a look (CPU starvation shows here).
     pub longest_pause: Duration,
 }
 
 impl std::fmt::Display for SearchStats {
-    /// `listings=N candidates=N candidates_lost=N candidates_lost_pivoted=N longest_pause=N.NNNs`
+    /// `listings=N candidates=N candidates_lost=N candidates_lost_pivoted=N candidates_moved=N longest_pause=N.NNNs`
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "listings={} candidates={} candidates_lost={} candidates_lost_pivoted={} longest_pause={:.3}s",
+            "listings={} candidates={} candidates_lost={} candidates_lost_pivoted={} candidates_moved={} longest_pause={:.3}s",
             self.listings,
             self.candidates,
             self.candidates_lost,
             self.candidates_lost_pivoted,
+            self.candidates_moved,
             self.longest_pause.as_secs_f64()
         )
     }
@@ -445,6 +474,7 @@ impl Scanner {
                 // The start time read after pidfd_open proves the pidfd is this process's.
                 match procfs::read_stat(&self.proc_root, pid) {
                     Ok(s) if s.start_time == start => Some(Class::Pending {
+                        first_mount: procfs::first_mount_id(&hold).ok().flatten(),
                         hold,
                         pidfd,
                         dirty: false,
@@ -494,16 +524,18 @@ impl Scanner {
             pidfd,
             dirty,
             next_fresh,
+            first_mount,
         } = class
         else {
             return Some(class);
         };
-        if !dirty && now < next_fresh {
+        if !dirty && now < next_fresh && !self.moved(pid, start, first_mount, &hold) {
             return Some(Class::Pending {
                 hold,
                 pidfd,
                 dirty: false,
                 next_fresh,
+                first_mount,
             });
         }
         let (found, _) = reread(&mut hold, &self.mount_point);
@@ -543,6 +575,34 @@ impl Scanner {
             return Some(Class::Inferred);
         }
         None
+    }
+
+    /// Whether a young pending process's mount table, opened afresh, is no
+    /// longer the one `hold` shows (first mount ID `first_mount` at its
+    /// open): it moved to another mount namespace, or `pivot_root`ed, or
+    /// exited. Counts a move out of a namespace that still exists (the held
+    /// table is unchanged: the runtime's, left by youki's unshare) in
+    /// [`SearchStats::candidates_moved`]. `false` from
+    /// [`PENDING_FOLLOW_AGE`] on (the periodic fresh open still runs).
+    fn moved(&mut self, pid: i32, start: u64, first_mount: Option<u64>, hold: &File) -> bool {
+        if self.age(start) >= PENDING_FOLLOW_AGE {
+            return false;
+        }
+        match procfs::current_first_mount_id(&self.proc_root, pid) {
+            Ok(now) if now == first_mount => false,
+            Ok(now) => {
+                let left = procfs::first_mount_id(hold).ok().flatten() == first_mount;
+                self.stats.candidates_moved += u64::from(left);
+                if self.debug {
+                    crate::log!(
+                        "debug: pid={pid} mount table changed first_mount={first_mount:?} now={now:?} left_namespace={left}"
+                    );
+                }
+                true
+            }
+            Err(ProcError::Gone) => true,
+            Err(_) => false,
+        }
     }
 
     /// One tick: notice new processes, re-check pending ones, and return the

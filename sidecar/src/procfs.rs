@@ -265,6 +265,41 @@ pub fn open_mountinfo(
     Ok((mount.find(&content), f))
 }
 
+/// The mount ID on the first line of mountinfo text `start` (only the
+/// first field is needed, so a short read of the table's start will do);
+/// `None` for an empty table or malformed text.
+pub fn parse_first_mount_id(start: &[u8]) -> Option<u64> {
+    let end = start.iter().position(|b| *b == b' ')?;
+    std::str::from_utf8(&start[..end]).ok()?.parse().ok()
+}
+
+/// Bytes read from the start of a mountinfo table by [`first_mount_id`]:
+/// enough for the first field (a mount ID, at most 20 digits).
+const MOUNT_MARK_READ: usize = 32;
+
+/// The first mount ID of the mount table `file` (an open
+/// `/proc/PID/mountinfo`) shows now, read with one `pread` at offset 0.
+/// Two mount namespaces that exist at the same time never share a mount
+/// ID (a namespace made by `unshare(CLONE_NEWNS)` gets copies with new
+/// IDs; `fs/namespace.c`, `copy_tree`), so this tells which namespace a
+/// table belongs to. `None` when the table is empty (nothing reachable
+/// from the root the reader had at open, e.g. after `pivot_root`).
+pub fn first_mount_id(file: &File) -> io::Result<Option<u64>> {
+    let mut buf = [0u8; MOUNT_MARK_READ];
+    let n = file.read_at(&mut buf, 0)?;
+    Ok(parse_first_mount_id(&buf[..n]))
+}
+
+/// The first mount ID of `<proc>/<pid>/mountinfo` opened afresh: which mount
+/// namespace (and root) the process has *now*. Three system calls (open,
+/// one short `pread`, close), cheap enough to run on every search tick for
+/// a young candidate. [`ProcError::Gone`] once the process has exited.
+pub fn current_first_mount_id(proc_root: &Path, pid: i32) -> Result<Option<u64>, ProcError> {
+    let path = proc_root.join(pid.to_string()).join("mountinfo");
+    let f = File::open(&path).map_err(|e| io_err(&path, e))?;
+    first_mount_id(&f).map_err(|e| io_err(&path, e))
+}
+
 /// An open `/proc/loadavg`, re-read with `pread` to learn the last PID the
 /// kernel allocated in the reader's PID namespace (its fifth field is
 /// `idr_get_cursor(&task_active_pid_ns(current)->idr) - 1`). When it has not
@@ -454,6 +489,27 @@ mod tests {
         );
         assert_eq!(unescape_mount_path("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape_mount_path("trail\\04"), "trail\\04");
+    }
+
+    #[test]
+    fn first_mount_id_of_a_table() {
+        assert_eq!(
+            parse_first_mount_id(b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n30 22"),
+            Some(22)
+        );
+        assert_eq!(parse_first_mount_id(b"123456789012"), None, "cut short");
+        assert_eq!(parse_first_mount_id(b""), None);
+        assert_eq!(parse_first_mount_id(b"x 1 8:1"), None);
+        let me = std::process::id() as i32;
+        let own = current_first_mount_id(Path::new(PROC_ROOT), me).unwrap();
+        let full = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert_eq!(own, full.split(' ').next().and_then(|v| v.parse().ok()));
+        let held = File::open("/proc/self/mountinfo").unwrap();
+        assert_eq!(first_mount_id(&held).unwrap(), own);
+        assert!(matches!(
+            current_first_mount_id(Path::new(PROC_ROOT), i32::MAX),
+            Err(ProcError::Gone)
+        ));
     }
 
     #[test]

@@ -446,6 +446,58 @@ impl Pod {
         self.spawn_main(script, payload, gate)
     }
 
+    /// A main container set up in youki's order (libcontainer 0.7.0,
+    /// `container_init_process`): the process is created in the pod's PID
+    /// namespace while still in the *runtime's* mount namespace (here the
+    /// test's), and only then unshares its own (`unshare(CLONE_NEWNS)` in
+    /// `apply_rest_namespaces`), makes its mounts and waits to be started.
+    /// It waits on the returned gate before the unshare, so a watcher can
+    /// be made to see it first in the runtime's mount namespace (what a
+    /// youki container looks like in the microseconds before its unshare).
+    /// Open the gate with [`Pod::open_gate`], then [`Main::start`] it.
+    pub fn spawn_late_unsharing_main(&mut self, payload: &[&str]) -> (PathBuf, Main) {
+        let gate = self.new_fifo("gate");
+        let start = self.new_fifo("start");
+        let inner = format!(
+            "{setup}; read _ < {start}; exec \"$@\"",
+            setup = self.main_setup(false),
+            start = start.display()
+        );
+        let script = format!(
+            "read _ < {gate}; exec unshare --mount --propagation private -- sh -c '{inner}' \"$@\"",
+            gate = gate.display(),
+        );
+        let nsenter = Command::new("nsenter")
+            .arg(format!("--pid=/proc/{}/ns/pid", self.init))
+            .args(["--", "sh", "-c"])
+            .arg(script)
+            .arg("main")
+            .arg("main")
+            .args(payload)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child_of(nsenter.id() as i32);
+        (
+            gate,
+            Main {
+                nsenter,
+                pid,
+                fifo: start,
+            },
+        )
+    }
+
+    /// Opens a gate made by [`Pod::spawn_late_unsharing_main`].
+    pub fn open_gate(&self, gate: &Path) {
+        let st = Command::new("sh")
+            .arg("-c")
+            .arg(format!("echo go > {}", gate.display()))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
     /// A process in the pod's PID namespace with a mount namespace of its
     /// own that never pivots (like a runtime's exec or a failed set-up):
     /// waits for [`Main::start`], then runs `sh -c script`.
