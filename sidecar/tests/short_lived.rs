@@ -18,9 +18,22 @@ fn hundred_true_containers_hundred_hooks() {
     for _ in 0..100 {
         assert_eq!(code(pod.run_main(&["true"])), 0);
     }
-    wait_for("100 hook runs", T, || {
-        pod.lines("hooks").len() >= 100 && pod.records("done-").len() >= 100
-    });
+    wait_for_or_show(
+        "100 hook runs",
+        T,
+        || {
+            let log = sc.log_text();
+            format!(
+                "{} hooks; sidecar log (warnings):\n{}",
+                pod.lines("hooks").len(),
+                log.lines()
+                    .filter(|l| l.contains("warning") || l.contains("error"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        },
+        || pod.lines("hooks").len() >= 100 && pod.records("done-").len() >= 100,
+    );
     let lines = pod.lines("hooks");
     let mut ids: Vec<&str> = lines.iter().map(|l| l.split(' ').nth(1).unwrap()).collect();
     ids.sort();

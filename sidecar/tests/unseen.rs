@@ -69,9 +69,12 @@ fn pivoted_and_ended_unseen_is_inferred_for_the_sole_container() {
     let mut sc = pod.sidecar_with(&pod.hook(), &[], &["--started-after", C]);
     let m = pod.spawn_pivoting_main(&["true"]);
     assert_eq!(code(end_while_stopped(&sc, m)), 0);
-    wait_for("the inferred instance's hook", T, || {
-        pod.records("done-").len() == 1
-    });
+    wait_for_or_show(
+        "the inferred instance's hook",
+        T,
+        || format!("sidecar log:\n{}", sc.log_text()),
+        || pod.records("done-").len() == 1,
+    );
     let lines = pod.lines("hooks");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].starts_with("main "), "{lines:?}");

@@ -81,6 +81,27 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_for`], and on a timeout the panic message carries `context()`
+/// too (e.g. the sidecar's log), so that a failure in CI says what the
+/// watcher saw.
+pub fn wait_for_or_show(
+    what: &str,
+    timeout: Duration,
+    context: impl Fn() -> String,
+    mut cond: impl FnMut() -> bool,
+) {
+    let end = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() > end {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; {}",
+                context()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 pub const T: Duration = Duration::from_secs(20);
 
 fn ppid_of(pid: i32) -> Option<i32> {
