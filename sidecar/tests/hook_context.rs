@@ -285,6 +285,13 @@ fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
     wait_for("the watcher to find the container", T, || {
         sc.log_text().contains("watching container=main")
     });
+    // The watcher may have found it before its pivot_root (then it retries
+    // the root every millisecond): kill it only once it runs `sleep`, inside
+    // its root, so that the retry meets the permission check and not a
+    // process that is already gone (one CI dry run in many did).
+    wait_for("the container to run sleep", T, || {
+        std::fs::read_to_string(format!("/proc/{}/comm", m.pid)).is_ok_and(|c| c.trim() == "sleep")
+    });
     kill(m.pid, libc::SIGKILL);
     assert_eq!(code(m.wait(T)), 128 + 9);
     wait_for("the hook's record", T, || pod.records("done-").len() == 1);
