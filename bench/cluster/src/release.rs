@@ -11,17 +11,17 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use kube_prestop_e2e::waits::poll_until;
 use kube_prestop_e2e::webhook::{WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE, webhook_rollout_pending};
+use kube_prestop_webhook::check::config;
 use serde_json::Value;
 
 use crate::log;
 
 /// Name of the chart's webhook in its MutatingWebhookConfiguration.
-pub const WEBHOOK_NAME: &str = "inject.kube-prestop.io";
+pub const WEBHOOK_NAME: &str = config::WEBHOOK_NAME;
 
 /// How long a Helm upgrade or rollback and the rollout after it may take.
 const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -186,29 +186,6 @@ fn replicas_left(pods: &[Pod]) -> Option<String> {
         .then(|| format!("pods by template {templates:?}; terminating or not ready: {not_ready:?}"))
 }
 
-/// Whether `selector` selects an object with `labels` (a missing selector
-/// selects everything, as the API server reads one).
-fn selects(selector: Option<&LabelSelector>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(sel) = selector else { return true };
-    let labels_match = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_match = sel.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    labels_match && exprs_match
-}
-
 /// The MutatingWebhookConfigurations whose webhook [`WEBHOOK_NAME`] selects
 /// namespace `ns`, by name.
 async fn injectors_of(client: &Client, ns: &str) -> Result<Vec<String>> {
@@ -221,17 +198,7 @@ async fn injectors_of(client: &Client, ns: &str) -> Result<Vec<String>> {
         .list(&ListParams::default())
         .await
         .context("listing MutatingWebhookConfigurations")?;
-    Ok(configs
-        .items
-        .iter()
-        .filter(|c| {
-            c.webhooks
-                .iter()
-                .flatten()
-                .any(|w| w.name == WEBHOOK_NAME && selects(w.namespace_selector.as_ref(), &labels))
-        })
-        .map(|c| c.metadata.name.clone().unwrap_or_default())
-        .collect())
+    Ok(config::selecting(&configs.items, &labels))
 }
 
 /// Fails unless exactly one MutatingWebhookConfiguration's
@@ -267,44 +234,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn reads_the_charts_namespace_selector() {
-        // As the chart writes it (excludedNamespaces empty).
-        let sel: LabelSelector = serde_json::from_value(json!({
-            "matchLabels": { "kube-prestop.io/inject": "enabled" },
-            "matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                "values": ["kube-system", "kube-prestop"]
-            }]
-        }))
-        .unwrap();
-        let ns = |name: &str, inject: bool| {
-            let mut l = labels(&[("kubernetes.io/metadata.name", name)]);
-            if inject {
-                l.insert("kube-prestop.io/inject".into(), "enabled".into());
-            }
-            l
-        };
-        assert!(selects(Some(&sel), &ns("kpb-start-inj-1", true)));
-        assert!(!selects(Some(&sel), &ns("kpb-start-plain-1", false)));
-        assert!(!selects(Some(&sel), &ns("kube-system", true)));
-        assert!(selects(None, &ns("any", false)));
-        let exists: LabelSelector = serde_json::from_value(json!({
-            "matchExpressions": [{ "key": "a", "operator": "Exists" },
-                                 { "key": "b", "operator": "DoesNotExist" }]
-        }))
-        .unwrap();
-        assert!(selects(Some(&exists), &labels(&[("a", "1")])));
-        assert!(!selects(Some(&exists), &labels(&[("a", "1"), ("b", "2")])));
-    }
 
     #[test]
     fn only_one_template_running_and_ready_is_done() {

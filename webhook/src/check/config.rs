@@ -140,6 +140,23 @@ impl OtherRelease {
     }
 }
 
+/// Names of the configurations in `configs` whose [`WEBHOOK_NAME`] webhook
+/// sends pods of a namespace with `labels` to kube-prestop, in the order
+/// the API server calls them (by name; the first one injects). One that
+/// cannot be read ([`target`]'s errors) is left out.
+pub fn selecting(
+    configs: &[MutatingWebhookConfiguration],
+    labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut names: Vec<String> = configs
+        .iter()
+        .filter(|c| target(c).is_ok_and(|t| t.selects(labels)))
+        .map(|c| c.metadata.name.clone().unwrap_or_default())
+        .collect();
+    names.sort();
+    names
+}
+
 /// The kube-prestop installations in `configs` besides configuration
 /// `ours`, in the order the API server calls them (by name).
 pub fn other_releases(configs: &[MutatingWebhookConfiguration], ours: &str) -> Vec<OtherRelease> {
@@ -275,6 +292,19 @@ mod tests {
                 .target
                 .as_ref()
                 .is_err_and(|e| e.contains("calls a URL"))
+        );
+        // Every configuration with our webhook that selects the namespace,
+        // ours too, in call order; the unreadable one is left out.
+        assert_eq!(
+            selecting(&configs, &ns),
+            ["batch-kube-prestop", "kube-prestop", "kube-prestop-z"]
+        );
+        assert!(
+            selecting(
+                &configs,
+                &labels(&[("kubernetes.io/metadata.name", "batch")])
+            )
+            .is_empty()
         );
     }
 }
