@@ -71,19 +71,13 @@ pub fn holds_mountinfo_of(holder: i32, ns_pid: i32) -> bool {
 }
 
 /// Polls `cond` every few milliseconds until it holds or `timeout` passes.
-pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        if Instant::now() > end {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+pub fn wait_for(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    wait_for_or_show(what, timeout, String::new, cond);
 }
 
 /// [`wait_for`], and on a timeout the panic message carries `context()`
-/// too (e.g. the sidecar's log), so that a failure in CI says what the
-/// watcher saw.
+/// too when it is not empty (e.g. the sidecar's log), so that a failure in
+/// CI says what the watcher saw.
 pub fn wait_for_or_show(
     what: &str,
     timeout: Duration,
@@ -93,10 +87,11 @@ pub fn wait_for_or_show(
     let end = Instant::now() + timeout;
     while !cond() {
         if Instant::now() > end {
-            panic!(
-                "timed out after {timeout:?} waiting for {what}; {}",
-                context()
-            );
+            let context = context();
+            if context.is_empty() {
+                panic!("timed out after {timeout:?} waiting for {what}");
+            }
+            panic!("timed out after {timeout:?} waiting for {what}; {context}");
         }
         std::thread::sleep(Duration::from_millis(2));
     }
