@@ -135,9 +135,9 @@ check_binaries() {
         for name in webhook sidecar; do
             bin="${context}/linux/${arch}/kube-prestop-${name}"
             [[ -f "${bin}" ]] || die "no ${bin}: run images/build.sh binaries"
-            readelf -h "${bin}" | grep -q "Machine: *${elf_machine[${arch}]}\$" ||
+            readelf -h "${bin}" | grep "Machine: *${elf_machine[${arch}]}\$" >/dev/null ||
                 die "${bin} is not a ${elf_machine[${arch}]} binary"
-            if readelf -l "${bin}" | grep -q 'Requesting program interpreter'; then
+            if readelf -l "${bin}" | grep 'Requesting program interpreter' >/dev/null; then
                 die "${bin} is dynamically linked"
             fi
         done

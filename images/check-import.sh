@@ -68,23 +68,27 @@ failed=0
 for archive in "${archives[@]}"; do
     ref="$(tar -xOf "${archive}" ./index.json |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])')"
-    if ctr --address "${sock}" -n k8s.io images import "${archive}" >/dev/null &&
-        ctr --address "${sock}" -n k8s.io images ls -q | grep -qx "${ref}"; then
+    # `grep -x >/dev/null`, not `grep -q`: ctr prints one line per image, and
+    # grep -q exits at the first match, so a later line met a closed pipe
+    # (SIGPIPE, exit 141, a failure under pipefail) whenever the wanted name
+    # sorted before another image's (one CI run).
+    if err="$(ctr --address "${sock}" -n k8s.io images import "${archive}" 2>&1 >/dev/null)" &&
+        ctr --address "${sock}" -n k8s.io images ls -q | grep -x "${ref}" >/dev/null; then
         echo "ok    import ${archive##*/} as ${ref}"
         passed=$((passed + 1))
     else
-        echo "FAIL  import ${archive##*/} as ${ref}"
+        echo "FAIL  import ${archive##*/} as ${ref}: ${err:-imported, but not listed under that name}; images: $(ctr --address "${sock}" -n k8s.io images ls -q | tr '\n' ' ')"
         failed=$((failed + 1))
         continue
     fi
     # The harness's way, --base-name REPOSITORY, names it the same.
-    if ctr --address "${sock}" -n k8s.io images rm "${ref}" >/dev/null &&
-        ctr --address "${sock}" -n k8s.io images import --base-name "${ref%:*}" "${archive}" >/dev/null &&
-        ctr --address "${sock}" -n k8s.io images ls -q | grep -qx "${ref}"; then
+    if err="$(ctr --address "${sock}" -n k8s.io images rm "${ref}" 2>&1 >/dev/null &&
+        ctr --address "${sock}" -n k8s.io images import --base-name "${ref%:*}" "${archive}" 2>&1 >/dev/null)" &&
+        ctr --address "${sock}" -n k8s.io images ls -q | grep -x "${ref}" >/dev/null; then
         echo "ok    import --base-name ${ref%:*} names it ${ref}"
         passed=$((passed + 1))
     else
-        echo "FAIL  import --base-name ${ref%:*}"
+        echo "FAIL  import --base-name ${ref%:*}: ${err:-imported, but not listed as ${ref}}"
         failed=$((failed + 1))
     fi
     # The entrypoint runs (static binary, no libc in the image) as 65532.

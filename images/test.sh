@@ -121,7 +121,7 @@ declare -A machine=([amd64]="Advanced Micro Devices X86-64" [arm64]="AArch64")
 # is_static_of BINARY MACHINE: an ELF executable for MACHINE without an
 # interpreter (what a scratch image can run).
 is_static_of() {
-    readelf -h "$1" | grep -q "Machine: *$2\$" && ! readelf -l "$1" | grep -q 'program interpreter'
+    readelf -h "$1" | grep "Machine: *$2\$" >/dev/null && ! readelf -l "$1" | grep 'program interpreter' >/dev/null
 }
 for arch in "${archs[@]}"; do
     for name in webhook sidecar; do
