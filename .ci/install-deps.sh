@@ -11,6 +11,9 @@ packages=(
   # static builds (images/build.sh): the C code of ring and mimalloc for the
   # musl targets: musl-gcc for x86_64, the cross gcc for aarch64
   musl-tools gcc-aarch64-linux-gnu
+  # the cross gcc's C library headers: only a Recommends of
+  # gcc-aarch64-linux-gnu, so --no-install-recommends leaves them out
+  libc6-dev-arm64-cross
   # images without Docker: buildah (images/*.Dockerfile), skopeo (inspect,
   # push), umoci (the test cluster's pause and busybox images); jq for the checks
   buildah skopeo umoci jq

@@ -70,6 +70,11 @@ ensure_tools() {
     if [[ -z "${IMAGES_SKIP_CARGO:-}" ]]; then
         command -v musl-gcc >/dev/null || pkgs+=(musl-tools)
         command -v aarch64-linux-gnu-gcc >/dev/null || pkgs+=(gcc-aarch64-linux-gnu)
+        # The cross gcc's C headers (stdint.h and the rest ring includes) are
+        # only a Recommends of gcc-aarch64-linux-gnu, which --no-install-recommends
+        # leaves out: without them it falls back to the host's /usr/include and
+        # fails on bits/libc-header-start.h (a fresh machine's CI run).
+        [[ -f /usr/aarch64-linux-gnu/include/stdint.h ]] || pkgs+=(libc6-dev-arm64-cross)
     fi
     if [[ "${1:-}" != binaries ]]; then
         command -v buildah >/dev/null || pkgs+=(buildah)
