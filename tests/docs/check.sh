@@ -135,6 +135,11 @@ awk '/^## Run all tests$/ { in_s = 1; next } in_s && /^## / { exit } in_s && /^m
     END { exit !found }' README.md ||
     finding "README.md: no '## Run all tests' section showing 'make test' (.ci/run runs that command)"
 
+# The oldest Kubernetes the README claims is the one check passes from.
+tested_min="$(git ls-files -z -- 'webhook/src/check/*.rs' | xargs -0 grep -h -o 'TESTED_MIN_MINOR: u32 = [0-9]*' | grep -o '[0-9]*$')"
+grep -q "^Needs Kubernetes 1\.${tested_min} " README.md ||
+    finding "README.md: 'Needs Kubernetes 1.N' does not name 1.${tested_min}, check's TESTED_MIN_MINOR (webhook/src/check/mod.rs); change both with the Support table"
+
 # --- 5. make targets -------------------------------------------------------
 # `make X` in code spans and at the start of a code block's line.
 # shellcheck disable=SC2016 # the backquotes are Markdown's, not the shell's

@@ -3,7 +3,9 @@
 //! `FAIL`, `WARN` and `INFO` lines ([`report`]) and an exit status (1 when
 //! anything failed):
 //!
-//! 1. the cluster's version supports native sidecars (1.29+);
+//! 1. the cluster's version supports native sidecars (1.29+; a `WARN`
+//!    below [`TESTED_MIN_MINOR`], the oldest minor the project's test
+//!    matrix proved);
 //! 2. the `MutatingWebhookConfiguration` has kube-prestop's webhook, its
 //!    Service and a `caBundle` ([`config`]);
 //! 3. the Service has ready endpoints (EndpointSlices);
@@ -50,8 +52,17 @@ use self::config::WebhookTarget;
 use self::probe_pod::Delivery;
 use self::report::Report;
 
-/// Oldest Kubernetes minor with native sidecars on by default.
+/// Oldest Kubernetes minor with native sidecars on by default
+/// (`SidecarContainers`, beta and on by default from 1.29): below it an
+/// injected pod's sidecar would not be started as one, so `check` fails.
+/// The chart's `kubeVersion` (`>=1.29.0-0`) says the same.
 pub const MIN_MINOR: u32 = 29;
+
+/// Oldest Kubernetes minor a `make e2e-matrix` run proved (the README's
+/// Support table: 1.35, 1.36 and 1.37 on containerd 2 and 1.6 with runc).
+/// `check` passes from it on and warns on `MIN_MINOR`..it: those minors
+/// have everything kube-prestop relies on, but no test run here shows it.
+pub const TESTED_MIN_MINOR: u32 = 35;
 
 /// The label that turns injection on for a namespace.
 pub const NAMESPACE_LABEL: (&str, &str) = ("kube-prestop.io/inject", "enabled");
@@ -271,29 +282,35 @@ fn first_other<W: Write>(
 
 async fn cluster_version<W: Write>(client: &kube::Client, report: &mut Report<W>) {
     match client.apiserver_version().await {
-        Ok(info) => {
-            let minor: Option<u32> = info
-                .minor
-                .trim_end_matches('+')
-                .parse()
-                .ok()
-                .filter(|_| info.major == "1");
-            match minor {
-                Some(m) if m >= MIN_MINOR => report.pass(format!(
-                    "Kubernetes {} (native sidecars: 1.{MIN_MINOR} or newer)",
-                    info.git_version
-                )),
-                Some(_) => report.fail(format!(
-                    "Kubernetes {}: kube-prestop needs 1.{MIN_MINOR} or newer (native sidecars)",
-                    info.git_version
-                )),
-                None => report.warn(format!(
-                    "Kubernetes {}: version not understood (major {}, minor {})",
-                    info.git_version, info.major, info.minor
-                )),
-            }
-        }
+        Ok(info) => version_line(&info.git_version, &info.major, &info.minor, report),
         Err(e) => report.fail(format!("cannot reach the API server: {e}")),
+    }
+}
+
+/// The version line for an API server reporting `git_version`, `major` and
+/// `minor` (`/version`; managed clusters append `+` to the minor, e.g.
+/// `"35+"`): `FAIL` below [`MIN_MINOR`], `WARN` from it up to
+/// [`TESTED_MIN_MINOR`], `PASS` from there on, and `WARN` when the version is
+/// not understood.
+fn version_line<W: Write>(git_version: &str, major: &str, minor: &str, report: &mut Report<W>) {
+    let parsed: Option<u32> = minor
+        .trim_end_matches('+')
+        .parse()
+        .ok()
+        .filter(|_| major == "1");
+    match parsed {
+        Some(m) if m >= TESTED_MIN_MINOR => report.pass(format!(
+            "Kubernetes {git_version} (tested from 1.{TESTED_MIN_MINOR}; native sidecars from 1.{MIN_MINOR})"
+        )),
+        Some(m) if m >= MIN_MINOR => report.warn(format!(
+            "Kubernetes {git_version}: has native sidecars (1.{MIN_MINOR} or newer), but kube-prestop is tested from 1.{TESTED_MIN_MINOR} on (README, Support)"
+        )),
+        Some(_) => report.fail(format!(
+            "Kubernetes {git_version}: kube-prestop needs 1.{MIN_MINOR} or newer (native sidecars)"
+        )),
+        None => report.warn(format!(
+            "Kubernetes {git_version}: version not understood (major {major}, minor {minor})"
+        )),
     }
 }
 
@@ -630,6 +647,37 @@ mod tests {
         let first = first_other(others, "kube-prestop", "batch", &labels, &mut report);
         drop(report);
         (first, String::from_utf8(out).unwrap())
+    }
+
+    fn version_text(major: &str, minor: &str) -> String {
+        let mut out = Vec::new();
+        let mut report = Report::new(&mut out);
+        version_line(&format!("v{major}.{minor}.0"), major, minor, &mut report);
+        drop(report);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn versions_fail_below_native_sidecars_and_warn_below_the_tested_range() {
+        assert!(
+            version_text("1", "28")
+                .starts_with("FAIL  Kubernetes v1.28.0: kube-prestop needs 1.29 or newer")
+        );
+        assert!(
+            version_text("1", "29").starts_with("WARN  Kubernetes v1.29.0: has native sidecars")
+        );
+        assert!(
+            version_text("1", "34+").starts_with("WARN  Kubernetes v1.34+.0: has native sidecars")
+        );
+        assert_eq!(
+            version_text("1", "35+"),
+            "PASS  Kubernetes v1.35+.0 (tested from 1.35; native sidecars from 1.29)\n"
+        );
+        assert!(version_text("1", "37").starts_with("PASS  "));
+        assert!(
+            version_text("2", "0").starts_with("WARN  Kubernetes v2.0.0: version not understood")
+        );
+        assert!(version_text("1", "x").starts_with("WARN  "));
     }
 
     #[test]
