@@ -307,7 +307,11 @@ def burst_rows(fig, rows, notes):
         "burst: hooks run (record lines by completion index; sidecars logging one `hook finished`)",
         f"{b['burst_hook_record_indexes']} / {comp} indexes; {b['burst_sidecar_one_hook']} / {pods} sidecars",
         f"{comp} / {comp}",
-        f"{b['burst_hook_record_lines']} record lines; sidecars with no hook {b['burst_sidecar_no_hook']}, "
+        f"{b['burst_hook_record_lines']} record lines; sidecars with no hook {b['burst_sidecar_no_hook']}"
+        + (f" ({b['burst_sidecar_no_hook_reported']} of them logged `was never seen running`; "
+           "their logs in raw/cluster-burst.json)"
+           if int(b['burst_sidecar_no_hook']) and 'burst_sidecar_no_hook_reported' in b else "")
+        + ", "
         f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"))
     inst = fig.kv("cluster-install.txt") if fig.have("cluster-install.txt") else {}
     notes.append(

@@ -33,7 +33,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, Client};
-use kube_prestop_e2e::checks::{HOOK_FINISHED, count_lines, injected, pod_finished, sidecar_logs};
+use kube_prestop_e2e::checks::{
+    HOOK_FINISHED, NEVER_SEEN_RUNNING, count_lines, injected, pod_finished, sidecar_logs,
+};
 use kube_prestop_e2e::fixtures::container;
 use kube_prestop_e2e::metrics::{
     ApiserverWebhookStats, Histogram, WEBHOOK_DURATION, percentile, webhook_replica_metrics,
@@ -313,29 +315,39 @@ async fn burst(
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
             .count();
-        // The sidecars' own count of hook runs, pod by pod.
-        let hook_logs: Vec<(String, Option<usize>)> = futures::stream::iter(names.clone())
+        // The sidecars' own count of hook runs, pod by pod, with the log.
+        let hook_logs: Vec<(String, Option<(usize, String)>)> = futures::stream::iter(names.clone())
             .map(|pod| {
                 let (client, ns) = (client.clone(), ns.clone());
                 async move {
-                    let n = sidecar_logs(&client, &ns, &pod, C)
+                    let l = sidecar_logs(&client, &ns, &pod, C)
                         .await
                         .ok()
-                        .map(|l| count_lines(&l, HOOK_FINISHED));
-                    (pod, n)
+                        .map(|l| (count_lines(&l, HOOK_FINISHED), l));
+                    (pod, l)
                 }
             })
             .buffer_unordered(8)
             .collect()
             .await;
-        let with_hook = hook_logs.iter().filter(|(_, n)| *n == Some(1)).count();
-        let without_hook: Vec<&String> = hook_logs
+        let hooks = |l: &Option<(usize, String)>| l.as_ref().map(|(n, _)| *n);
+        let with_hook = hook_logs.iter().filter(|(_, l)| hooks(l) == Some(1)).count();
+        // A pod whose hook did not run, with its sidecar's last log lines:
+        // whether the sidecar reported the miss (the guarantee's reported
+        // cases, docs/operations.md) or lost it silently.
+        let without_hook: Vec<(&String, &str)> = hook_logs
             .iter()
-            .filter(|(_, n)| *n == Some(0))
-            .map(|(p, _)| p)
+            .filter_map(|(p, l)| match l {
+                Some((0, log)) => Some((p, log.as_str())),
+                _ => None,
+            })
             .collect();
-        let more_hooks = hook_logs.iter().filter(|(_, n)| n.is_some_and(|n| n > 1)).count();
-        let no_logs = hook_logs.iter().filter(|(_, n)| n.is_none()).count();
+        let reported = without_hook
+            .iter()
+            .filter(|(_, log)| log.contains(NEVER_SEEN_RUNNING))
+            .count();
+        let more_hooks = hook_logs.iter().filter(|(_, l)| hooks(l).is_some_and(|n| n > 1)).count();
+        let no_logs = hook_logs.iter().filter(|(_, l)| l.is_none()).count();
         let recorded = rec.lines("hooks");
         let indexes: BTreeSet<&str> = recorded
             .iter()
@@ -354,6 +366,7 @@ async fn burst(
         out(&mut lines, "burst_hook_record_indexes", indexes.len());
         out(&mut lines, "burst_sidecar_one_hook", with_hook);
         out(&mut lines, "burst_sidecar_no_hook", without_hook.len());
+        out(&mut lines, "burst_sidecar_no_hook_reported", reported);
         out(&mut lines, "burst_sidecar_more_hooks", more_hooks);
         out(&mut lines, "burst_sidecar_no_logs", no_logs);
         out(&mut lines, "burst_log_count", log_ms.len());
@@ -391,7 +404,13 @@ async fn burst(
         out(&mut lines, "burst_api_rejections", api.rejections);
         out(&mut lines, "burst_api_not_200", api.calls_not_200);
         let raw = json!({
-            "pods_without_hook": without_hook,
+            "pods_without_hook": without_hook
+                .iter()
+                .map(|(pod, log)| {
+                    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                    json!({"pod": pod, "sidecar_log_tail": tail.into_iter().rev().collect::<Vec<_>>()})
+                })
+                .collect::<Vec<_>>(),
             "webhook_histogram": wh.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
             "apiserver_histogram": api.duration.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
         });

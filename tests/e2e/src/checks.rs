@@ -15,6 +15,9 @@ use crate::container_logs;
 pub const HOOK_STARTED: &str = "kube-prestop: hook started";
 /// Sidecar log marker of a hook run that ended.
 pub const HOOK_FINISHED: &str = "kube-prestop: hook finished";
+/// Sidecar log marker of a watched container the watcher never saw running
+/// (a reported miss: the warning `watch.rs` logs when the sidecar stops).
+pub const NEVER_SEEN_RUNNING: &str = "was never seen running";
 /// Sidecar log marker of an exit whose preStop the kubelet ran itself.
 pub const HOOK_SKIPPED_KUBELET: &str = "the kubelet ran the preStop itself";
 
