@@ -78,13 +78,21 @@ cleanup() {
 trap cleanup EXIT
 
 # on ARCH CMD...: runs an ARCH binary, under QEMU unless ARCH is the host's.
-on() {
+# on_argv ARCH CMD...: sets on_cmd to CMD as it runs for ARCH (natively, or
+# under qemu-<cpu> invoked directly). For a background job, run
+# "${on_cmd[@]}" itself with &, so that $! is that process: `on ... &` would
+# give the subshell's PID, and killing it left the server running.
+on_argv() {
     local arch="$1"; shift
     if [[ "${arch}" == "${host_arch}" ]]; then
-        "$@"
+        on_cmd=("$@")
     else
-        "qemu-${qemu_cpu[${arch}]}" "$@"
+        on_cmd=("qemu-${qemu_cpu[${arch}]}" "$@")
     fi
+}
+on() {
+    on_argv "$@"
+    "${on_cmd[@]}"
 }
 how() { [[ "$1" == "${host_arch}" ]] && echo native || echo "qemu-${qemu_cpu[$1]}"; }
 # contains_all TEXT PART...: TEXT contains every PART.
@@ -138,13 +146,19 @@ done
 certs/gen.sh -o "${work}/certs" >/dev/null 2>&1
 python3 bench/report.py review "${repo}/engine/tests/golden/simple-job/input.yaml" "${work}/review.json"
 
+# answered_with_patch RESPONSE_JSON: an AdmissionReview response, allowed,
+# with a non-empty JSON patch.
+answered_with_patch() {
+    jq -e '.response.allowed == true and .response.patchType == "JSONPatch" and (.response.patch | length) > 0' \
+        "$1" >/dev/null
+}
 # serve ARCH: starts the webhook (TLS, no cluster) and sets SERVER_ADDR.
 serve() {
     local arch="$1" out="${work}/serve-$1.out"
-    on "${arch}" "${context}/linux/${arch}/kube-prestop-webhook" serve --no-cluster \
+    on_argv "${arch}" "${context}/linux/${arch}/kube-prestop-webhook" serve --no-cluster \
         --listen-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 --drain-delay 0s --shutdown-grace 2s \
-        --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key" \
-        >"${out}" 2>"${work}/serve-${arch}.err" &
+        --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key"
+    "${on_cmd[@]}" >"${out}" 2>"${work}/serve-${arch}.err" &
     server_pid=$!
     SERVER_ADDR=""
     local deadline=$((SECONDS + 60))
@@ -186,9 +200,10 @@ for arch in "${archs[@]}"; do
     if serve "${arch}"; then
         curl -sS --fail --max-time 60 --cacert "${work}/certs/ca.crt" -H 'Content-Type: application/json' \
             --data-binary "@${work}/review.json" "https://${SERVER_ADDR}/mutate" >"${work}/response-${arch}.json" 2>&1 || true
+        # (The redirection belongs to jq: on the check call it also swallowed
+        # the check's own ok/FAIL line.)
         check "linux/${arch} (${via}) kube-prestop-webhook serve: TLS AdmissionReview answered allowed with a JSON patch" \
-            jq -e '.response.allowed == true and .response.patchType == "JSONPatch" and (.response.patch | length) > 0' \
-            "${work}/response-${arch}.json" >/dev/null
+            answered_with_patch "${work}/response-${arch}.json"
     else
         fail "linux/${arch} (${via}) kube-prestop-webhook serve did not start: $(tail -n3 "${work}/serve-${arch}.err")"
     fi
