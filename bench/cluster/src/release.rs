@@ -13,7 +13,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client};
-use kube_prestop_e2e::waits::poll_until;
+use kube_prestop_e2e::waits::poll_until_none;
 use kube_prestop_e2e::webhook::{WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE, webhook_rollout_pending};
 use kube_prestop_webhook::check::config;
 use serde_json::Value;
@@ -134,11 +134,10 @@ impl Release {
 /// running and ready, as many as it wants.
 pub async fn wait_only_current_replicas(client: &Client) -> Result<()> {
     let pods = Api::<Pod>::namespaced(client.clone(), WEBHOOK_NAMESPACE);
-    let last = std::sync::Mutex::new(String::new());
-    let result = poll_until(ROLLOUT_TIMEOUT, Duration::from_millis(500), || {
-        let (pods, last, client) = (pods.clone(), &last, client.clone());
+    poll_until_none(ROLLOUT_TIMEOUT, Duration::from_millis(500), || {
+        let (pods, client) = (pods.clone(), client.clone());
         async move {
-            let state = match webhook_rollout_pending(&client).await? {
+            Ok(match webhook_rollout_pending(&client).await? {
                 Some(pending) => Some(pending),
                 None => {
                     let list = pods
@@ -147,17 +146,11 @@ pub async fn wait_only_current_replicas(client: &Client) -> Result<()> {
                         .items;
                     replicas_left(&list)
                 }
-            };
-            let done = state.is_none();
-            if let Ok(mut l) = last.lock() {
-                *l = state.unwrap_or_default();
-            }
-            Ok(done)
+            })
         }
     })
-    .await;
-    let last = last.lock().map(|l| l.clone()).unwrap_or_default();
-    result.with_context(|| format!("webhook replicas of an older configuration are left: {last}"))
+    .await
+    .context("webhook replicas of an older configuration are left")
 }
 
 /// `None` when every pod is of one template (`pod-template-hash`), none is

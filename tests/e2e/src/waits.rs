@@ -35,6 +35,35 @@ where
     }
 }
 
+/// Polls `pending` every `every` until it returns `None` (nothing left to
+/// wait for) or `timeout` passes; the error then ends with the last
+/// `Some(what is still pending)` it returned.
+pub async fn poll_until_none<F, Fut>(
+    timeout: Duration,
+    every: Duration,
+    mut pending: F,
+) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<String>>>,
+{
+    let last = std::sync::Mutex::new(String::new());
+    let result = poll_until(timeout, every, || {
+        let (state, last) = (pending(), &last);
+        async move {
+            let state = state.await?;
+            let done = state.is_none();
+            if let Ok(mut l) = last.lock() {
+                *l = state.unwrap_or_default();
+            }
+            Ok(done)
+        }
+    })
+    .await;
+    let last = last.lock().map(|l| l.clone()).unwrap_or_default();
+    result.with_context(|| format!("still pending: {last}"))
+}
+
 /// Pods of a Job (any number).
 pub async fn job_pods(client: &Client, ns: &str, job: &str) -> Result<Vec<Pod>> {
     Ok(Api::<Pod>::namespaced(client.clone(), ns)

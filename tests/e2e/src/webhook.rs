@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::checks::{binary_config_map, binary_delivery, has_install_container, phase};
 use crate::test_image;
-use crate::waits::poll_until;
+use crate::waits::{poll_until, poll_until_none};
 
 /// Namespace and release of the installed chart.
 pub const WEBHOOK_NAMESPACE: &str = "kube-prestop";
@@ -138,22 +138,12 @@ pub async fn webhook_rollout_pending(client: &Client) -> Result<Option<String>> 
 
 /// Waits until the webhook's rollout is complete (see [`webhook_rollout_pending`]).
 pub async fn wait_webhook_rolled_out(client: &Client, timeout: Duration) -> Result<()> {
-    let last = std::sync::Mutex::new(String::new());
-    let done = poll_until(timeout, Duration::from_millis(500), || {
+    poll_until_none(timeout, Duration::from_millis(500), || {
         let client = client.clone();
-        let last = &last;
-        async move {
-            let pending = webhook_rollout_pending(&client).await?;
-            let done = pending.is_none();
-            if let Ok(mut l) = last.lock() {
-                *l = pending.unwrap_or_default();
-            }
-            Ok(done)
-        }
+        async move { webhook_rollout_pending(&client).await }
     })
-    .await;
-    let last = last.lock().map(|l| l.clone()).unwrap_or_default();
-    done.with_context(|| format!("the webhook Deployment did not roll out: {last}"))
+    .await
+    .context("the webhook Deployment did not roll out")
 }
 
 /// A Job-like pod (opted in, with an exec preStop) for server-side dry-run
