@@ -13,7 +13,7 @@
         ceiling's ce_peak/ce_hwm in KiB, ticks and reqs at saturation,
         startup in ms, req_bytes/resp_bytes), oha's JSON of each load run
         (wh-sat-N, ce-sat-N, mu-sat-N for N in 1..REPEAT; wh-1000, ce-1000,
-        wh-5000, ce-5000), floor.txt (webhook/benches/admission.rs) and, when
+        wh-5000, ce-5000), floor.txt (webhook/server/benches/admission.rs) and, when
         the static musl binary ran, webhook-musl.txt (ticks, reqs);
       - sidecar: sidecar-paths.txt (bin, tar), sidecar-idle.txt and
         sidecar-lat.txt (bench/sidecar.py);

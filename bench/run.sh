@@ -7,7 +7,7 @@
 # AdmissionReview built from the golden simple-job pod. References in the same
 # run: the transport ceiling (bench/ceiling: the same tokio/rustls/hyper/axum
 # stack answering a fixed response, the webhook's own answer, to the same
-# body) and the compute floor (webhook/benches/admission.rs: review() alone).
+# body) and the compute floor (webhook/server/benches/admission.rs: review() alone).
 # All three use the same global allocator (mimalloc, webhook/src/main.rs), so
 # the ratio compares the same stack with and without the admission work. The
 # saturation runs also load the image's static musl binary (BENCH_MUSL).
@@ -128,7 +128,7 @@ if want webhook; then
     log "building the webhook (release), the transport ceiling, the compute floor"
     cargo build --release -p kube-prestop-webhook >&2
     (cd bench/ceiling && CARGO_TARGET_DIR="${ceiling_target}" cargo build --release >&2)
-    cargo bench -p kube-prestop-webhook --bench admission --no-run >&2
+    cargo bench -p kube-prestop-server --bench admission --no-run >&2
     if [[ "${musl}" == 1 ]]; then
         log "building the static musl webhook (the amd64 image's binary, as images/build.sh builds it)"
         command -v musl-gcc >/dev/null || die "musl-gcc is required for BENCH_MUSL=1 (Debian: musl-tools)"
@@ -260,7 +260,7 @@ if want webhook; then
     wh_rss_after="$(status_kib "${wh_pid}" VmRSS)"
 
     log "compute floor (cargo bench --bench admission)"
-    KPS_BENCH_BODY="${body}" cargo bench -q -p kube-prestop-webhook --bench admission 2> "${work}/floor.err" > "${work}/floor.txt" \
+    KPS_BENCH_BODY="${body}" cargo bench -q -p kube-prestop-server --bench admission 2> "${work}/floor.err" > "${work}/floor.txt" \
         || die "compute floor failed: $(tail -n 5 "${work}/floor.err")"
 
     log "start-up: exec -> /readyz 200, 10 times"

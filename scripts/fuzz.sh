@@ -16,7 +16,7 @@
 # fuzz/artifacts/TARGET/ and makes the script exit non-zero; reproduce it
 # with `cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/crash-...`, fix
 # it, and commit the input as fuzz/regressions/TARGET/NAME: the normal test
-# suite replays those (webhook/tests/proptest_admission.rs for admission;
+# suite replays those (webhook/server/tests/proptest_admission.rs for admission;
 # add a test for other targets the same way).
 #
 # Environment: FUZZ_JOBS (parallel libFuzzer jobs per target, default 1),

@@ -78,7 +78,7 @@ cell_tests() {
     echo "cargo test -p kube-prestop-e2e -- --test-threads=1 --nocapture"
     echo "tests/install-product.sh --uninstall"
     echo "tests/chart/install-check.sh"
-    echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-webhook --lib self_managed_certs::cluster_tests -- --ignored"
+    echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-cluster --lib self_managed_certs::cluster_tests -- --ignored"
   else
     echo "cargo test -p kube-prestop-e2e --test scenarios -- --test-threads=1 --exact --nocapture concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
     echo "cargo test -p kube-prestop-e2e --test kubelet_restarts -- --test-threads=1 --nocapture"

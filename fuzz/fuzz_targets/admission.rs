@@ -12,9 +12,9 @@
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_engine::EngineConfig;
-use kube_prestop_webhook::cluster_cache::ClusterCache;
-use kube_prestop_webhook::metrics::labels::Decision;
-use kube_prestop_webhook::server::admission::{FailureMode, review};
+use kube_prestop_cluster::cluster_cache::ClusterCache;
+use kube_prestop_metrics::labels::Decision;
+use kube_prestop_server::admission::{FailureMode, review};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

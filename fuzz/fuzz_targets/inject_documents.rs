@@ -5,7 +5,7 @@
 #![no_main]
 
 use kube_prestop_engine::EngineConfig;
-use kube_prestop_webhook::inject_cmd::{InjectError, OutputFormat, parse_stream, run};
+use kube_prestop_tools::inject::{InjectError, OutputFormat, parse_stream, run};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -107,7 +107,7 @@ banned=(
     'exactly[- ]once|the guarantee is "never twice; once per exit except the documented cases" (docs/operations.md: The guarantee)'
     'exactly one hook run|a hook can be missed or abandoned: "at most one hook run per exit" (docs/operations.md: The guarantee)'
     'pasted into the README|docs/security.md is linked from the README, not pasted into it'
-    'metadata only, by label|the sidecar-binary ConfigMap watch reads whole objects (binaryData is hashed and dropped), see webhook/src/sidecar_configmap'
+    'metadata only, by label|the sidecar-binary ConfigMap watch reads whole objects (binaryData is hashed and dropped), see webhook/cluster/src/sidecar_configmap'
     'never update, delete or read data|the sidecar-binary ConfigMap watch reads the data to hash it'
     '-c <sidecar>|name the sidecar: kube-prestop-<container>'
     'prestop-system|the webhook namespace is the code default (DEFAULT_WEBHOOK_NAMESPACE)'
@@ -136,9 +136,9 @@ awk '/^## Run all tests$/ { in_s = 1; next } in_s && /^## / { exit } in_s && /^m
     finding "README.md: no '## Run all tests' section showing 'make test' (.ci/run runs that command)"
 
 # The oldest Kubernetes the README claims is the one check passes from.
-tested_min="$(git ls-files -z -- 'webhook/src/check/*.rs' | xargs -0 grep -h -o 'TESTED_MIN_MINOR: u32 = [0-9]*' | grep -o '[0-9]*$')"
+tested_min="$(git ls-files -z -- 'webhook/tools/src/check/*.rs' | xargs -0 grep -h -o 'TESTED_MIN_MINOR: u32 = [0-9]*' | grep -o '[0-9]*$')"
 grep -q "^Needs Kubernetes 1\.${tested_min} " README.md ||
-    finding "README.md: 'Needs Kubernetes 1.N' does not name 1.${tested_min}, check's TESTED_MIN_MINOR (webhook/src/check/mod.rs); change both with the Support table"
+    finding "README.md: 'Needs Kubernetes 1.N' does not name 1.${tested_min}, check's TESTED_MIN_MINOR (webhook/tools/src/check/mod.rs); change both with the Support table"
 
 # --- 5. make targets -------------------------------------------------------
 # `make X` in code spans and at the start of a code block's line.

@@ -1,18 +1,14 @@
-//! kube-prestop webhook: the admission server, the offline `inject` command,
-//! the operator's `check` command and the self-managed certificates. The
-//! injection engine they share is the `kube-prestop-engine` crate
-//! (`engine/`), which does no I/O.
+//! `kube-prestop-webhook`, the binary: its command line ([`cli`]: every
+//! `clap` definition and the conversion to the other crates' types) and its
+//! logging ([`logging`]). `main.rs` wires the crates together:
+//!
+//! - `serve`: the admission server (`kube-prestop-server`) over the
+//!   cluster-facing caches and controllers (`kube-prestop-cluster`);
+//! - `inject` and `check`: the operator's tools (`kube-prestop-tools`).
+//!
+//! The injection engine they share is the `kube-prestop-engine` crate, which
+//! does no I/O; the dependency direction between these crates is Cargo's
+//! (`docs/ARCHITECTURE.md` §3).
 
-pub mod check;
 pub mod cli;
-pub mod cluster_cache;
-pub mod image_volume_api;
-pub mod inject_cmd;
-pub mod kube_config;
 pub mod logging;
-pub mod metrics;
-pub mod node_facts;
-pub mod self_managed_certs;
-pub mod server;
-pub mod sidecar_configmap;
-pub mod tls;

@@ -1,19 +1,21 @@
-//! `kube-prestop-webhook`: the admission server (`serve`) and offline
-//! injection (`inject`).
+//! `kube-prestop-webhook`: the admission server (`serve`), offline
+//! injection (`inject`) and the installation check (`check`).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use kube_prestop_cluster::cluster_cache::ClusterCache;
+use kube_prestop_cluster::image_volume_probe::ImageVolumeProbe;
+use kube_prestop_cluster::node_facts::NodeWatch;
+use kube_prestop_cluster::sidecar_configmap::{SidecarConfigMaps, load_binaries};
+use kube_prestop_cluster::{client, self_managed_certs};
+use kube_prestop_metrics::Metrics;
+use kube_prestop_server::{ConnLimits, Server, ServerConfig};
+use kube_prestop_tools::{check, inject};
 use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
-use kube_prestop_webhook::cluster_cache::ClusterCache;
-use kube_prestop_webhook::image_volume_api::ImageVolumeApi;
-use kube_prestop_webhook::metrics::Metrics;
-use kube_prestop_webhook::node_facts::NodeWatch;
-use kube_prestop_webhook::server::{ConnLimits, Server, ServerConfig};
-use kube_prestop_webhook::sidecar_configmap::{SidecarConfigMaps, load_binaries};
-use kube_prestop_webhook::{check, inject_cmd, logging, self_managed_certs};
+use kube_prestop_webhook::logging;
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
 /// musl binary, and musl's malloc (mallocng) takes a global lock on every
@@ -72,7 +74,7 @@ fn inject(args: InjectArgs) -> anyhow::Result<()> {
         .engine
         .engine_config()
         .context("invalid engine flags")?;
-    let out = inject_cmd::run(&input, &args.namespace, &config, args.output.into())?;
+    let out = inject::run(&input, &args.namespace, &config, args.output.into())?;
     for line in &out.summaries {
         tracing::info!("{line}");
     }
@@ -123,7 +125,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let config = server_config(&args)?;
-    let client = ClusterCache::client(args.kubeconfig.as_deref(), args.no_cluster)
+    let client = client::optional_client(args.kubeconfig.as_deref(), args.no_cluster)
         .await
         .context("cannot set up the cluster client")?;
     if let Some(cert_config) = args.certs.config(&config.engine.webhook_namespace) {
@@ -148,7 +150,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             };
             cache = cache.with_nodes(nodes.clone());
             if source.may_use_image_volume() {
-                cache = cache.with_image_volume_api(ImageVolumeApi::start(
+                cache = cache.with_image_volume_probe(ImageVolumeProbe::start(
                     client.clone(),
                     &engine.webhook_namespace,
                     &engine.install_image,

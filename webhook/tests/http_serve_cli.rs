@@ -2,6 +2,7 @@
 //! addresses, JSON logs with one line per decision, and SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "../server/tests/http_common/mod.rs"]
 mod http_common;
 
 use std::io::{BufRead, BufReader, Read};

@@ -60,9 +60,7 @@ fn every_flag_is_in_the_reference() {
 #[test]
 fn every_metric_and_label_value_is_in_the_reference() {
     let page = reference();
-    let exposition = kube_prestop_webhook::metrics::Metrics::new()
-        .encode()
-        .unwrap();
+    let exposition = kube_prestop_metrics::Metrics::new().encode().unwrap();
     let mut names = BTreeSet::new();
     let mut values = BTreeSet::new();
     for line in exposition.lines() {
@@ -193,6 +191,16 @@ fn every_environment_variable_of_the_sidecar_is_in_the_reference() {
 
 /// The string literals (`"..."`, escapes kept as written) of the `.rs` files
 /// under `dir`, each with its `{...}` format placeholders as `\0`.
+/// The source folders of the webhook binary and its crates, relative to
+/// `webhook/`.
+const WEBHOOK_SOURCES: [&str; 5] = [
+    "src",
+    "server/src",
+    "cluster/src",
+    "tools/src",
+    "metrics/src",
+];
+
 fn string_literals(dir: &Path) -> Vec<Vec<char>> {
     fn walk(dir: &Path, out: &mut Vec<Vec<char>>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -277,10 +285,25 @@ fn every_log_line_the_reference_names_is_in_the_code() {
         .split_once("The sidecar's lines")
         .expect("a paragraph on the sidecar's lines");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in std::fs::read_dir(root).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("Cargo.toml").is_file() {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                WEBHOOK_SOURCES.contains(&format!("{name}/src").as_str()),
+                "crate webhook/{name} is missing from WEBHOOK_SOURCES"
+            );
+        }
+    }
     let parts = [
         (
             webhook_part,
-            string_literals(&root.join("src")),
+            // The binary's crate and the crates it wires (server, cluster,
+            // tools, metrics): every `src/` of the webhook's folder.
+            WEBHOOK_SOURCES
+                .iter()
+                .flat_map(|dir| string_literals(&root.join(dir)))
+                .collect(),
             "Other\nlines worth",
         ),
         (

@@ -15,7 +15,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use kube_prestop_e2e::waits::poll_until_none;
 use kube_prestop_e2e::webhook::{WEBHOOK_DEPLOYMENT, WEBHOOK_NAMESPACE, webhook_rollout_pending};
-use kube_prestop_webhook::check::config;
+use kube_prestop_tools::check::config;
 use serde_json::Value;
 
 use crate::log;

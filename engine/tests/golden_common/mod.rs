@@ -111,10 +111,16 @@ fn replace_strings(value: &mut Value, from: &str, to: &str) {
     }
 }
 
-/// `engine/tests/golden/` (this module is also compiled into the webhook's
-/// `golden_patch` test, hence the path through the workspace root).
+/// `engine/tests/golden/`, found from the compiling crate's folder upwards
+/// (this module is also compiled into the admission server's
+/// `golden_patch` test, whose crate lies elsewhere in the workspace).
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/golden")
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .map(|dir| dir.join("engine/tests/golden"))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| panic!("no engine/tests/golden above {}", manifest.display()))
 }
 
 /// A YAML file as JSON; panics naming the file when it cannot be read.

@@ -1,5 +1,5 @@
 //! Command-line flags of the self-managed certificate controller
-//! ([`crate::self_managed_certs`]), flattened into `kube-prestop-webhook
+//! ([`kube_prestop_cluster::self_managed_certs`]), flattened into `kube-prestop-webhook
 //! serve`'s own flags, and their one mapping onto its configuration. The
 //! chart's `selfManaged` mode passes exactly these.
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::parse_duration;
-use crate::self_managed_certs::SelfManagedCertsConfig;
+use kube_prestop_cluster::self_managed_certs::SelfManagedCertsConfig;
 
 /// Flags of the self-managed certificate mode (`--self-managed-certs`).
 /// The namespace comes from the server's `--webhook-namespace`.

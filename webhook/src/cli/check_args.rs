@@ -6,9 +6,9 @@ use std::time::Duration;
 use clap::Args;
 
 use super::parse_duration;
-use crate::check::CheckOptions;
+use kube_prestop_tools::check::CheckOptions;
 
-/// Flags of `check` (see [`crate::check`]).
+/// Flags of `check` (see [`kube_prestop_tools::check`]).
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Name of the MutatingWebhookConfiguration to check (the chart's

@@ -9,9 +9,9 @@ use clap::ValueEnum;
 
 use kube_prestop_engine::SidecarBinarySource;
 
-use crate::inject_cmd::OutputFormat;
 use crate::logging::LogFormat;
-use crate::server::FailureMode;
+use kube_prestop_server::FailureMode;
+use kube_prestop_tools::inject::OutputFormat;
 
 /// Values of `--log-format`; see [`LogFormat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]

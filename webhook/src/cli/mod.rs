@@ -20,7 +20,7 @@ pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinar
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
-use crate::server::DEFAULT_MAX_BODY_BYTES;
+use kube_prestop_server::DEFAULT_MAX_BODY_BYTES;
 
 /// Mutating admission webhook that makes a Job container's preStop command
 /// run when the container exits on its own.

@@ -1,0 +1,42 @@
+//! Why a pod CREATE is answered without injection: the errors the failure
+//! mode decides on (admitted with a warning, or refused).
+
+use kube_prestop_engine::EngineError;
+
+use kube_prestop_metrics::labels::{self, reason};
+
+/// A pod the webhook cannot inject. Its message is the admission warning
+/// (or the refusal's message) and the log line's `detail`.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// The request's object does not parse as a Pod.
+    #[error("the pod object does not parse: {0}")]
+    Unparsable(serde_json::Error),
+    /// The request has no object.
+    #[error("the request has no object")]
+    NoObject,
+    /// The engine panicked (a bug of ours; the panic is logged by the
+    /// process's panic hook).
+    #[error("internal error in the injection engine")]
+    EnginePanic,
+    /// The JSON Patch could not be serialized or encoded.
+    #[error(transparent)]
+    Patch(serde_json::Error),
+    /// The engine cannot handle the pod.
+    #[error(transparent)]
+    Engine(EngineError),
+}
+
+impl PodError {
+    /// The `reason` label it is counted under (with decision `error`):
+    /// `invalid_pod`, `engine_panic`, `patch_error` or the engine error's
+    /// label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unparsable(_) | Self::NoObject => reason::INVALID_POD,
+            Self::EnginePanic => reason::ENGINE_PANIC,
+            Self::Patch(_) => reason::PATCH_ERROR,
+            Self::Engine(e) => labels::engine_error(e),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The admission server: HTTPS (`/mutate`, `/livez`, `/readyz`) and a
+//! plain-HTTP metrics port (`/metrics`, `/livez`, `/readyz`).
+//!
+//! Lifecycle: [`Server::bind`] loads the certificate and binds both ports
+//! (port 0 picks a free one; [`Server::https_addr`] tells which), then
+//! [`Server::run`] serves until its shutdown future resolves: readiness
+//! fails at once, connections are still accepted for the drain delay (so
+//! the endpoint is removed before the listener goes away) and every HTTP/1.1
+//! answer says `Connection: close` (so clients that pool connections, as the
+//! API server does, stop reusing ours), then in-flight requests finish and
+//! `run` returns.
+
+pub mod admission;
+pub mod error;
+mod health;
+mod listener;
+mod routes;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+pub use admission::FailureMode;
+pub use error::HttpError;
+pub use health::Health;
+pub use listener::ConnLimits;
+
+use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
+use kube_prestop_cluster::cluster_cache::ClusterCache;
+use kube_prestop_engine::EngineConfig;
+use kube_prestop_metrics::Metrics;
+use routes::AppState;
+
+/// Largest request body accepted on `/mutate`: 7 MiB.
+///
+/// The API server refuses request bodies over 3 MiB
+/// (`MaxRequestBodyBytes`, default 3 × 1024 × 1024), and etcd refuses
+/// objects over 1.5 MiB. An AdmissionReview carries the object and, for
+/// updates, the old object, plus request metadata: at most about 2 × 3 MiB.
+/// 7 MiB covers that with room; anything larger is not from an API server.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// HTTPS listen address (port 0: any free port).
+    pub https_addr: SocketAddr,
+    /// Plain-HTTP metrics listen address (port 0: any free port).
+    pub metrics_addr: SocketAddr,
+    /// PEM certificate chain, leaf first.
+    pub tls_cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key_file: PathBuf,
+    /// How often the certificate files are checked for changes.
+    pub cert_reload_interval: Duration,
+    /// Time between failing readiness and closing the listener on shutdown.
+    pub drain_delay: Duration,
+    /// Longest wait for in-flight requests after the listener closes.
+    pub shutdown_grace: Duration,
+    /// Fail open (default) or closed on engine errors.
+    pub failure_mode: FailureMode,
+    /// Engine configuration.
+    pub engine: EngineConfig,
+    /// Largest `/mutate` request body, bytes (larger: HTTP 413).
+    pub max_body_bytes: usize,
+    /// Time allowed to receive a whole request body.
+    pub body_read_timeout: Duration,
+    /// Per-connection limits.
+    pub conn_limits: ConnLimits,
+}
+
+impl ServerConfig {
+    /// Defaults for everything but the addresses and certificate files.
+    pub fn new(
+        https_addr: SocketAddr,
+        metrics_addr: SocketAddr,
+        tls_cert_file: PathBuf,
+        tls_key_file: PathBuf,
+    ) -> Self {
+        Self {
+            https_addr,
+            metrics_addr,
+            tls_cert_file,
+            tls_key_file,
+            cert_reload_interval: Duration::from_secs(5),
+            drain_delay: Duration::from_secs(5),
+            shutdown_grace: Duration::from_secs(20),
+            failure_mode: FailureMode::Allow,
+            engine: EngineConfig::default(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_read_timeout: Duration::from_secs(10),
+            conn_limits: ConnLimits {
+                max_connections: 1024,
+                handshake_timeout: Duration::from_secs(10),
+                header_read_timeout: Duration::from_secs(10),
+                http2_keep_alive: Duration::from_secs(30),
+            },
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The serving certificate or key could not be loaded.
+    #[error("serving certificate: {0}")]
+    Tls(#[from] TlsLoadError),
+    /// rustls refused the configuration.
+    #[error("TLS configuration: {0}")]
+    TlsConfig(#[from] rustls::Error),
+    /// A listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A bound, not yet running server.
+pub struct Server {
+    https: TcpListener,
+    metrics_listener: TcpListener,
+    https_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    resolver: Arc<ReloadingCertResolver>,
+    acceptor: TlsAcceptor,
+    state: Arc<AppState>,
+    config: ServerConfig,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("https_addr", &self.https_addr)
+            .field("metrics_addr", &self.metrics_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let to_err = |source| ServerError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(to_err)?;
+    let local = listener.local_addr().map_err(to_err)?;
+    Ok((listener, local))
+}
+
+impl Server {
+    /// Load the certificate and bind both ports. Must run inside a tokio
+    /// runtime.
+    pub async fn bind(config: ServerConfig, cache: ClusterCache) -> Result<Self, ServerError> {
+        Self::bind_with_metrics(config, cache, Metrics::new()).await
+    }
+
+    /// [`Self::bind`], recording into `metrics` (shared with what else the
+    /// process runs, e.g. the sidecar-binary ConfigMaps).
+    pub async fn bind_with_metrics(
+        config: ServerConfig,
+        cache: ClusterCache,
+        metrics: Metrics,
+    ) -> Result<Self, ServerError> {
+        let resolver = Arc::new(ReloadingCertResolver::new(
+            config.tls_cert_file.clone(),
+            config.tls_key_file.clone(),
+        )?);
+        let tls = crate::tls::server_config(resolver.clone())?;
+        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        metrics.set_certificate_expiry(resolver.not_after_unix());
+        let (https, https_addr) = bind(config.https_addr).await?;
+        let (metrics_listener, metrics_addr) = bind(config.metrics_addr).await?;
+        let state = Arc::new(AppState {
+            health: Arc::new(Health::new(cache.clone())),
+            cache,
+            engine: config.engine.clone(),
+            failure_mode: config.failure_mode,
+            metrics,
+            max_body_bytes: config.max_body_bytes,
+            body_read_timeout: config.body_read_timeout,
+        });
+        Ok(Self {
+            https,
+            metrics_listener,
+            https_addr,
+            metrics_addr,
+            resolver,
+            acceptor,
+            state,
+            config,
+        })
+    }
+
+    /// The bound HTTPS address.
+    pub fn https_addr(&self) -> SocketAddr {
+        self.https_addr
+    }
+
+    /// The bound metrics address.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+    }
+
+    /// Readiness state (tests and embedders may watch it).
+    pub fn health(&self) -> Arc<Health> {
+        self.state.health.clone()
+    }
+
+    /// Serve until `shutdown` resolves, then drain and return.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let Self {
+            https,
+            metrics_listener,
+            https_addr,
+            metrics_addr,
+            resolver,
+            acceptor,
+            state,
+            config,
+        } = self;
+        tracing::info!(%https_addr, %metrics_addr, "serving");
+
+        let metrics = state.metrics.clone();
+        let reload =
+            tokio::spawn(
+                resolver.watch(config.cert_reload_interval, move |event| match event {
+                    ReloadEvent::Reloaded { not_after_unix } => {
+                        metrics.set_certificate_expiry(not_after_unix);
+                        metrics.record_certificate_reload(true);
+                    }
+                    ReloadEvent::Failed => metrics.record_certificate_reload(false),
+                }),
+            );
+
+        let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let metrics_app = routes::metrics_router(state.clone());
+        let metrics_task = tokio::spawn(async move {
+            let served = axum::serve(metrics_listener, metrics_app)
+                .with_graceful_shutdown(async {
+                    let _ = metrics_stop_rx.await;
+                })
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "metrics server failed");
+            }
+        });
+
+        let health = state.health.clone();
+        let drain_delay = config.drain_delay;
+        let stop = async move {
+            shutdown.await;
+            health.start_draining();
+            tracing::info!(
+                ?drain_delay,
+                "shutdown requested: readiness now fails; draining"
+            );
+            tokio::time::sleep(drain_delay).await;
+        };
+        listener::serve_tls(
+            https,
+            acceptor,
+            routes::https_router(state),
+            config.conn_limits,
+            stop,
+            config.shutdown_grace,
+        )
+        .await;
+
+        reload.abort();
+        let _ = metrics_stop_tx.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(5), metrics_task).await;
+        tracing::info!("server stopped");
+    }
+}

@@ -1,0 +1,274 @@
+//! HTTP routes: `/mutate`, `/livez`, `/readyz` on the HTTPS port;
+//! `/metrics`, `/livez`, `/readyz` on the plain-HTTP metrics port.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, Version, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use super::admission::{self, FailureMode, Outcome};
+use super::error::{HttpError, json_response};
+use super::health::Health;
+use kube_prestop_cluster::cluster_cache::ClusterCache;
+use kube_prestop_engine::EngineConfig;
+use kube_prestop_metrics::Metrics;
+use kube_prestop_metrics::labels::Decision;
+
+/// Everything a handler needs.
+#[derive(Debug)]
+pub struct AppState {
+    /// LimitRange cache.
+    pub cache: ClusterCache,
+    /// Engine configuration.
+    pub engine: EngineConfig,
+    /// Fail open or closed on engine errors.
+    pub failure_mode: FailureMode,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Readiness state.
+    pub health: Arc<Health>,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Time allowed to receive a whole request body.
+    pub body_read_timeout: Duration,
+}
+
+/// The HTTPS router.
+pub fn https_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            close_when_draining,
+        ))
+        .with_state(state)
+}
+
+/// Once shutdown has begun, every HTTP/1.1 answer carries `Connection:
+/// close`, so the client retires the connection itself after reading it.
+///
+/// The API server calls webhooks over HTTP/1.1 (it turns HTTP/2 off for
+/// them) and keeps idle connections in a pool per Service. Endpoint removal
+/// only steers new connections: pooled ones to a replica that got SIGTERM
+/// keep being used for the whole drain delay, and when the drain ends and the
+/// server closes them, a request the API server is writing at that moment
+/// fails ("EOF", "broken pipe"); it is a POST, so it is not retried, and with
+/// `failurePolicy: Ignore` the pod is created without injection. Answered with
+/// `Connection: close` during the drain, each pooled connection is closed by
+/// the client after its next answer, and the following requests go to a new
+/// connection to a ready replica; by the end of the drain no connection the
+/// client still uses is left. (HTTP/2 has GOAWAY for this, sent by the
+/// graceful shutdown.)
+async fn close_when_draining(
+    State(app): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let http1 = request.version() < Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && app.health.is_draining() {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// The plain-HTTP metrics router.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn livez() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+    if app.health.is_ready() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else if app.health.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cluster cache not synced\n",
+        )
+            .into_response()
+    }
+}
+
+async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    match app.metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + app.body_read_timeout;
+    let cap = app.max_body_bytes;
+    let (parts, mut body) = request.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared.filter(|&n| n > cap as u64) {
+        // Nothing read yet. A client waiting for `100 Continue` has sent
+        // nothing and will not: reading would make hyper invite the body.
+        let expects_continue = parts
+            .headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !expects_continue && declared <= drain_limit(cap) as u64 {
+            drain_in_background(body, drain_limit(cap), deadline);
+        }
+        return too_large(&app, cap);
+    }
+    // `Limited` over a borrow, so that on overflow the rest of the body is
+    // still ours to drain.
+    let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, cap).collect()).await;
+    let bytes = match collected {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            drain_in_background(body, drain_limit(cap).saturating_sub(cap), deadline);
+            return too_large(&app, cap);
+        }
+        Ok(Err(e)) => return HttpError::ReadBody(e).into_response(),
+        Err(_) => {
+            tracing::warn!(timeout = ?app.body_read_timeout, "request body not received in time");
+            return HttpError::BodyTimeout.into_response();
+        }
+    };
+    let outcome = admission::review(&bytes, &app.cache, &app.engine, app.failure_mode);
+    let seconds = started.elapsed().as_secs_f64();
+    app.metrics
+        .record_admission(outcome.decision, outcome.reason, seconds);
+    if !outcome.request.sidecar_binary.is_empty() && !outcome.request.dry_run {
+        app.metrics.record_injection(outcome.request.sidecar_binary);
+    }
+    log_outcome(&outcome, seconds);
+    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
+    json_response(status, outcome.body)
+}
+
+/// Largest oversize body (bytes) still read to its end after the 413, so
+/// the client can finish sending and read the answer: twice the cap.
+/// Larger ones are cut off.
+fn drain_limit(cap: usize) -> usize {
+    cap.saturating_mul(2)
+}
+
+/// Reads and discards the rest of an oversize request body in the
+/// background, while the 413 is sent, until the body ends, `budget` more
+/// bytes were read, or `deadline` (the request's body read deadline).
+///
+/// Why: answering without reading the body makes HTTP/2 (h2) reset the
+/// stream (`RST_STREAM`, RFC 9113 §8.1 allows `NO_ERROR` after a complete
+/// response) while the client is still sending, and clients such as curl
+/// then report a stream error instead of the 413; over HTTP/1.1 hyper
+/// closes the connection under a client still writing, which can lose the
+/// answer ("Broken pipe", connection reset). Read to its end, the stream
+/// or connection ends normally. Past the budget or the deadline the body
+/// is dropped: the client gets the reset it would have got anyway.
+fn drain_in_background(mut body: Body, budget: usize, deadline: tokio::time::Instant) {
+    tokio::spawn(async move {
+        let mut left = budget;
+        let drained = tokio::time::timeout_at(deadline, async {
+            while let Some(frame) = body.frame().await {
+                let Ok(frame) = frame else { return false };
+                let len = frame.data_ref().map_or(0, axum::body::Bytes::len);
+                let Some(rest) = left.checked_sub(len) else {
+                    return false;
+                };
+                left = rest;
+            }
+            true
+        })
+        .await;
+        tracing::debug!(
+            read_to_end = drained.unwrap_or(false),
+            "rest of an oversize request body drained"
+        );
+    });
+}
+
+fn too_large(app: &AppState, cap: usize) -> Response {
+    let error = HttpError::BodyTooLarge { max_bytes: cap };
+    if let Some((decision, reason)) = error.labels() {
+        app.metrics.record_admission(decision, reason, 0.0);
+    }
+    tracing::warn!(max_body_bytes = cap, "request body over the limit refused");
+    error.into_response()
+}
+
+/// One line per admission decision: at warn level for errors, invalid
+/// requests, pods with unknown `kube-prestop.io/` annotations
+/// (field `unknown_annotations`) and pods that opted in with
+/// `kube-prestop.io/inject: "true"` but are skipped (their admission
+/// warning never reaches anyone when a controller such as the Job
+/// controller creates them), else at info level.
+fn log_outcome(outcome: &Outcome, seconds: f64) {
+    let r = &outcome.request;
+    let duration_ms = seconds * 1000.0;
+    let error = matches!(outcome.decision, Decision::Error | Decision::Invalid);
+    // Fields that are `None` are left out of the line.
+    let detail = error.then(|| outcome.detail.as_deref().unwrap_or(""));
+    let unknown_annotations =
+        (error || !r.unknown_annotations.is_empty()).then_some(r.unknown_annotations.as_str());
+    let sidecar_binary = (!r.sidecar_binary.is_empty()).then_some(r.sidecar_binary);
+    let sidecar_binary_why =
+        (!r.sidecar_binary_why.is_empty()).then_some(r.sidecar_binary_why.as_str());
+    let dry_run = r.dry_run.then_some(true);
+    // One line, at a level fixed per call site (tracing's levels are static).
+    macro_rules! admission_line {
+        ($level:ident) => {
+            tracing::$level!(
+                uid = %r.uid,
+                namespace = %r.namespace,
+                owner = %r.owner,
+                pod = %r.pod,
+                operation = %r.operation,
+                resource = %r.resource,
+                decision = outcome.decision.as_str(),
+                reason = %outcome.reason,
+                detail,
+                unknown_annotations,
+                sidecar_binary,
+                sidecar_binary_why,
+                dry_run,
+                duration_ms,
+                "admission"
+            )
+        };
+    }
+    // Warn where someone has to act: an error, a misspelt annotation, or a
+    // pod that asked for injection and did not get it (a Job's pod gets
+    // its admission warnings dropped by the Job controller).
+    if error || unknown_annotations.is_some() || r.opted_in_but_skipped {
+        admission_line!(warn);
+    } else {
+        admission_line!(info);
+    }
+}
