@@ -2,7 +2,12 @@
 //! and the configuration to a [`Decision`]. No I/O, no clock, no randomness:
 //! the same input always gives the same output.
 //!
-//! * [`inject`]: a Pod at admission (CREATE).
+//! * [`review`]: a Pod at admission (CREATE): the whole [`Verdict`] (skip
+//!   reason or mutation, the JSON Patch operations, the delivery, the
+//!   warnings), as the admission server and `inject` use it.
+//! * [`review_template`]: the same for a pod template (Job, CronJob), as
+//!   the webhook would see the pods created from it.
+//! * [`inject`]: a Pod at admission, as the mutated pod.
 //! * [`plan`]: the same decision, with the changes as data instead of a
 //!   mutated pod; [`patch::json_patch`] renders them as the webhook's JSON
 //!   Patch.
@@ -28,12 +33,14 @@ pub mod patch;
 pub mod quantity;
 pub mod resources;
 pub mod select;
+pub mod verdict;
 
 pub use config::{EngineConfig, ResourceDefaults};
 pub use delivery::{BinaryFacts, Delivery, NodeArchitectures, SidecarBinarySource, Support};
 pub use mutate::Mutation;
 pub use resources::QosClass;
 pub use select::SkipReason;
+pub use verdict::{Verdict, Warning};
 
 /// Everything the engine needs to know about the cluster, gathered by the
 /// caller (from a reflector cache in the server, from flags in `inject`).
@@ -209,7 +216,7 @@ fn decide(
     match select::select(pod, spec, input)? {
         select::Selection::Skip(reason) => Ok(Plan::Skip(reason)),
         select::Selection::Watch(watched, overrides) => {
-            let mutation = mutate::plan(pod, &watched, &overrides, cluster, config)?;
+            let mutation = mutate::build(pod, &watched, &overrides, cluster, config)?;
             Ok(Plan::Inject(Box::new(mutation)))
         }
     }
@@ -224,6 +231,40 @@ fn apply(pod: &Pod, plan: Plan) -> Decision {
             mutation.apply(&mut out);
             Decision::Inject(Box::new(out))
         }
+    }
+}
+
+/// The engine's whole answer for `pod`, a Pod at admission (CREATE): the
+/// decision as [`plan`] makes it, with the admission warnings (unknown
+/// annotations, an opt-in that is skipped) whatever the decision, errors
+/// included. `pod` is only read. Never fails: an [`EngineError`] is the
+/// verdict's `plan`.
+pub fn review(pod: &Pod, cluster: &ClusterContext, config: &EngineConfig) -> Verdict {
+    Verdict::new(pod, plan(pod, cluster, config))
+}
+
+/// [`review`] for a pod template, `owner` telling who will own the pods
+/// created from it (see [`OwnerHint`]), with the pod the verdict was made
+/// for: the template's `metadata` and `spec` as a Pod's. The verdict's
+/// operations are against that pod (paths from its root).
+pub fn review_template(
+    template: &PodTemplateSpec,
+    owner: OwnerHint,
+    cluster: &ClusterContext,
+    config: &EngineConfig,
+) -> (Pod, Verdict) {
+    let pod = template_pod(template);
+    let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
+    let verdict = Verdict::new(&pod, decide(&pod, owned, cluster, config));
+    (pod, verdict)
+}
+
+/// A pod template as the Pod the controller will create from it.
+fn template_pod(template: &PodTemplateSpec) -> Pod {
+    Pod {
+        metadata: template.metadata.clone().unwrap_or_default(),
+        spec: template.spec.clone(),
+        status: None,
     }
 }
 
@@ -270,11 +311,7 @@ pub fn inject_template(
     cluster: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<TemplateDecision, EngineError> {
-    let pod = Pod {
-        metadata: template.metadata.clone().unwrap_or_default(),
-        spec: template.spec.clone(),
-        status: None,
-    };
+    let pod = template_pod(template);
     let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
     Ok(match apply(&pod, decide(&pod, owned, cluster, config)?) {
         Decision::Skip(reason) => TemplateDecision::Skip(reason),

@@ -112,9 +112,10 @@ fn shared_mount(volume: &str) -> VolumeMount {
     }
 }
 
-/// Where the sidecar binary comes from in this pod.
+/// How the containers of this pod reach the sidecar binary: the mount side
+/// of the [`Delivery`] the engine chose, with the volume names it picked.
 #[derive(Debug, Clone, Copy)]
-enum Binary<'a> {
+enum BinaryMount<'a> {
     /// Copied into the shared volume by the install init container.
     Installed,
     /// Mounted from the ConfigMap volume named by the first field, at
@@ -126,12 +127,12 @@ enum Binary<'a> {
     ImageVolume(&'a str),
 }
 
-impl Binary<'_> {
+impl BinaryMount<'_> {
     /// Where the containers find the binary.
     fn path(self) -> &'static str {
         match self {
-            Binary::Installed | Binary::ConfigMapVolume(_) => contract::BINARY_PATH,
-            Binary::ImageVolume(_) => contract::IMAGE_VOLUME_BINARY_PATH,
+            BinaryMount::Installed | BinaryMount::ConfigMapVolume(_) => contract::BINARY_PATH,
+            BinaryMount::ImageVolume(_) => contract::IMAGE_VOLUME_BINARY_PATH,
         }
     }
 
@@ -140,7 +141,7 @@ impl Binary<'_> {
     /// binary's volume over its `bin` directory, read-only.
     fn mounts(self, shared: &str) -> Vec<VolumeMount> {
         let mut mounts = vec![shared_mount(shared)];
-        if let Binary::ConfigMapVolume(volume) | Binary::ImageVolume(volume) = self {
+        if let BinaryMount::ConfigMapVolume(volume) | BinaryMount::ImageVolume(volume) = self {
             mounts.push(VolumeMount {
                 name: volume.to_owned(),
                 mount_path: contract::BINARY_DIR.to_owned(),
@@ -241,14 +242,14 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
 /// binary's delivery and the shared volume's name give the binary's path
-/// and the mounts of the shared volume and the binary ([`Binary::mounts`]),
+/// and the mounts of the shared volume and the binary ([`BinaryMount::mounts`]),
 /// added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
     opts: &contract::WatchOptions,
-    (binary, shared): (Binary<'_>, &str),
+    (binary, shared): (BinaryMount<'_>, &str),
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
 ) -> Container {
@@ -293,7 +294,7 @@ fn sidecar_container(
 /// when there is one (the wrapper runs the binary), and the identifying
 /// mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet
 /// creates a missing subPath directory).
-fn watched_mounts(x: &Container, volume: &str, binary: Binary<'_>) -> Vec<VolumeMount> {
+fn watched_mounts(x: &Container, volume: &str, binary: BinaryMount<'_>) -> Vec<VolumeMount> {
     let mut mounts = binary.mounts(volume);
     mounts.push(VolumeMount {
         name: volume.to_owned(),
@@ -382,7 +383,7 @@ impl Mutation {
     }
 }
 
-/// Plans the whole mutation of `pod` for the containers at `watched`
+/// Builds the whole mutation of `pod` for the containers at `watched`
 /// (indices into `spec.containers`, each with an exec preStop); `pod` is
 /// only read.
 ///
@@ -391,7 +392,7 @@ impl Mutation {
 /// container already mounts under `/.kube-prestop` or `/.kube-prestop-id`;
 /// resource errors from [`resources::container_resources`]; annotation
 /// errors from [`PodOverrides::sidecar_resources`].
-pub fn plan(
+pub fn build(
     pod: &Pod,
     watched: &[usize],
     overrides: &PodOverrides,
@@ -443,12 +444,12 @@ pub fn plan(
         Delivery::ImageVolume => {
             binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
             volumes.push(image_volume(binary_volume_name.clone(), config));
-            Binary::ImageVolume(&binary_volume_name)
+            BinaryMount::ImageVolume(&binary_volume_name)
         }
         Delivery::ConfigMap { name, .. } => {
             binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
             volumes.push(binary_volume(binary_volume_name.clone(), name));
-            Binary::ConfigMapVolume(&binary_volume_name)
+            BinaryMount::ConfigMapVolume(&binary_volume_name)
         }
         Delivery::InstallContainer => {
             let install_resources = resources::container_resources(
@@ -467,7 +468,7 @@ pub fn plan(
                 config,
                 install_resources,
             ));
-            Binary::Installed
+            BinaryMount::Installed
         }
     };
 
@@ -561,21 +562,6 @@ pub fn plan(
         annotations,
         binary: choice,
     })
-}
-
-/// Applies the whole mutation to `pod` for the containers at `watched`:
-/// [`plan`], then [`Mutation::apply`].
-///
-/// Errors: as [`plan`].
-pub fn mutate(
-    mut pod: Pod,
-    watched: &[usize],
-    overrides: &PodOverrides,
-    cluster: &ClusterContext,
-    config: &EngineConfig,
-) -> Result<Pod, EngineError> {
-    plan(&pod, watched, overrides, cluster, config)?.apply(&mut pod);
-    Ok(pod)
 }
 
 #[cfg(test)]
