@@ -36,6 +36,16 @@ cluster-smoke: ## Prove the cluster with a busybox Job and a pod deletion (clust
 cluster-check-clean: ## Verify that nothing of the harness is left (after cluster-down)
 	$(CLUSTER)/check-clean.sh
 
+.PHONY: cluster-import
+cluster-import: ## Import an OCI archive into the running cluster's containerd: make cluster-import ARCHIVE=FILE.tar [BASE_NAME=localhost/NAME]
+	@test -n "$(ARCHIVE)" || { echo "usage: make cluster-import ARCHIVE=FILE.tar [BASE_NAME=localhost/NAME]" >&2; exit 2; }
+	$(CLUSTER)/images.sh import "$(ARCHIVE)" $(BASE_NAME)
+
+.PHONY: cluster-image
+cluster-image: ## Build a directory's Containerfile with buildah and import it into the running cluster: make cluster-image CONTEXT=DIR REF=localhost/NAME:TAG [FILE=Containerfile]
+	@test -n "$(CONTEXT)" -a -n "$(REF)" || { echo "usage: make cluster-image CONTEXT=DIR REF=localhost/NAME:TAG [FILE=Containerfile]" >&2; exit 2; }
+	$(CLUSTER)/images.sh buildah "$(CONTEXT)" "$(REF)" $(FILE)
+
 ##@ Images (images/)
 
 .PHONY: binaries

@@ -225,6 +225,18 @@ def start_rows(fig, rows):
 
         d_plain, d_ref = q("inj", "p50") - q("plain", "p50"), q("inj", "p50") - q("ref", "p50")
         met = "met" if d_plain <= GOAL_OVER_PLAIN_MS else "**missed**"
+        # Issue 28: the bench's percentile bootstrap interval of the median
+        # difference against the reference (bench/cluster/src/stats.rs).
+        ci = f"start_{src}_inj_minus_ref_ci95"
+        vs_ref = f"{d_ref:+,.0f} ms over the one-native-sidecar reference"
+        if ci + "_hi_ms" in s:
+            vs_ref += (f" (95% bootstrap interval {float(s[ci + '_lo_ms']):+,.0f} .. "
+                       f"**{float(s[ci + '_hi_ms']):+,.0f} ms**, {s['start_boot_resamples']} resamples, "
+                       f"seed {s['start_boot_seed']})")
+        refused = {k: int(s.get(f"start_{src}_{k}_refused", "0")) for k in ("inj", "plain", "ref")}
+        if any(refused.values()):
+            vs_ref += ("; **refused** (main-started time impossible, not samples): "
+                       + ", ".join(f"{k} {n}" for k, n in refused.items()))
         rows.append((
             f"pod start, sidecarBinary.source={src}: pod added → main container's first instruction, p50 / p90 "
             f"({n} pods of each kind, interleaved, same phase)",
@@ -232,7 +244,7 @@ def start_rows(fig, rows):
             f"{f1(q('plain', 'p90'))} ms; one native sidecar {f1(q('ref', 'p50'))} / {f1(q('ref', 'p90'))} ms",
             f"≤ +{GOAL_OVER_PLAIN_MS} ms median over plain",
             f"**{d_plain:+,.0f} ms** over plain ({q('inj', 'p90') - q('plain', 'p90'):+,.0f} ms p90): goal {met}; "
-            f"{d_ref:+,.0f} ms over the one-native-sidecar reference"))
+            + vs_ref))
         a = f"adm_{src}"
         rows.append((
             f"admission, sidecarBinary.source={src}: the phase's reviews inside the webhook (log lines), p50 / p90 / max",
@@ -321,8 +333,10 @@ def burst_rows(fig, rows, notes):
         "(the release switched with `helm upgrade --reuse-values --set sidecarBinary.source=...`, then until no "
         "webhook replica of the old configuration is left and dry runs get that delivery, one warm-up Job; "
         "every injected pod checked to have got it; the release rolled back to its revision at the end); in each, "
-        "the same Job (busybox; `adjtimex` prints the "
-        "clock in µs as the container's first instruction, then `sleep 1.5`; an exec preStop) in a labelled and "
+        "the same Job (busybox; `adjtimex` prints the kernel's clock and status as the container's first "
+        "instruction, its sub-second field read in ns when the status has STA_NANO, else in µs, and a time "
+        "before the Job create call or after the pod can have slept is refused and counted; then `sleep 1.5`; "
+        "an exec preStop) in a labelled and "
         "an unlabelled namespace, and as the reference the unlabelled Job plus one do-nothing native sidecar "
         "(busybox, no probe, no lifecycle handler), A B C C B A, one pod at a time, each to its end; "
         "all times from the host's clock "

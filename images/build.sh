@@ -163,6 +163,15 @@ build_image() {
     # a build stays in the machine's container storage, and parallel builds
     # do not meet.
     local store=(--root "${work}/storage" --runroot "${work}/run" --storage-driver vfs)
+    # buildah creates its network configuration directory when it sets up
+    # (even with --network none, and though these builds have no RUN): the
+    # CNI backend's default is /etc/cni/net.d (containers.conf(5),
+    # network_config_dir), made mode 0700 on the host, where check-clean.sh
+    # then finds an /etc/cni that was not there before cluster-up. A
+    # containers.conf of our own (CONTAINERS_CONF: "just this path will be
+    # used", containers.conf(5)) puts it in the work directory instead.
+    printf '[network]\nnetwork_config_dir = "%s"\n' "${work}/cni" >"${work}/containers.conf"
+    local -x CONTAINERS_CONF="${work}/containers.conf"
     log "buildah build ${ref} (${platforms}) from images/${name}.Dockerfile"
     # One platform at a time, in the order given: buildah builds the
     # platforms of one `--platform A,B` in parallel and lists them in the

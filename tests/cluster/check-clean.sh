@@ -35,11 +35,18 @@ check_recorded_pids() {
 # was there before cluster-up.
 WATCHED_PATHS=(/var/lib/kubelet /var/lib/cni /var/log/pods /var/log/containers /etc/cni /etc/kubernetes)
 
+# The harness's components keep these under the state dir (containerd's CNI
+# conf_dir is $STATE/cni/net.d) or inside their own mount namespace, so one that
+# appears on the host was made by another program on the host meanwhile; the
+# message gives its time to find which. buildah makes
+# /etc/cni/net.d (mode 0700) unless its network_config_dir points elsewhere, as
+# images/build.sh and `images.sh buildah` do.
 check_watched_paths() {
-  local p
+  local p made
   for p in "${WATCHED_PATHS[@]}"; do
     if [[ -e "$p" ]] && ! grep -qx "preexisting $p" "$LAST_RUN" 2>/dev/null; then
-      problem "host path $p exists (not there before cluster-up)"
+      made="$(stat -c '%y' "$p" 2>/dev/null | cut -d. -f1)"
+      problem "host path $p exists (not there before cluster-up; last changed $made, by another program on the host: the cluster's components keep theirs under the state dir or in their mount namespace$([[ "$p" == /etc/cni ]] && echo '; buildah makes /etc/cni/net.d when its network_config_dir is not set elsewhere'))"
     fi
   done
   return 0

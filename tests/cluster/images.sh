@@ -5,6 +5,10 @@
 #
 #   tests/cluster/images.sh build               build the pause and busybox archives (cached)
 #   tests/cluster/images.sh import PATH [BASE]  import any OCI archive into the running cluster
+#   tests/cluster/images.sh buildah DIR REF [FILE]
+#                                               build DIR's Containerfile (or Dockerfile, or
+#                                               FILE) with buildah for this machine's platform
+#                                               and import it into the running cluster as REF
 #
 # Sourced by up.sh for the same functions.
 set -euo pipefail
@@ -92,6 +96,47 @@ import_oci_archive() {
   "$CTR" --address "$CONTAINERD_SOCK" -n k8s.io images import "${args[@]}" "$path" >&2
 }
 
+# buildah_import CONTEXT REF [CONTAINERFILE]: builds CONTEXT with buildah
+# (this machine's platform), writes it as an OCI archive named REF and imports
+# it (import_oci_archive). Leaves nothing on the host: a private image store
+# (vfs) and buildah's network configuration directory in a work directory,
+# removed at the end; RUN steps use the host's network (--network host), so
+# buildah sets up no bridge or CNI network of its own. Without the
+# containers.conf of our own, buildah makes /etc/cni/net.d (containers.conf(5),
+# network_config_dir; see images/build.sh), which check-clean.sh reports.
+buildah_import() {
+  local context="${1:-}" ref="${2:-}" file="${3:-}" work f
+  [[ -d "$context" && -n "$ref" ]] || die "usage: $0 buildah CONTEXT_DIR REF [CONTAINERFILE]"
+  if [[ -z "$file" ]]; then
+    for f in Containerfile Dockerfile; do
+      if [[ -f "$context/$f" ]]; then
+        file="$context/$f"
+        break
+      fi
+    done
+  fi
+  [[ -f "$file" ]] || die "no Containerfile or Dockerfile in $context (give the file as the third argument)"
+  # The kubelet reads a name without a registry host as docker.io/...: the
+  # image would be imported under one name and looked up under another.
+  local host="${ref%%/*}"
+  if [[ "$ref" != */* || ! ("$host" == localhost || "$host" == *.* || "$host" == *:*) ]]; then
+    die "REF $ref: give a full reference with a registry host, e.g. localhost/$ref"
+  fi
+  [[ -S "$CONTAINERD_SOCK" ]] || die "no cluster running (no $CONTAINERD_SOCK): make cluster-up first"
+  ensure_apt_packages buildah
+  work="$(mktemp -d /var/tmp/kube-prestop-image.XXXXXX)"
+  # shellcheck disable=SC2064 # expand now: work is local
+  trap "rm -rf '$work'" RETURN
+  printf '[network]\nnetwork_config_dir = "%s"\n' "$work/cni" >"$work/containers.conf"
+  local -x CONTAINERS_CONF="$work/containers.conf"
+  local store=(--root "$work/storage" --runroot "$work/run" --storage-driver vfs)
+  log "buildah build $ref from $file"
+  buildah "${store[@]}" build --quiet --network host -t "$ref" -f "$file" "$context" >/dev/null
+  buildah "${store[@]}" push --quiet "$ref" "oci-archive:$work/image.tar:$ref"
+  import_oci_archive "$work/image.tar"
+  log "imported $ref: use it with imagePullPolicy: Never (or IfNotPresent)"
+}
+
 import_base_images() {
   local archives
   mapfile -t archives < <(build_base_images)
@@ -106,8 +151,12 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
       shift
       import_oci_archive "$@"
       ;;
+    buildah)
+      shift
+      buildah_import "$@"
+      ;;
     *)
-      echo "usage: $0 build | import PATH [BASE_NAME]" >&2
+      echo "usage: $0 build | import PATH [BASE_NAME] | buildah CONTEXT_DIR REF [CONTAINERFILE]" >&2
       exit 2
       ;;
   esac

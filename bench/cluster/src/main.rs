@@ -19,9 +19,11 @@
 //! run in a hostPath record, and the sidecars' `hook finished` log lines).
 #![allow(clippy::print_stdout)]
 
+mod clock;
 mod release;
 mod runtime_log;
 mod start;
+mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

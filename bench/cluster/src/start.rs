@@ -24,8 +24,13 @@
 //! one-second timestamps:
 //! - pod added: when a watch on the pods delivered the new pod (after
 //!   admission); Job created: just before the create call;
-//! - main started: the container's first instruction, `adjtimex` (busybox's
-//!   date has no `%N`), which prints the clock in µs;
+//! - main started: the container's first instruction, busybox `adjtimex`,
+//!   which prints the kernel's clock and time status ([`crate::clock`]:
+//!   the sub-second field is in ns when the status has STA_NANO, else in
+//!   µs). A time before the Job create call or after the pod can have run
+//!   its sleep is refused: counted and reported per kind, not a sample;
+//! - the difference of the injected and reference medians with its 95%
+//!   percentile bootstrap interval ([`crate::stats`]), per phase;
 //! - main Running (API): when the watch delivered that status;
 //! - the node's CRI calls from containerd's log ([`crate::runtime_log`]):
 //!   `RunPodSandbox`, and per container `CreateContainer`, `StartContainer`
@@ -57,8 +62,10 @@ use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, probe_pod_with, wait_delivery
 use kube_prestop_e2e::{TestNamespace, run_job, sidecar_name, test_image, unique_suffix};
 use serde_json::{Value, json};
 
+use crate::clock::{ClockError, implausible, parse_adjtimex};
 use crate::release::{Release, ensure_one_injector};
 use crate::runtime_log::{RuntimeLog, parse_time};
+use crate::stats;
 use crate::{C, POD_TIMEOUT, RUN_LABEL, log, ms, now_ns, out, out_ms, with_namespaces};
 
 /// The sources measured by default, in this order.
@@ -71,6 +78,10 @@ const SOURCES: [&str; 3] = ["imageVolume", "configMap", "installContainer"];
 const REFERENCE_SIDECAR: &str = "reference-sidecar";
 /// How long the webhook may take to give a phase's delivery.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the main container sleeps after printing its clock (ms): long
+/// enough for the kubelet's 1 s relist to report it Running; also the
+/// least time between its first instruction and the pod's end.
+const MAIN_SLEEP_MS: i128 = 1_500;
 
 /// What the start part measures.
 #[derive(Debug, Clone)]
@@ -226,9 +237,13 @@ fn start_job(name: &str, run: &str, kind: Kind) -> Result<Job> {
                         "name": C,
                         "image": test_image(),
                         "imagePullPolicy": "Never",
-                        // First instruction: the clock in µs (busybox date has no %N).
-                        // Lives 1.5 s so the kubelet's 1 s relist reports it Running.
-                        "command": ["sh", "-c", "adjtimex | grep tv_; sleep 1.5"],
+                        // First instruction: the clock and its unit (crate::clock).
+                        // Lives MAIN_SLEEP_MS so the kubelet's 1 s relist reports it Running.
+                        "command": ["sh", "-c", format!(
+                            "adjtimex | grep -E 'status:|tv_'; sleep {}.{:03}",
+                            MAIN_SLEEP_MS / 1000,
+                            MAIN_SLEEP_MS % 1000
+                        )],
                         "lifecycle": { "preStop": { "exec": { "command": ["sh", "-c", "echo bye"] } } },
                         "resources": tiny_resources()
                     }]
@@ -236,21 +251,6 @@ fn start_job(name: &str, run: &str, kind: Kind) -> Result<Job> {
             }
         }
     }))?)
-}
-
-/// The µs clock the container printed (`time.tv_sec:` and `time.tv_usec:`), in ns.
-fn parse_adjtimex<'a>(lines: impl Iterator<Item = &'a str> + Clone) -> Option<i128> {
-    let field = |name: &str| {
-        lines
-            .clone()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix(name)
-                    .map(|v| v.trim().parse::<i128>())
-            })
-            .and_then(Result::ok)
-    };
-    Some(field("time.tv_sec:")? * 1_000_000_000 + field("time.tv_usec:")? * 1_000)
 }
 
 /// A container's log lines with the runtime's timestamp of each (ns).
@@ -490,10 +490,22 @@ fn add_runtime_marks(sample: &mut StartSample, log: &RuntimeLog) {
     }
 }
 
+/// A pod whose main-started time cannot be true: not a sample.
+#[derive(Debug, Clone)]
+struct Refused {
+    kind: Kind,
+    pod: String,
+    reason: String,
+    /// The main container's log lines (its `adjtimex` print).
+    lines: Vec<String>,
+}
+
 /// One phase's samples and admission figures.
 struct Phase {
     name: String,
     samples: Vec<StartSample>,
+    /// Pods refused ([`Refused`]), in the order they ran.
+    refused: Vec<Refused>,
     /// The webhook's `duration_ms` of each review of the phase (dry runs
     /// left out), sorted.
     admission_ms: Vec<f64>,
@@ -599,6 +611,7 @@ async fn run_phase(
     let api_before = ApiserverWebhookStats::scrape(client).await?;
     let since = now_ns();
     let mut samples = Vec::new();
+    let mut refused = Vec::new();
     let result = async {
         for i in 0..pods * 3 {
             // A B C C B A: each kind comes first, second and third as often.
@@ -609,13 +622,25 @@ async fn run_phase(
             };
             let ns = &names[usize::from(kind != Kind::Injected)];
             let job = format!("p{idx}-{i:03}");
-            let sample = start_one(client, ns, &job, &run, &map, kind, source).await?;
-            log(&format!(
-                "{source} {job} ({}): pod added -> main started {:.1} ms",
-                kind.key(),
-                ms(sample.main_started - sample.added)
-            ));
-            samples.push(sample);
+            match start_one(client, ns, &job, &run, &map, kind, source).await? {
+                Ok(sample) => {
+                    log(&format!(
+                        "{source} {job} ({}): pod added -> main started {:.1} ms",
+                        kind.key(),
+                        ms(sample.main_started - sample.added)
+                    ));
+                    samples.push(sample);
+                }
+                Err(r) => {
+                    log(&format!(
+                        "{source} {job} ({}): REFUSED, not a sample: {} (its lines: {:?})",
+                        kind.key(),
+                        r.reason,
+                        r.lines
+                    ));
+                    refused.push(r);
+                }
+            }
         }
         Ok::<_, anyhow::Error>(())
     }
@@ -649,6 +674,7 @@ async fn run_phase(
     Ok(Phase {
         name,
         samples,
+        refused,
         admission_ms,
         api,
     })
@@ -683,6 +709,8 @@ async fn phase_admissions(client: &Client, ns: &str, since: i128) -> Result<Vec<
     Ok(out)
 }
 
+/// Runs one pod to its end: its sample, or why its start time cannot be
+/// true ([`Refused`]).
 async fn start_one(
     client: &Client,
     ns: &str,
@@ -691,7 +719,7 @@ async fn start_one(
     map: &WatchMap,
     kind: Kind,
     source: &str,
-) -> Result<StartSample> {
+) -> Result<Result<StartSample, Refused>> {
     let expect_injected = kind == Kind::Injected;
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let job_created = now_ns();
@@ -710,6 +738,7 @@ async fn start_one(
     })
     .await
     .with_context(|| format!("the pod of Job {ns}/{job} did not finish"))?;
+    let finished_seen = now_ns();
     let (key, w) = find().with_context(|| format!("pod of {ns}/{job} vanished"))?;
     let pod = key.rsplit('/').next().unwrap_or_default().to_owned();
     ensure!(
@@ -725,8 +754,25 @@ async fn start_one(
         );
     }
     let main = timed_lines(client, ns, &pod, C).await?;
-    let main_started = parse_adjtimex(main.iter().map(|(_, l)| l.as_str()))
-        .with_context(|| format!("no start time in {key}'s logs: {main:?}"))?;
+    let refuse = |reason: String| Refused {
+        kind,
+        pod: key.clone(),
+        reason,
+        lines: main.iter().map(|(_, l)| l.clone()).collect(),
+    };
+    let main_started = match parse_adjtimex(main.iter().map(|(_, l)| l.as_str())) {
+        Ok(t) => t,
+        Err(e @ ClockError::Missing(_)) => bail!("no start time in {key}'s logs ({e}): {main:?}"),
+        Err(e @ ClockError::SubsecondOutOfRange { .. }) => return Ok(Err(refuse(e.to_string()))),
+    };
+    if let Some(why) = implausible(
+        main_started,
+        job_created,
+        finished_seen,
+        MAIN_SLEEP_MS * 1_000_000,
+    ) {
+        return Ok(Err(refuse(why)));
+    }
     let running_event = w
         .running
         .with_context(|| format!("the watch never saw {key}'s main container running"))?;
@@ -755,7 +801,7 @@ async fn start_one(
             marks.insert("sidecar_post_start_begin".to_owned(), begin);
         }
     }
-    Ok(StartSample {
+    Ok(Ok(StartSample {
         kind,
         phase: String::new(),
         pod: key,
@@ -765,7 +811,7 @@ async fn start_one(
         main_started,
         delivery: w.delivery,
         marks,
-    })
+    }))
 }
 
 fn sorted_ms(samples: &[&StartSample], f: impl Fn(&StartSample) -> i128) -> Vec<f64> {
@@ -817,6 +863,9 @@ fn start_report(
         source_before.unwrap_or("unchanged"),
     );
     out(&mut lines, "start_runtime_log", u8::from(runtime_times));
+    out(&mut lines, "start_boot_resamples", stats::RESAMPLES);
+    out(&mut lines, "start_boot_seed", stats::SEED);
+    out(&mut lines, "start_boot_level", stats::LEVEL);
     let measures: [(&str, Measure); 3] = [
         ("start", |s| s.main_started - s.added),
         ("start_api", |s| s.running_event - s.added),
@@ -837,6 +886,28 @@ fn start_report(
                 out_ms(&mut lines, &format!("{key}_max_ms"), v.last().copied());
             }
         }
+        for kind in [Kind::Injected, Kind::Plain, Kind::OneSidecar] {
+            let key = format!("start_{}_{}", phase.name, kind.key());
+            out(&mut lines, &format!("{key}_n"), of(kind).len());
+            out(
+                &mut lines,
+                &format!("{key}_refused"),
+                phase.refused.iter().filter(|r| r.kind == kind).count(),
+            );
+        }
+        // Issue 28's figure: injected minus the one-native-sidecar
+        // reference, medians of pod added -> main started, and its interval.
+        let start_ms = |k: Kind| sorted_ms(&of(k), |s| s.main_started - s.added);
+        let d = stats::median_diff(
+            &start_ms(Kind::Injected),
+            &start_ms(Kind::OneSidecar),
+            stats::RESAMPLES,
+            stats::SEED,
+        );
+        let key = format!("start_{}_inj_minus_ref", phase.name);
+        out_ms(&mut lines, &format!("{key}_p50_ms"), d.map(|d| d.estimate));
+        out_ms(&mut lines, &format!("{key}_ci95_lo_ms"), d.map(|d| d.lo));
+        out_ms(&mut lines, &format!("{key}_ci95_hi_ms"), d.map(|d| d.hi));
         let a = &phase.admission_ms;
         let key = format!("adm_{}", phase.name);
         out(&mut lines, &format!("{key}_log_count"), a.len());
@@ -894,6 +965,14 @@ fn start_report(
                 "marks_ms_after_added": rel,
             })
         })
+        .chain(phases.iter().flat_map(|p| {
+            p.refused.iter().map(|r| {
+                json!({
+                    "pod": r.pod, "kind": r.kind.key(), "phase": p.name,
+                    "refused": r.reason, "main_log": r.lines,
+                })
+            })
+        }))
         .collect();
     (lines, Value::Array(raw))
 }
@@ -954,19 +1033,82 @@ mod tests {
         assert!(opts(&[CURRENT, "configMap"], true).check().is_err());
     }
 
+    /// A phase of 3 injected, 3 reference and 1 plain sample (pod added
+    /// at 0, main started at the given ms) and one refused reference pod.
+    fn fixture_phase() -> Phase {
+        let sample = |kind, i: usize, started_ms: i128| StartSample {
+            kind,
+            phase: "imageVolume".into(),
+            pod: format!("ns/p{i}"),
+            job_created: 0,
+            added: 0,
+            running_event: started_ms * 1_000_000,
+            main_started: started_ms * 1_000_000,
+            delivery: "imageVolume",
+            marks: BTreeMap::new(),
+        };
+        Phase {
+            name: "imageVolume".into(),
+            samples: vec![
+                sample(Kind::Injected, 0, 800),
+                sample(Kind::Injected, 1, 810),
+                sample(Kind::Injected, 2, 820),
+                sample(Kind::OneSidecar, 3, 700),
+                sample(Kind::OneSidecar, 4, 710),
+                sample(Kind::OneSidecar, 5, 720),
+                sample(Kind::Plain, 6, 600),
+            ],
+            refused: vec![Refused {
+                kind: Kind::OneSidecar,
+                pod: "ns/p7".into(),
+                reason: "main started 666.000 s after the latest it can have".into(),
+                lines: vec!["time.tv_usec: 666256345".into()],
+            }],
+            admission_ms: vec![0.25],
+            api: ApiserverWebhookStats::default(),
+        }
+    }
+
+    #[test]
+    fn the_report_counts_refused_pods_and_gives_the_interval() {
+        let (lines, raw) = start_report(3, &[fixture_phase()], None, false);
+        let kv: BTreeMap<&str, &str> = lines.lines().filter_map(|l| l.split_once('=')).collect();
+        assert_eq!(kv["start_imageVolume_ref_n"], "3");
+        assert_eq!(kv["start_imageVolume_ref_refused"], "1");
+        assert_eq!(kv["start_imageVolume_inj_refused"], "0");
+        assert_eq!(kv["start_imageVolume_ref_p50_ms"], "710.000");
+        assert_eq!(kv["start_imageVolume_inj_minus_ref_p50_ms"], "100.000");
+        let lo: f64 = kv["start_imageVolume_inj_minus_ref_ci95_lo_ms"]
+            .parse()
+            .unwrap();
+        let hi: f64 = kv["start_imageVolume_inj_minus_ref_ci95_hi_ms"]
+            .parse()
+            .unwrap();
+        assert!(
+            (80.0..=100.0).contains(&lo) && (100.0..=120.0).contains(&hi),
+            "{lo} {hi}"
+        );
+        assert_eq!(kv["start_boot_resamples"], "10000");
+        // The refused pod is in the raw output with its reason, not a sample.
+        let raw = raw.as_array().unwrap();
+        assert_eq!(raw.len(), 8);
+        assert!(
+            raw.iter()
+                .any(|r| r["pod"] == "ns/p7" && r["refused"].is_string())
+        );
+    }
+
+    #[test]
+    fn the_main_container_prints_the_status_too() {
+        let job = serde_json::to_value(start_job("j", "r", Kind::Plain).unwrap()).unwrap();
+        let cmd = &job["spec"]["template"]["spec"]["containers"][0]["command"][2];
+        assert_eq!(cmd, "adjtimex | grep -E 'status:|tv_'; sleep 1.500");
+    }
+
     #[test]
     fn reads_the_post_start_wait() {
         let line = "kube-prestop: post-start done container=main watcher_pid=7 waited=0.004s: the kubelet may start the pod's next containers";
         assert_eq!(post_start_waited_ns(line), Some(4_000_000));
         assert_eq!(post_start_waited_ns("kube-prestop: armed"), None);
-    }
-
-    #[test]
-    fn reads_the_adjtimex_clock() {
-        let lines = ["    time.tv_sec:  1796173201", "    time.tv_usec: 250"];
-        assert_eq!(
-            parse_adjtimex(lines.iter().copied()),
-            Some(1_796_173_201_000_250_000)
-        );
     }
 }
