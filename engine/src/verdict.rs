@@ -67,7 +67,7 @@ impl Verdict {
             let opted_in = pod_annotations
                 .is_some_and(|a| matches!(annotations::inject_value(a), Ok(Some(true))));
             if opted_in && *reason != SkipReason::AlreadyInjected {
-                warnings.push(Warning::OptedInButSkipped(reason.clone()));
+                warnings.push(Warning::OptedInButSkipped(*reason));
             }
         }
         Self { plan, warnings }
@@ -170,7 +170,9 @@ mod tests {
         assert!(v.opted_in_but_skipped());
         assert_eq!(v.unknown_annotations().count(), 1);
         let texts: Vec<String> = v.warnings.iter().map(ToString::to_string).collect();
-        assert!(texts[0].starts_with("kube-prestop: unknown annotation kube-prestop.io/contianers"));
+        assert!(
+            texts[0].starts_with("kube-prestop: unknown annotation kube-prestop.io/contianers")
+        );
         assert!(texts[1].starts_with(
             "kube-prestop: kube-prestop.io/inject is \"true\" but the pod is not injected: "
         ));
@@ -191,7 +193,10 @@ mod tests {
             json_patch::patch(&mut value, &v.patch(&p).unwrap()).unwrap();
             value
         };
-        assert_eq!(patched, serde_json::to_value(v.injected(&p).unwrap()).unwrap());
+        assert_eq!(
+            patched,
+            serde_json::to_value(v.injected(&p).unwrap()).unwrap()
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
-use kube_prestop_metrics::labels::Decision;
+use kube_prestop_metrics::labels::DecisionLabel;
 use kube_prestop_server::admission::{FailureMode, review};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -29,13 +29,13 @@ fuzz_target!(|data: &[u8]| {
         FailureMode::Allow
     };
     let outcome = review(data, &cache, &config, mode);
-    let body: Value = match serde_json::from_slice(&outcome.body) {
+    let body: Value = match serde_json::from_slice(&outcome.body()) {
         Ok(v) => v,
         Err(e) => panic!("response body is not JSON: {e}"),
     };
-    match outcome.http_status {
+    match outcome.status().as_u16() {
         400 => {
-            assert_eq!(outcome.decision, Decision::Invalid);
+            assert_eq!(outcome.decision, DecisionLabel::Invalid);
             assert!(
                 body.get("error").and_then(Value::as_str).is_some(),
                 "{body}"

@@ -40,12 +40,12 @@ fuzz_target!(|data: &[u8]| {
         FailureMode::Allow,
     );
     assert_eq!(
-        outcome.http_status,
+        outcome.status().as_u16(),
         200,
         "{}",
-        String::from_utf8_lossy(&outcome.body)
+        String::from_utf8_lossy(&outcome.body())
     );
-    let answer: Value = match serde_json::from_slice(&outcome.body) {
+    let answer: Value = match serde_json::from_slice(&outcome.body()) {
         Ok(v) => v,
         Err(e) => panic!("response is not JSON: {e}"),
     };

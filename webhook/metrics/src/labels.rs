@@ -11,7 +11,7 @@ use kube_prestop_engine::{Delivery, EngineError, SkipReason};
 /// What the webhook did with one admission request: the `decision` label
 /// of `kube_prestop_admissions_total` and of the `admission` log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Decision {
+pub enum DecisionLabel {
     /// The pod was injected (a patch was sent), or needed no change.
     Inject,
     /// The engine left the pod alone (the reason says why).
@@ -25,7 +25,7 @@ pub enum Decision {
     Invalid,
 }
 
-impl Decision {
+impl DecisionLabel {
     /// Every decision, in declaration order.
     pub const ALL: [Self; 5] = [
         Self::Inject,
@@ -47,7 +47,7 @@ impl Decision {
     }
 }
 
-impl fmt::Display for Decision {
+impl fmt::Display for DecisionLabel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -76,21 +76,30 @@ pub mod reason {
     pub const BAD_REQUEST: &str = "bad_request";
     /// The body is over the size limit.
     pub const BODY_TOO_LARGE: &str = "body_too_large";
+    /// The injected pod would be over the bound kept below etcd's request
+    /// limit (answered per the failure mode).
+    pub const POD_TOO_LARGE: &str = "pod_too_large";
+    /// The request was shed (HTTP 503): the bytes of request bodies in
+    /// flight were at their limit; the API server applies the webhook's
+    /// `failurePolicy`.
+    pub const OVERLOADED: &str = "overloaded";
 }
 
 /// `decision`s and `reason`s the server itself produces (besides the
 /// engine's skip reasons and error labels).
-const SERVER_OUTCOMES: [(Decision, &str); 10] = [
-    (Decision::Inject, reason::INJECTED),
-    (Decision::Inject, reason::NO_CHANGE),
-    (Decision::Ignored, reason::OTHER_RESOURCE),
-    (Decision::Ignored, reason::OTHER_OPERATION),
-    (Decision::Error, reason::INVALID_POD),
-    (Decision::Error, reason::ENGINE_PANIC),
-    (Decision::Error, reason::PATCH_ERROR),
-    (Decision::Error, reason::SERIALIZE),
-    (Decision::Invalid, reason::BAD_REQUEST),
-    (Decision::Invalid, reason::BODY_TOO_LARGE),
+const SERVER_OUTCOMES: [(DecisionLabel, &str); 12] = [
+    (DecisionLabel::Inject, reason::INJECTED),
+    (DecisionLabel::Inject, reason::NO_CHANGE),
+    (DecisionLabel::Ignored, reason::OTHER_RESOURCE),
+    (DecisionLabel::Ignored, reason::OTHER_OPERATION),
+    (DecisionLabel::Error, reason::INVALID_POD),
+    (DecisionLabel::Error, reason::ENGINE_PANIC),
+    (DecisionLabel::Error, reason::PATCH_ERROR),
+    (DecisionLabel::Error, reason::POD_TOO_LARGE),
+    (DecisionLabel::Error, reason::OVERLOADED),
+    (DecisionLabel::Error, reason::SERIALIZE),
+    (DecisionLabel::Invalid, reason::BAD_REQUEST),
+    (DecisionLabel::Invalid, reason::BODY_TOO_LARGE),
 ];
 
 /// Every (`decision`, `reason`) pair of `kube_prestop_admissions_total`:
@@ -98,11 +107,15 @@ const SERVER_OUTCOMES: [(Decision, &str); 10] = [
 /// label, and the server's own outcomes; no duplicates. The metrics
 /// registry creates each series at zero at start-up, so dashboards and
 /// alerts see it before its first event.
-pub fn admission_outcomes() -> Vec<(Decision, &'static str)> {
-    let mut all: Vec<(Decision, &'static str)> = SkipReason::ALL
+pub fn admission_outcomes() -> Vec<(DecisionLabel, &'static str)> {
+    let mut all: Vec<(DecisionLabel, &'static str)> = SkipReason::ALL
         .iter()
-        .map(|r| (Decision::Skip, r.as_str()))
-        .chain(EngineError::LABELS.iter().map(|l| (Decision::Error, *l)))
+        .map(|r| (DecisionLabel::Skip, r.as_str()))
+        .chain(
+            EngineError::LABELS
+                .iter()
+                .map(|l| (DecisionLabel::Error, *l)),
+        )
         .chain(SERVER_OUTCOMES)
         .collect();
     let mut seen = std::collections::BTreeSet::new();
@@ -169,11 +182,11 @@ mod tests {
 
     #[test]
     fn decision_labels() {
-        let labels: Vec<_> = Decision::ALL.iter().map(|d| d.to_string()).collect();
+        let labels: Vec<_> = DecisionLabel::ALL.iter().map(|d| d.to_string()).collect();
         assert_eq!(labels, ["inject", "skip", "ignored", "error", "invalid"]);
         // Every decision has at least one reason.
         let outcomes = admission_outcomes();
-        for decision in Decision::ALL {
+        for decision in DecisionLabel::ALL {
             assert!(outcomes.iter().any(|(d, _)| *d == decision), "{decision}");
         }
     }

@@ -30,12 +30,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use labels::{CreationOutcome, Decision, RELOAD_RESULTS, SIDECAR_BINARY_SOURCES};
+use labels::{CreationOutcome, DecisionLabel, RELOAD_RESULTS, SIDECAR_BINARY_SOURCES};
 
 /// Labels of `kube_prestop_admissions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
-    /// [`Decision::as_str`]: `inject`, `skip`, `ignored` (not a pod CREATE), `error` (engine
+    /// [`DecisionLabel::as_str`]: `inject`, `skip`, `ignored` (not a pod CREATE), `error` (engine
     /// error or unreadable pod; admitted or denied per the failure mode) or
     /// `invalid` (not an AdmissionReview: HTTP 400; too large: HTTP 413).
     pub decision: String,
@@ -188,7 +188,7 @@ impl Metrics {
     }
 
     /// Count one answered review.
-    pub fn record_admission(&self, decision: Decision, reason: &str, seconds: f64) {
+    pub fn record_admission(&self, decision: DecisionLabel, reason: &str, seconds: f64) {
         self.admissions
             .get_or_create(&AdmissionLabels {
                 decision: decision.as_str().to_owned(),

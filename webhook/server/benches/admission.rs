@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
-use kube_prestop_metrics::labels::Decision;
+use kube_prestop_metrics::labels::DecisionLabel;
 use kube_prestop_server::FailureMode;
 use kube_prestop_server::admission::review;
 use serde_json::{Value, json};
@@ -75,7 +75,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mode = FailureMode::Allow;
 
     let first = review(&body, &cache, &config, mode);
-    if first.decision != Decision::Inject {
+    if first.decision != DecisionLabel::Inject {
         return Err(format!(
             "expected an injection, got {} ({})",
             first.decision, first.reason
@@ -122,7 +122,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let median = ns[ns.len() / 2];
     let min = ns[0];
     println!("floor_request_bytes={}", body.len());
-    println!("floor_response_bytes={}", first.body.len());
+    println!("floor_response_bytes={}", first.body().len());
     println!("floor_batches={batches}");
     println!("floor_calls_per_batch={batch}");
     println!("floor_median_us={:.2}", median / 1000.0);

@@ -6,7 +6,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::admission::ReviewError;
-use kube_prestop_metrics::labels::{Decision, reason};
+use kube_prestop_metrics::labels::{DecisionLabel, reason};
 
 /// Why a `/mutate` request gets no AdmissionReview back.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +27,17 @@ pub enum HttpError {
     /// The body did not arrive within `--read-timeout` (HTTP 408).
     #[error("request body not received in time")]
     BodyTimeout,
+    /// The bytes of request bodies in flight are at their limit
+    /// (`--max-inflight-body-bytes`; HTTP 503): the request is shed unread.
+    #[error(
+        "overloaded: request bodies in flight at their limit of {budget_bytes} bytes; this body ({body_bytes} bytes) was not read"
+    )]
+    Overloaded {
+        /// This body's declared size (else the size cap), bytes.
+        body_bytes: usize,
+        /// The limit, bytes.
+        budget_bytes: usize,
+    },
     /// The answer could not be serialized (HTTP 500; cannot happen for the
     /// plain data it is, but answered rather than assumed).
     #[error("cannot serialize the response: {0}")]
@@ -40,6 +51,7 @@ impl HttpError {
             Self::BadReview(_) | Self::ReadBody(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Serialize(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -47,11 +59,12 @@ impl HttpError {
     /// The `decision` and `reason` it is counted under in
     /// `kube_prestop_admissions_total`, or `None` when it is not counted
     /// (a body that never arrived whole is no admission review).
-    pub fn labels(&self) -> Option<(Decision, &'static str)> {
+    pub fn labels(&self) -> Option<(DecisionLabel, &'static str)> {
         match self {
-            Self::BadReview(_) => Some((Decision::Invalid, reason::BAD_REQUEST)),
-            Self::BodyTooLarge { .. } => Some((Decision::Invalid, reason::BODY_TOO_LARGE)),
-            Self::Serialize(_) => Some((Decision::Error, reason::SERIALIZE)),
+            Self::BadReview(_) => Some((DecisionLabel::Invalid, reason::BAD_REQUEST)),
+            Self::BodyTooLarge { .. } => Some((DecisionLabel::Invalid, reason::BODY_TOO_LARGE)),
+            Self::Serialize(_) => Some((DecisionLabel::Error, reason::SERIALIZE)),
+            Self::Overloaded { .. } => Some((DecisionLabel::Error, reason::OVERLOADED)),
             Self::ReadBody(_) | Self::BodyTimeout => None,
         }
     }
@@ -98,7 +111,7 @@ mod tests {
         assert_eq!(body["error"], "request body larger than 7 bytes");
         assert_eq!(
             too_large.labels(),
-            Some((Decision::Invalid, "body_too_large"))
+            Some((DecisionLabel::Invalid, "body_too_large"))
         );
         let bad = HttpError::from(ReviewError::NoUid);
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);

@@ -11,6 +11,7 @@
 //! `run` returns.
 
 pub mod admission;
+pub mod body;
 pub mod error;
 mod health;
 mod listener;
@@ -32,19 +33,34 @@ pub use health::Health;
 pub use listener::ConnLimits;
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
+use body::BodyBudget;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_metrics::Metrics;
 use routes::AppState;
 
-/// Largest request body accepted on `/mutate`: 7 MiB.
+/// Largest request body accepted on `/mutate`: 4 MiB.
 ///
-/// The API server refuses request bodies over 3 MiB
-/// (`MaxRequestBodyBytes`, default 3 × 1024 × 1024), and etcd refuses
-/// objects over 1.5 MiB. An AdmissionReview carries the object and, for
-/// updates, the old object, plus request metadata: at most about 2 × 3 MiB.
-/// 7 MiB covers that with room; anything larger is not from an API server.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 7 * 1024 * 1024;
+/// The webhook is called for pod CREATEs only (the chart's rules), so a
+/// review carries one pod and no `oldObject`. The API server refuses
+/// request bodies over 3 MiB (`MaxRequestBodyBytes`, default 3 × 1024 ×
+/// 1024, `k8s.io/apiserver/pkg/server/config.go`), and the pod it sends on
+/// is that request decoded, defaulted and re-encoded as JSON; etcd stores
+/// at most 1.5 MiB per object (its `--max-request-bytes` default), which
+/// the pod's protobuf must fit. 4 MiB covers a 3 MiB request's pod with its
+/// defaults and the review's envelope; anything larger could never be
+/// stored, or is not from an API server.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Connections served at once on the metrics port.
+pub const METRICS_MAX_CONNECTIONS: usize = 32;
+
+/// Default budget of request body bytes held at once across `/mutate`
+/// requests: 16 MiB. A review costs a few times its body in memory until
+/// answered (the parsed pod, the patch), so this keeps the bodies' share
+/// well under the chart's 128 MiB memory limit: three maximum-size bodies
+/// at once, or thousands of ordinary ones.
+pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -71,6 +87,9 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Time allowed to receive a whole request body.
     pub body_read_timeout: Duration,
+    /// Request body bytes held at once across `/mutate` requests (more:
+    /// HTTP 503; see [`body::BodyBudget`]).
+    pub max_inflight_body_bytes: usize,
     /// Per-connection limits.
     pub conn_limits: ConnLimits,
 }
@@ -95,6 +114,7 @@ impl ServerConfig {
             engine: EngineConfig::default(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: Duration::from_secs(10),
+            max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
             conn_limits: ConnLimits {
                 max_connections: 1024,
                 handshake_timeout: Duration::from_secs(10),
@@ -184,6 +204,8 @@ impl Server {
             metrics,
             max_body_bytes: config.max_body_bytes,
             body_read_timeout: config.body_read_timeout,
+            max_inflight_body_bytes: config.max_inflight_body_bytes,
+            body_budget: BodyBudget::new(config.max_inflight_body_bytes),
         });
         Ok(Self {
             https,
@@ -240,16 +262,22 @@ impl Server {
 
         let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let metrics_app = routes::metrics_router(state.clone());
-        let metrics_task = tokio::spawn(async move {
-            let served = axum::serve(metrics_listener, metrics_app)
-                .with_graceful_shutdown(async {
-                    let _ = metrics_stop_rx.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "metrics server failed");
-            }
-        });
+        // The metrics port is plain HTTP and reachable like the HTTPS one:
+        // the same header timeout, and a small connection limit of its own
+        // (a scraper needs one or two).
+        let metrics_limits = ConnLimits {
+            max_connections: METRICS_MAX_CONNECTIONS,
+            ..config.conn_limits
+        };
+        let metrics_task = tokio::spawn(listener::serve_plain(
+            metrics_listener,
+            metrics_app,
+            metrics_limits,
+            async {
+                let _ = metrics_stop_rx.await;
+            },
+            Duration::from_secs(5),
+        ));
 
         let health = state.health.clone();
         let drain_delay = config.drain_delay;

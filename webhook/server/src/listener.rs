@@ -28,6 +28,90 @@ pub struct ConnLimits {
     pub http2_keep_alive: Duration,
 }
 
+/// Serves one connection's requests with `router` until it ends: HTTP/2 when
+/// `h2` (from ALPN), else HTTP/1.1 with `limits.header_read_timeout`.
+async fn serve_connection<I>(
+    io: I,
+    h2: bool,
+    router: Router,
+    limits: ConnLimits,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: std::net::SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.http2_keep_alive)
+        .keep_alive_timeout(limits.http2_keep_alive);
+    // The protocol comes from ALPN, never from sniffing the first bytes:
+    // the auto builder's sniff has no timer, so a client that sent nothing
+    // would hold a connection slot forever. HTTP/1 then bounds the wait for
+    // the first request with header_read_timeout.
+    let builder = if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
+    let service = TowerToHyperService::new(router);
+    let conn = builder.serve_connection(io, service);
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Accept and serve plain-HTTP/1.1 connections (the metrics port) until
+/// `stop` resolves, with the same limits as the HTTPS port: at most
+/// `limits.max_connections` at once (further clients wait in the accept
+/// queue) and `limits.header_read_timeout` per request's headers. Its
+/// routes read no request body.
+pub async fn serve_plain(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnLimits,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    tokio::pin!(stop);
+    loop {
+        let next = async {
+            let permit = permits.clone().acquire_owned().await;
+            let accepted = listener.accept().await;
+            (permit, accepted)
+        };
+        let (permit, accepted) = tokio::select! {
+            () = &mut stop => break,
+            next = next => next,
+        };
+        let Ok(permit) = permit else { break };
+        let (tcp, peer) = match accepted {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let _permit = permit;
+            serve_connection(TokioIo::new(tcp), false, router, limits, watcher, peer).await;
+        });
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+}
+
 /// Accept and serve connections until `stop` resolves, then let in-flight
 /// requests finish for at most `grace`.
 pub async fn serve_tls(
@@ -78,32 +162,8 @@ pub async fn serve_tls(
                         return;
                     }
                 };
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .keep_alive(true);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(limits.http2_keep_alive)
-                .keep_alive_timeout(limits.http2_keep_alive);
-            // The protocol comes from ALPN, never from sniffing the first
-            // bytes: the auto builder's sniff has no timer, so a client that
-            // finished the handshake and sent nothing would hold a
-            // connection slot forever. HTTP/1 then bounds the wait for the
-            // first request with header_read_timeout.
-            let builder = if tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice()) {
-                builder.http2_only()
-            } else {
-                builder.http1_only()
-            };
-            let service = TowerToHyperService::new(router);
-            let conn = builder.serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            serve_connection(TokioIo::new(tls), h2, router, limits, watcher, peer).await;
         });
     }
     drop(listener);

@@ -5,21 +5,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, Version, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::admission::{self, FailureMode, Outcome};
-use super::error::{HttpError, json_response};
-use super::health::Health;
+use crate::admission::{self, Answer, FailureMode, Outcome};
+use crate::body::{BodyBudget, ReviewBody};
+use crate::error::HttpError;
+use crate::health::Health;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_metrics::Metrics;
-use kube_prestop_metrics::labels::Decision;
+use kube_prestop_metrics::labels::DecisionLabel;
 
 /// Everything a handler needs.
 #[derive(Debug)]
@@ -38,6 +37,10 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Time allowed to receive a whole request body.
     pub body_read_timeout: Duration,
+    /// Request body bytes held at once across requests (the budget's size).
+    pub max_inflight_body_bytes: usize,
+    /// The budget itself.
+    pub body_budget: BodyBudget,
 }
 
 /// The HTTPS router.
@@ -124,103 +127,20 @@ async fn metrics(State(app): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn mutate(State(app): State<Arc<AppState>>, request: Request) -> Response {
+/// `/mutate`: the body (within its limits, see [`ReviewBody`]) reviewed,
+/// counted and logged; answered with the AdmissionReview or the error.
+async fn mutate(State(app): State<Arc<AppState>>, body: ReviewBody) -> Result<Answer, HttpError> {
     let started = Instant::now();
-    let deadline = tokio::time::Instant::now() + app.body_read_timeout;
-    let cap = app.max_body_bytes;
-    let (parts, mut body) = request.into_parts();
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(declared) = declared.filter(|&n| n > cap as u64) {
-        // Nothing read yet. A client waiting for `100 Continue` has sent
-        // nothing and will not: reading would make hyper invite the body.
-        let expects_continue = parts
-            .headers
-            .get(header::EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        if !expects_continue && declared <= drain_limit(cap) as u64 {
-            drain_in_background(body, drain_limit(cap), deadline);
-        }
-        return too_large(&app, cap);
-    }
-    // `Limited` over a borrow, so that on overflow the rest of the body is
-    // still ours to drain.
-    let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, cap).collect()).await;
-    let bytes = match collected {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            drain_in_background(body, drain_limit(cap).saturating_sub(cap), deadline);
-            return too_large(&app, cap);
-        }
-        Ok(Err(e)) => return HttpError::ReadBody(e).into_response(),
-        Err(_) => {
-            tracing::warn!(timeout = ?app.body_read_timeout, "request body not received in time");
-            return HttpError::BodyTimeout.into_response();
-        }
-    };
-    let outcome = admission::review(&bytes, &app.cache, &app.engine, app.failure_mode);
+    let outcome = admission::review(body.bytes(), &app.cache, &app.engine, app.failure_mode);
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
         .record_admission(outcome.decision, outcome.reason, seconds);
-    if !outcome.request.sidecar_binary.is_empty() && !outcome.request.dry_run {
-        app.metrics.record_injection(outcome.request.sidecar_binary);
+    let r = &outcome.request;
+    if !r.sidecar_binary.is_empty() && !r.dry_run {
+        app.metrics.record_injection(r.sidecar_binary);
     }
     log_outcome(&outcome, seconds);
-    let status = StatusCode::from_u16(outcome.http_status).unwrap_or(StatusCode::OK);
-    json_response(status, outcome.body)
-}
-
-/// Largest oversize body (bytes) still read to its end after the 413, so
-/// the client can finish sending and read the answer: twice the cap.
-/// Larger ones are cut off.
-fn drain_limit(cap: usize) -> usize {
-    cap.saturating_mul(2)
-}
-
-/// Reads and discards the rest of an oversize request body in the
-/// background, while the 413 is sent, until the body ends, `budget` more
-/// bytes were read, or `deadline` (the request's body read deadline).
-///
-/// Why: answering without reading the body makes HTTP/2 (h2) reset the
-/// stream (`RST_STREAM`, RFC 9113 §8.1 allows `NO_ERROR` after a complete
-/// response) while the client is still sending, and clients such as curl
-/// then report a stream error instead of the 413; over HTTP/1.1 hyper
-/// closes the connection under a client still writing, which can lose the
-/// answer ("Broken pipe", connection reset). Read to its end, the stream
-/// or connection ends normally. Past the budget or the deadline the body
-/// is dropped: the client gets the reset it would have got anyway.
-fn drain_in_background(mut body: Body, budget: usize, deadline: tokio::time::Instant) {
-    tokio::spawn(async move {
-        let mut left = budget;
-        let drained = tokio::time::timeout_at(deadline, async {
-            while let Some(frame) = body.frame().await {
-                let Ok(frame) = frame else { return false };
-                let len = frame.data_ref().map_or(0, axum::body::Bytes::len);
-                let Some(rest) = left.checked_sub(len) else {
-                    return false;
-                };
-                left = rest;
-            }
-            true
-        })
-        .await;
-        tracing::debug!(
-            read_to_end = drained.unwrap_or(false),
-            "rest of an oversize request body drained"
-        );
-    });
-}
-
-fn too_large(app: &AppState, cap: usize) -> Response {
-    let error = HttpError::BodyTooLarge { max_bytes: cap };
-    if let Some((decision, reason)) = error.labels() {
-        app.metrics.record_admission(decision, reason, 0.0);
-    }
-    tracing::warn!(max_body_bytes = cap, "request body over the limit refused");
-    error.into_response()
+    outcome.result
 }
 
 /// One line per admission decision: at warn level for errors, invalid
@@ -232,7 +152,10 @@ fn too_large(app: &AppState, cap: usize) -> Response {
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
-    let error = matches!(outcome.decision, Decision::Error | Decision::Invalid);
+    let error = matches!(
+        outcome.decision,
+        DecisionLabel::Error | DecisionLabel::Invalid
+    );
     // Fields that are `None` are left out of the line.
     let detail = error.then(|| outcome.detail.as_deref().unwrap_or(""));
     let unknown_annotations =

@@ -29,7 +29,7 @@ use kube_prestop_cluster::node_facts::NodeWatch;
 use kube_prestop_cluster::sidecar_configmap::SidecarConfigMaps;
 use kube_prestop_engine::Support;
 use kube_prestop_engine::delivery::NodeFacts;
-use kube_prestop_metrics::labels::Decision;
+use kube_prestop_metrics::labels::DecisionLabel;
 use kube_prestop_server::admission::{FailureMode, Outcome, review};
 use serde_json::{Value, json};
 
@@ -42,8 +42,8 @@ fn body(uid: &str, namespace: &str, pod: &Value) -> Vec<u8> {
 
 /// The response of a 200 answer and its decoded patch, if any.
 fn answer_of(case: &str, outcome: &Outcome, uid: &str) -> (Value, Option<json_patch::Patch>) {
-    assert_eq!(outcome.http_status, 200, "{case}");
-    let review: Value = serde_json::from_slice(&outcome.body).unwrap();
+    assert_eq!(outcome.status().as_u16(), 200, "{case}");
+    let review: Value = serde_json::from_slice(&outcome.body()).unwrap();
     let response = review["response"].clone();
     assert_eq!(response["uid"], uid, "{case}");
     assert_eq!(response["allowed"], true, "{case}: {response}");
@@ -120,14 +120,14 @@ async fn webhook_patch_gives_the_golden_output() {
         let outcome = admit("u1", &input);
         let (response, patch) = answer_of(&case, &outcome, "u1");
         if expected.get("skip").is_some() {
-            assert_eq!(outcome.decision, Decision::Skip, "{case}");
+            assert_eq!(outcome.decision, DecisionLabel::Skip, "{case}");
             assert!(patch.is_none(), "{case}: {response}");
         } else if expected.get("error").is_some() {
-            assert_eq!(outcome.decision, Decision::Error, "{case}");
+            assert_eq!(outcome.decision, DecisionLabel::Error, "{case}");
             assert!(patch.is_none(), "{case}: {response}");
             assert!(response["warnings"].is_array(), "{case}: {response}");
         } else {
-            assert_eq!(outcome.decision, Decision::Inject, "{case}");
+            assert_eq!(outcome.decision, DecisionLabel::Inject, "{case}");
             let patch = patch.unwrap_or_else(|| panic!("{case}: no patch: {response}"));
             let mut patched = input.clone();
             json_patch::patch(&mut patched, &patch)

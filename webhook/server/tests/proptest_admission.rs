@@ -35,7 +35,7 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
         &EngineConfig::default(),
         mode,
     );
-    let body: Value = serde_json::from_slice(&outcome.body).expect("response body is JSON");
+    let body: Value = serde_json::from_slice(&outcome.body()).expect("response body is JSON");
     // Every outcome is one of the series pre-registered in the metrics.
     assert!(
         labels::admission_outcomes().contains(&(outcome.decision, outcome.reason)),
@@ -43,9 +43,9 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
         outcome.decision,
         outcome.reason
     );
-    match outcome.http_status {
+    match outcome.status().as_u16() {
         400 => {
-            assert_eq!(outcome.decision, labels::Decision::Invalid);
+            assert_eq!(outcome.decision, labels::DecisionLabel::Invalid);
             assert!(body["error"].is_string(), "{body}");
         }
         200 => {
@@ -72,7 +72,7 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
         }
         other => panic!("HTTP {other}: {body}"),
     }
-    outcome.http_status
+    outcome.status().as_u16()
 }
 
 fn files(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -104,7 +104,7 @@ fn fuzz_seeds_and_regressions_are_answered_per_contract() {
                     &EngineConfig::default(),
                     mode,
                 );
-                if out.decision == labels::Decision::Inject {
+                if out.decision == labels::DecisionLabel::Inject {
                     injected += 1;
                 }
             }

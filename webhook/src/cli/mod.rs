@@ -20,7 +20,7 @@ pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinar
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
-use kube_prestop_server::DEFAULT_MAX_BODY_BYTES;
+use kube_prestop_server::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BODY_BYTES};
 
 /// Mutating admission webhook that makes a Job container's preStop command
 /// run when the container exits on its own.
@@ -105,9 +105,16 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = FailureModeFlag::Allow, env = "KUBE_PRESTOP_FAILURE_MODE")]
     pub failure_mode: FailureModeFlag,
     /// Largest `/mutate` request body in bytes (larger: HTTP 413). Default
-    /// 7 MiB: twice the API server's 3 MiB request limit plus envelope.
+    /// 4 MiB: the pod of the API server's largest request (3 MiB) with its
+    /// defaults, plus the review's envelope.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "KUBE_PRESTOP_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
+    /// Request body bytes held at once across `/mutate` requests; a request
+    /// that does not fit is shed unread (HTTP 503, counted as
+    /// `reason="overloaded"`). Bodies over 64 KiB may not take the last
+    /// quarter, which stays for ordinary reviews. Default 16 MiB.
+    #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "KUBE_PRESTOP_MAX_INFLIGHT_BODY_BYTES")]
+    pub max_inflight_body_bytes: usize,
     /// Connections served at once.
     #[arg(long, default_value_t = 1024, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
     pub max_connections: usize,

@@ -1,31 +1,61 @@
-//! The decision for one request: which requests the engine sees, what it
-//! says, and the outcome to send, count and log. Pure apart from reading the
-//! cluster cache; no panics (an engine panic is caught and answered per the
-//! failure mode).
+//! The decision for one request: which requests the engine sees, its
+//! verdict, and the outcome to send, count and log. Pure apart from reading
+//! the cluster cache (and scheduling a sidecar ConfigMap's creation through
+//! it); no panics (an engine panic is caught and answered per the failure
+//! mode).
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use k8s_openapi::api::core::v1::Pod;
-use kube::core::admission::{AdmissionResponse, Operation};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::value::RawValue;
 
 use super::answer::{self, PATCH_CAPACITY, base_response, base64_string};
 use super::error::PodError;
 use super::refusal::{self, FailureMode};
 use super::wire::{self, Object, operation_name};
-use crate::error::HttpError;
+use crate::error::{HttpError, json_response};
 use kube_prestop_cluster::cluster_cache::ClusterCache;
-use kube_prestop_engine::{self as engine, ClusterContext, EngineConfig, Plan};
-use kube_prestop_metrics::labels::{self, Decision, reason};
+use kube_prestop_engine::{self as engine, ClusterContext, EngineConfig, Plan, Verdict};
+use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
 
-/// The outcome of one request, ready to be sent, counted and logged.
+/// Largest pod, in JSON bytes, that the webhook makes by patching: the
+/// review as received plus the JSON Patch. etcd refuses a write over its
+/// `--max-request-bytes` (default 1.5 MiB, `DefaultMaxRequestBytes` in
+/// etcd's `server/embed/config.go`, v3.5 and v3.6), which bounds the stored
+/// object; the API server stores pods as protobuf, which is smaller than
+/// their JSON, so a pod within this bound in JSON is within etcd's in
+/// storage. A patch that would cross it is answered per the failure mode
+/// ([`PodError::TooLarge`]) instead of letting the API server fail the pod
+/// after our answer, which no `failurePolicy` covers.
+pub const MAX_PATCHED_POD_BYTES: usize = 1536 * 1024;
+
+/// An AdmissionReview answer: HTTP 200, `application/json`.
 #[derive(Debug, Clone)]
+pub struct Answer(Vec<u8>);
+
+impl Answer {
+    /// The serialized AdmissionReview.
+    pub fn body(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        json_response(StatusCode::OK, self.0)
+    }
+}
+
+/// The outcome of one request, ready to be sent (`result`), counted and
+/// logged (the other fields).
+#[derive(Debug)]
 pub struct Outcome {
-    /// 200 for every AdmissionReview answer, else [`HttpError::status`]
-    /// (400 when the body is not an AdmissionReview).
-    pub http_status: u16,
-    /// Response body (an AdmissionReview, or `{"error": "..."}` otherwise).
-    pub body: Vec<u8>,
+    /// The AdmissionReview answer, or the error answered without one.
+    pub result: Result<Answer, HttpError>,
     /// What was done (metric and log label).
-    pub decision: Decision,
+    pub decision: DecisionLabel,
     /// Machine-readable reason (metric and log label): the engine's skip
     /// reason or error label, or one of [`reason`]'s.
     pub reason: &'static str,
@@ -33,6 +63,25 @@ pub struct Outcome {
     pub detail: Option<String>,
     /// Request facts for the log line.
     pub request: RequestFacts,
+}
+
+impl Outcome {
+    /// The HTTP status it is answered with: 200 for an AdmissionReview,
+    /// else [`HttpError::status`].
+    pub fn status(&self) -> StatusCode {
+        self.result
+            .as_ref()
+            .map_or_else(HttpError::status, |_| StatusCode::OK)
+    }
+
+    /// The body it is answered with: the AdmissionReview, else
+    /// [`HttpError::body`].
+    pub fn body(&self) -> Vec<u8> {
+        match &self.result {
+            Ok(answer) => answer.body().to_vec(),
+            Err(e) => e.body(),
+        }
+    }
 }
 
 /// What the log line says about the request.
@@ -71,7 +120,37 @@ pub struct RequestFacts {
     pub dry_run: bool,
 }
 
-/// Decide on one request body.
+impl RequestFacts {
+    /// The facts the request itself gives.
+    fn of(request: &AdmissionRequest<DynamicObject>) -> Self {
+        let resource = &request.resource;
+        Self {
+            uid: request.uid.clone(),
+            namespace: request.namespace.clone().unwrap_or_default(),
+            operation: operation_name(&request.operation).to_owned(),
+            resource: format!(
+                "{}/{}/{}",
+                resource.group, resource.version, resource.resource
+            ),
+            dry_run: request.dry_run,
+            ..Self::default()
+        }
+    }
+
+    /// The facts the engine's verdict gives: the unknown annotations and an
+    /// opt-in that is skipped.
+    fn note(&mut self, verdict: &Verdict) {
+        self.unknown_annotations = verdict
+            .unknown_annotations()
+            .map(|u| u.key.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        self.opted_in_but_skipped = verdict.opted_in_but_skipped();
+    }
+}
+
+/// Decide on one request body: parse it, hand a pod CREATE to the engine,
+/// and render its verdict.
 pub fn review(
     body: &[u8],
     cache: &ClusterCache,
@@ -82,177 +161,169 @@ pub fn review(
         Ok(parsed) => parsed,
         Err(e) => return refused(HttpError::from(e), RequestFacts::default()),
     };
-    let mut facts = RequestFacts {
-        uid: request.uid.clone(),
-        namespace: request.namespace.clone().unwrap_or_default(),
-        operation: operation_name(&request.operation).to_owned(),
-        resource: format!(
-            "{}/{}/{}",
-            request.resource.group, request.resource.version, request.resource.resource
-        ),
-        ..RequestFacts::default()
-    };
+    let mut facts = RequestFacts::of(&request);
     let mut response = base_response(&request);
-    facts.dry_run = request.dry_run;
+    let pod = match admitted_pod(&request, object) {
+        Ok(pod) => pod,
+        Err(Err(ignored)) => {
+            return answer(&response, None, DecisionLabel::Ignored, ignored, facts);
+        }
+        Err(Ok(error)) => return failure(response, failure_mode, error, "", facts),
+    };
+    facts.owner = owner_of(&pod);
+    facts.pod = pod_name(&pod);
+    let context = context_for(cache, &request, &pod);
+    // A panic in the engine is a bug of ours: treat it like an engine error
+    // so the failure mode decides, instead of dropping the connection.
+    let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine::review(&pod, &context, config)
+    }));
+    let Ok(verdict) = verdict else {
+        return failure(response, failure_mode, PodError::EnginePanic, "", facts);
+    };
+    facts.note(&verdict);
+    let warnings: Vec<String> = verdict.warnings.iter().map(ToString::to_string).collect();
+    response.warnings = (!warnings.is_empty()).then_some(warnings);
+    match &verdict.plan {
+        Err(e) => {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            failure(
+                response,
+                failure_mode,
+                PodError::Engine(e.clone()),
+                &name,
+                facts,
+            )
+        }
+        Ok(Plan::Skip(skipped)) => {
+            let reason = labels::skip_reason(skipped);
+            answer(&response, None, DecisionLabel::Skip, reason, facts)
+        }
+        Ok(Plan::Inject(_)) => {
+            match injected(&pod, &verdict, body.len(), &context, cache, request.dry_run) {
+                Ok(patch) => inject_answer(&response, patch, &verdict, facts),
+                Err(error) => failure(response, failure_mode, error, "", facts),
+            }
+        }
+    }
+}
 
+/// The pod of a pod CREATE; `Err(Err(reason))` for a request that is not
+/// one (ignored), `Err(Ok(error))` for one without a usable pod.
+fn admitted_pod(
+    request: &AdmissionRequest<DynamicObject>,
+    object: Object,
+) -> Result<Pod, Result<PodError, &'static str>> {
     let is_pods = request.resource.group.is_empty()
         && request.resource.resource == "pods"
         && request.sub_resource.as_deref().unwrap_or("").is_empty();
     if !is_pods {
-        return answer(
-            &response,
-            None,
-            Decision::Ignored,
-            reason::OTHER_RESOURCE,
-            facts,
-        );
+        return Err(Err(reason::OTHER_RESOURCE));
     }
     if !matches!(request.operation, Operation::Create) {
-        return answer(
-            &response,
-            None,
-            Decision::Ignored,
-            reason::OTHER_OPERATION,
-            facts,
-        );
+        return Err(Err(reason::OTHER_OPERATION));
     }
+    match object {
+        Object::Pod(pod) => Ok(pod),
+        Object::Invalid(e) => Err(Ok(PodError::Unparsable(e))),
+        Object::Absent => Err(Ok(PodError::NoObject)),
+    }
+}
 
-    let pod: Pod = match object {
-        Object::Pod(pod) => pod,
-        Object::Invalid(e) => {
-            let error = PodError::Unparsable(e);
-            return failure(response, failure_mode, error, "", facts);
-        }
-        Object::Absent => return failure(response, failure_mode, PodError::NoObject, "", facts),
-    };
-    // Misspelt annotations never block the pod: a warning for each, on
-    // whatever answer the pod gets (the API server shows them to the client
-    // even when it refuses the pod).
-    let unknown = engine::annotations::unknown_annotations(pod.metadata.annotations.as_ref());
-    facts.unknown_annotations = unknown
-        .iter()
-        .map(|u| u.key.as_str())
-        .collect::<Vec<_>>()
-        .join(",");
-    if !unknown.is_empty() {
-        response.warnings = Some(
-            unknown
-                .iter()
-                .map(|u| format!("kube-prestop: {u}"))
-                .collect(),
-        );
-    }
-    facts.owner = owner_of(&pod);
-    facts.pod = pod
-        .metadata
-        .name
-        .clone()
-        .or_else(|| pod.metadata.generate_name.clone())
-        .unwrap_or_default();
+/// What the engine needs about the cluster for a pod in the request's
+/// namespace (else the pod's, else `default`), read from the caches
+/// without side effects.
+fn context_for(
+    cache: &ClusterCache,
+    request: &AdmissionRequest<DynamicObject>,
+    pod: &Pod,
+) -> ClusterContext {
     let namespace = request
         .namespace
         .clone()
         .or_else(|| pod.metadata.namespace.clone())
         .unwrap_or_else(|| "default".to_owned());
-    // Looked up without side effects: a creation is scheduled below, only
-    // for a pod that is injected without it.
-    let context = ClusterContext {
+    ClusterContext {
         limit_ranges: cache.limit_ranges(&namespace),
         binary: cache.binary_facts(&namespace),
         namespace,
-    };
-
-    // A panic in the engine is a bug of ours: treat it like an engine error
-    // so the failure mode decides, instead of dropping the connection.
-    let decided = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        engine::plan(&pod, &context, config).map(|plan| match plan {
-            Plan::Skip(reason) => Decided::Skip(reason),
-            Plan::Inject(mutation) => {
-                let operations = engine::patch::operations(&pod, &mutation);
-                if operations.is_empty() {
-                    return Decided::NoChange;
-                }
-                let mut patch = Vec::with_capacity(PATCH_CAPACITY);
-                match serde_json::to_writer(&mut patch, &operations)
-                    .and_then(|()| base64_string(&patch))
-                {
-                    Ok(patch) => Decided::Patch(patch, Box::new(mutation.binary.clone())),
-                    Err(e) => Decided::PatchError(e),
-                }
-            }
-        })
-    }));
-    let Ok(decided) = decided else {
-        return failure(response, failure_mode, PodError::EnginePanic, "", facts);
-    };
-    match decided {
-        Ok(Decided::Skip(reason)) => {
-            if let Some(warning) = opt_in_warning(&pod, &reason) {
-                response.warnings.get_or_insert_with(Vec::new).push(warning);
-                facts.opted_in_but_skipped = true;
-            }
-            let reason = labels::skip_reason(&reason);
-            answer(&response, None, Decision::Skip, reason, facts)
-        }
-        Ok(Decided::NoChange) => {
-            answer(&response, None, Decision::Inject, reason::NO_CHANGE, facts)
-        }
-        Ok(Decided::Patch(patch, choice)) => {
-            facts.sidecar_binary = labels::sidecar_binary(&choice.delivery);
-            facts.sidecar_binary_why = choice.why;
-            // The ConfigMap this pod would have mounted, for the
-            // namespace's next pods (not for a dry run, which must have no
-            // side effects).
-            if let Some(arch) = choice.missing_config_map.as_deref() {
-                cache.ensure_sidecar_config_map(&context.namespace, arch, request.dry_run);
-            }
-            answer(
-                &response,
-                Some(&patch),
-                Decision::Inject,
-                reason::INJECTED,
-                facts,
-            )
-        }
-        Ok(Decided::PatchError(e)) => {
-            failure(response, failure_mode, PodError::Patch(e), "", facts)
-        }
-        Err(e) => {
-            let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-            failure(response, failure_mode, PodError::Engine(e), pod_name, facts)
-        }
     }
 }
 
-/// The admission warning for a pod that asked for injection with
-/// `kube-prestop.io/inject: "true"` and is skipped anyway (e.g.
-/// `restartPolicy: Always`, no exec preStop): `None` for every other pod,
-/// and for a pod skipped because it is injected already (the API server's
-/// second call under `reinvocationPolicy: IfNeeded`).
-fn opt_in_warning(pod: &Pod, reason: &engine::SkipReason) -> Option<String> {
-    let opted_in = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| matches!(engine::annotations::inject_value(a), Ok(Some(true))));
-    (opted_in && *reason != engine::SkipReason::AlreadyInjected).then(|| {
-        format!(
-            "kube-prestop: {} is \"true\" but the pod is not injected: {reason}",
-            engine::annotations::INJECT
-        )
-    })
+/// The injected pod's JSON Patch, rendered (a JSON string of its base64,
+/// see [`base64_string`]) and checked against [`MAX_PATCHED_POD_BYTES`]
+/// (`review_bytes`: the review's size, an upper bound of the pod's JSON).
+/// Schedules the creation of the ConfigMap the pod would have mounted, for
+/// the namespace's next pods (not on a dry run, which must have no side
+/// effects).
+fn injected(
+    pod: &Pod,
+    verdict: &Verdict,
+    review_bytes: usize,
+    context: &ClusterContext,
+    cache: &ClusterCache,
+    dry_run: bool,
+) -> Result<Option<Box<RawValue>>, PodError> {
+    let operations = verdict.operations(pod);
+    if operations.is_empty() {
+        return Ok(None);
+    }
+    let mut patch = Vec::with_capacity(PATCH_CAPACITY);
+    serde_json::to_writer(&mut patch, &operations).map_err(PodError::Patch)?;
+    let bytes = review_bytes.saturating_add(patch.len());
+    if bytes > MAX_PATCHED_POD_BYTES {
+        return Err(PodError::TooLarge {
+            bytes,
+            max_bytes: MAX_PATCHED_POD_BYTES,
+        });
+    }
+    let patch = base64_string(&patch).map_err(PodError::Patch)?;
+    if let Some(arch) = verdict
+        .delivery()
+        .and_then(|c| c.missing_config_map.as_deref())
+    {
+        cache.ensure_sidecar_config_map(&context.namespace, arch, dry_run);
+    }
+    Ok(Some(patch))
 }
 
-/// The engine's decision with its JSON Patch rendered.
-enum Decided {
-    Skip(engine::SkipReason),
-    /// Injected, but the patch is empty.
-    NoChange,
-    /// The JSON Patch, as a JSON string of its base64 (see
-    /// [`base64_string`]), and where the binary comes from.
-    Patch(Box<RawValue>, Box<engine::delivery::Choice>),
-    /// The patch could not be serialized or encoded: why.
-    PatchError(serde_json::Error),
+/// The answer for an injected pod: with its patch, or `no_change` when the
+/// pod already has every change.
+fn inject_answer(
+    response: &AdmissionResponse,
+    patch: Option<Box<RawValue>>,
+    verdict: &Verdict,
+    mut facts: RequestFacts,
+) -> Outcome {
+    let Some(patch) = patch else {
+        return answer(
+            response,
+            None,
+            DecisionLabel::Inject,
+            reason::NO_CHANGE,
+            facts,
+        );
+    };
+    if let Some(choice) = verdict.delivery() {
+        facts.sidecar_binary = labels::sidecar_binary(&choice.delivery);
+        facts.sidecar_binary_why = choice.why.clone();
+    }
+    answer(
+        response,
+        Some(&patch),
+        DecisionLabel::Inject,
+        reason::INJECTED,
+        facts,
+    )
+}
+
+/// Pod name, else `generateName`, else empty.
+fn pod_name(pod: &Pod) -> String {
+    pod.metadata
+        .name
+        .clone()
+        .or_else(|| pod.metadata.generate_name.clone())
+        .unwrap_or_default()
 }
 
 /// `Kind/name` of the controlling owner (else the first owner), or empty.
@@ -277,7 +348,7 @@ fn failure(
     facts: RequestFacts,
 ) -> Outcome {
     let response = refusal::apply(response, mode, &error, pod_name);
-    let mut outcome = answer(&response, None, Decision::Error, error.reason(), facts);
+    let mut outcome = answer(&response, None, DecisionLabel::Error, error.reason(), facts);
     outcome.detail.get_or_insert_with(|| error.to_string());
     outcome
 }
@@ -287,26 +358,20 @@ fn failure(
 fn answer(
     response: &AdmissionResponse,
     patch: Option<&RawValue>,
-    decision: Decision,
+    decision: DecisionLabel,
     reason: &'static str,
     request: RequestFacts,
 ) -> Outcome {
     match answer::encode(response, patch) {
         Ok(body) => Outcome {
-            http_status: 200,
-            body,
+            result: Ok(Answer(body)),
             decision,
             reason,
             detail: None,
             request,
         },
         // Serializing plain data cannot fail; answered regardless.
-        Err(e) => {
-            let detail = e.to_string();
-            let mut outcome = refused(HttpError::Serialize(e), request);
-            outcome.detail = Some(detail);
-            outcome
-        }
+        Err(e) => refused(HttpError::Serialize(e), request),
     }
 }
 
@@ -315,13 +380,12 @@ fn refused(error: HttpError, request: RequestFacts) -> Outcome {
     // Every error `review` returns is counted (see `HttpError::labels`).
     let (decision, reason) = error
         .labels()
-        .unwrap_or((Decision::Invalid, reason::BAD_REQUEST));
+        .unwrap_or((DecisionLabel::Invalid, reason::BAD_REQUEST));
     Outcome {
-        http_status: error.status().as_u16(),
-        body: error.body(),
+        detail: Some(error.to_string()),
+        result: Err(error),
         decision,
         reason,
-        detail: Some(error.to_string()),
         request,
     }
 }
@@ -362,7 +426,74 @@ mod tests {
                 &EngineConfig::default(),
                 FailureMode::Allow,
             );
-            assert_eq!(out.http_status, 400, "{}", String::from_utf8_lossy(body));
+            assert_eq!(out.status().as_u16(), 400, "{}", String::from_utf8_lossy(body));
         }
+    }
+
+    /// A Job pod whose watched container has `env_bytes` of env: the
+    /// sidecar copies it, so the patch adds as much again.
+    fn review_with_env(env_bytes: usize) -> Vec<u8> {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "j-", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": true}
+            ]},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "busybox",
+                "env": [{"name": "BIG", "value": "x".repeat(env_bytes)}],
+                "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
+            }]}
+        });
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ns", "operation": "CREATE", "userInfo": {}, "object": pod
+            }
+        }))
+        .unwrap()
+    }
+
+    fn response_of(outcome: &Outcome) -> serde_json::Value {
+        serde_json::from_slice::<serde_json::Value>(&outcome.body()).unwrap()["response"].clone()
+    }
+
+    #[test]
+    fn a_pod_the_patch_would_take_over_the_bound_follows_the_failure_mode() {
+        let cache = ClusterCache::disconnected();
+        let config = EngineConfig::default();
+        // Under the bound: injected.
+        let small = review(
+            &review_with_env(100 * 1024),
+            &cache,
+            &config,
+            FailureMode::Allow,
+        );
+        assert_eq!(small.reason, reason::INJECTED);
+        // 900 KiB of env, copied into the sidecar: over 1.5 MiB.
+        let body = review_with_env(900 * 1024);
+        let allowed = review(&body, &cache, &config, FailureMode::Allow);
+        assert_eq!(
+            (allowed.decision, allowed.reason),
+            (DecisionLabel::Error, reason::POD_TOO_LARGE)
+        );
+        let response = response_of(&allowed);
+        assert_eq!(response["allowed"], true);
+        assert!(response.get("patch").is_none());
+        let warning = response["warnings"][0].as_str().unwrap();
+        assert!(
+            warning.contains("admitted without the preStop sidecar"),
+            "{warning}"
+        );
+        assert!(
+            warning.contains(&MAX_PATCHED_POD_BYTES.to_string()),
+            "{warning}"
+        );
+        let denied = review(&body, &cache, &config, FailureMode::Deny);
+        let response = response_of(&denied);
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 413);
+        assert_eq!(response["status"]["reason"], "RequestEntityTooLarge");
     }
 }

@@ -25,17 +25,32 @@ pub enum PodError {
     /// The engine cannot handle the pod.
     #[error(transparent)]
     Engine(EngineError),
+    /// The patched pod would be over
+    /// [`super::decision::MAX_PATCHED_POD_BYTES`].
+    #[error(
+        "the injected pod would be about {bytes} bytes of JSON, over the {max_bytes}-byte bound \
+         kube-prestop keeps below etcd's request limit (the sidecar copies each watched \
+         container's env and mounts)"
+    )]
+    TooLarge {
+        /// The review's size plus the patch's, bytes.
+        bytes: usize,
+        /// The bound, bytes.
+        max_bytes: usize,
+    },
 }
 
 impl PodError {
     /// The `reason` label it is counted under (with decision `error`):
-    /// `invalid_pod`, `engine_panic`, `patch_error` or the engine error's
+    /// `invalid_pod`, `engine_panic`, `patch_error`, `pod_too_large` or the
+    /// engine error's
     /// label.
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Unparsable(_) | Self::NoObject => reason::INVALID_POD,
             Self::EnginePanic => reason::ENGINE_PANIC,
             Self::Patch(_) => reason::PATCH_ERROR,
+            Self::TooLarge { .. } => reason::POD_TOO_LARGE,
             Self::Engine(e) => labels::engine_error(e),
         }
     }

@@ -23,7 +23,7 @@ mod error;
 mod refusal;
 mod wire;
 
-pub use decision::{Outcome, RequestFacts, review};
+pub use decision::{Answer, MAX_PATCHED_POD_BYTES, Outcome, RequestFacts, review};
 pub use error::PodError;
 pub use refusal::{FailureMode, Refusal};
 pub use wire::ReviewError;

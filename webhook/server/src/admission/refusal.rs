@@ -100,6 +100,8 @@ impl Refusal {
 
     /// The refusal for a pod that cannot be injected: [`Refusal::of`] an
     /// engine error, naming the pod `pod_name` (its `metadata.name`);
+    /// 413 `RequestEntityTooLarge` for a pod the patch would take over
+    /// [`super::MAX_PATCHED_POD_BYTES`];
     /// [`Refusal::internal`] for everything else (an unreadable pod object
     /// the API server accepted, a panic, a patch that does not serialize).
     pub fn of_pod_error(error: &PodError, pod_name: &str) -> Self {
@@ -107,6 +109,15 @@ impl Refusal {
             PodError::Engine(e) => Self {
                 pod_name: pod_name.to_owned(),
                 ..Self::of(e)
+            },
+            // What the API server itself answers for an object over its
+            // limits: 413 `RequestEntityTooLarge`; the message names the
+            // bound.
+            PodError::TooLarge { .. } => Self {
+                code: 413,
+                reason: "RequestEntityTooLarge",
+                field: None,
+                pod_name: pod_name.to_owned(),
             },
             PodError::Unparsable(_)
             | PodError::NoObject

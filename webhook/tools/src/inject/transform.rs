@@ -4,8 +4,6 @@
 //! changes applied as a JSON Patch, so fields the engine did not touch keep
 //! the user's spelling.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use serde::Serialize;
@@ -16,8 +14,8 @@ use super::documents::{Document, locate_path};
 use super::selector;
 use super::strict::{StrictError, display_path, from_value_strict};
 use kube_prestop_engine::{
-    self as engine, ClusterContext, Decision, EngineConfig, EngineError, OwnerHint, SkipReason,
-    TemplateDecision,
+    self as engine, ClusterContext, EngineConfig, EngineError, OwnerHint, SkipReason, Verdict,
+    Warning,
 };
 
 /// What happened to one document.
@@ -74,69 +72,86 @@ pub fn transform(
     let decided = match (api_version, kind) {
         ("v1", "Pod") => {
             let pod: Pod = strict(doc, value, at, kind)?;
-            let annotations = pod.metadata.annotations.as_ref();
-            warnings = unknown_annotation_warnings(doc, at, POD_METADATA, &label, annotations);
-            if let Some(label) = selector::excluded_by(pod.metadata.labels.as_ref()) {
-                Err(excluded(label, "pod"))
-            } else {
-                let decision = engine::inject(&pod, &context, config)
-                    .map_err(|e| engine_error(doc, at, POD_METADATA, &label, &e))?;
-                match decision {
-                    Decision::Skip(reason) => Err(skip_label(&reason)),
-                    Decision::Inject(after) => Ok(diff(doc, &pod, &*after)?),
+            let site = Site {
+                doc,
+                at,
+                pod_metadata: POD_METADATA,
+                label: &label,
+            };
+            match selector::excluded_by(pod.metadata.labels.as_ref()) {
+                Some(excluded_by) => {
+                    warnings = site.unknown_annotation_warnings(&pod);
+                    Err(excluded(excluded_by, "pod"))
+                }
+                None => {
+                    let verdict = engine::review(&pod, &context, config);
+                    warnings = site.warnings(&verdict);
+                    site.injected(&pod, &verdict, &[], |after: Pod| {
+                        serde_json::to_value(after)
+                    })?
                 }
             }
         }
         ("batch/v1", "Job") => {
             let job: Job = strict(doc, value, at, kind)?;
-            let template = job.spec.as_ref().map(|s| &s.template);
-            let annotations = template.and_then(template_annotations);
-            warnings = unknown_annotation_warnings(doc, at, JOB_POD_METADATA, &label, annotations);
-            match template
-                .map(|t| inject_template(t, &context, config))
-                .transpose()
-            {
-                Err(e) => return Err(engine_error(doc, at, JOB_POD_METADATA, &label, &e)),
-                Ok(None) => Err("no spec.template".to_owned()),
-                Ok(Some(Err(reason))) => Err(reason),
-                Ok(Some(Ok(after))) => {
-                    let mut injected = job.clone();
-                    if let Some(spec) = injected.spec.as_mut() {
-                        spec.template = after;
-                    }
-                    Ok(diff(doc, &job, &injected)?)
+            let site = Site {
+                doc,
+                at,
+                pod_metadata: JOB_POD_METADATA,
+                label: &label,
+            };
+            match job.spec.as_ref().map(|s| &s.template) {
+                None => Err("no spec.template".to_owned()),
+                Some(template) => {
+                    let (decided, w) = site.template(
+                        template,
+                        &context,
+                        config,
+                        &["spec", "template"],
+                        |after| {
+                            let mut injected = job.clone();
+                            if let Some(spec) = injected.spec.as_mut() {
+                                spec.template = after;
+                            }
+                            serde_json::to_value(injected)
+                        },
+                    )?;
+                    warnings = w;
+                    decided
                 }
             }
         }
         ("batch/v1", "CronJob") => {
             let cron: CronJob = strict(doc, value, at, kind)?;
+            let site = Site {
+                doc,
+                at,
+                pod_metadata: CRONJOB_POD_METADATA,
+                label: &label,
+            };
             let template = cron
                 .spec
                 .as_ref()
                 .and_then(|s| s.job_template.spec.as_ref())
                 .map(|s| &s.template);
-            let annotations = template.and_then(template_annotations);
-            warnings =
-                unknown_annotation_warnings(doc, at, CRONJOB_POD_METADATA, &label, annotations);
-            match template
-                .map(|t| inject_template(t, &context, config))
-                .transpose()
-            {
-                Err(e) => {
-                    return Err(engine_error(doc, at, CRONJOB_POD_METADATA, &label, &e));
-                }
-                Ok(None) => Err("no spec.jobTemplate.spec.template".to_owned()),
-                Ok(Some(Err(reason))) => Err(reason),
-                Ok(Some(Ok(after))) => {
-                    let mut injected = cron.clone();
-                    if let Some(job_spec) = injected
-                        .spec
-                        .as_mut()
-                        .and_then(|s| s.job_template.spec.as_mut())
-                    {
-                        job_spec.template = after;
-                    }
-                    Ok(diff(doc, &cron, &injected)?)
+            match template {
+                None => Err("no spec.jobTemplate.spec.template".to_owned()),
+                Some(template) => {
+                    let at_template = ["spec", "jobTemplate", "spec", "template"];
+                    let (decided, w) =
+                        site.template(template, &context, config, &at_template, |after| {
+                            let mut injected = cron.clone();
+                            if let Some(job_spec) = injected
+                                .spec
+                                .as_mut()
+                                .and_then(|s| s.job_template.spec.as_mut())
+                            {
+                                job_spec.template = after;
+                            }
+                            serde_json::to_value(injected)
+                        })?;
+                    warnings = w;
+                    decided
                 }
             }
         }
@@ -168,13 +183,18 @@ pub fn transform(
         }
     };
     Ok(match decided {
-        Ok((patch, typed_after)) => {
+        Ok(injected) => {
             let mut out = value.clone();
-            let value = match json_patch::patch(&mut out, &patch) {
-                Ok(()) => out,
+            let value = match injected
+                .patch
+                .as_ref()
+                .map(|p| json_patch::patch(&mut out, p))
+            {
+                Some(Ok(())) => out,
                 // The input's own spelling did not take the patch (e.g. a
-                // number where the type has a string): emit the typed result.
-                Err(_) => typed_after,
+                // number where the type has a string, or a template without
+                // metadata): emit the typed result.
+                _ => injected.typed,
             };
             Transformed {
                 value,
@@ -190,29 +210,153 @@ pub fn transform(
     })
 }
 
-/// Run the engine on a pod template, as the webhook would see the pods the
-/// Job controller makes from it, unless the webhook configuration's
-/// `objectSelector` keeps them from being sent to it at all.
-/// `Ok(Err(reason))`: not injected.
-fn inject_template(
-    template: &PodTemplateSpec,
-    context: &ClusterContext,
-    config: &EngineConfig,
-) -> Result<Result<PodTemplateSpec, String>, EngineError> {
-    let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
-    if let Some(label) = selector::excluded_by(labels) {
-        return Ok(Err(excluded(label, "pod template")));
-    }
-    Ok(
-        match engine::inject_template(template, OwnerHint::Job, context, config)? {
-            TemplateDecision::Skip(reason) => Err(skip_label(&reason)),
-            TemplateDecision::Inject(template) => Ok(*template),
-        },
-    )
+/// An injected object: the engine's patch with its paths from the object's
+/// root (`None` when the pointers could not be rebased), and the typed
+/// object with the mutation applied.
+struct Injected {
+    patch: Option<json_patch::Patch>,
+    typed: Value,
 }
 
-fn template_annotations(template: &PodTemplateSpec) -> Option<&BTreeMap<String, String>> {
-    template.metadata.as_ref()?.annotations.as_ref()
+/// Where an object sits: its document, its path in it, where its pod
+/// metadata is (from the object) and its `Kind/name`.
+struct Site<'a> {
+    doc: &'a Document,
+    at: &'a [String],
+    pod_metadata: &'a [&'a str],
+    label: &'a str,
+}
+
+impl Site<'_> {
+    /// The engine's verdict on a pod: `Ok(Ok(..))` injected, with the patch
+    /// rebased under `under` (the pod template's path in the object; empty
+    /// for a Pod) and the typed object `typed` makes of the injected pod;
+    /// `Ok(Err(reason))` not injected; `Err` the engine's error, located.
+    fn injected<T: serde::de::DeserializeOwned>(
+        &self,
+        pod: &Pod,
+        verdict: &Verdict,
+        under: &[&str],
+        typed: impl FnOnce(T) -> serde_json::Result<Value>,
+    ) -> Result<Result<Injected, String>, InjectError> {
+        let plan = verdict
+            .plan
+            .as_ref()
+            .map_err(|e| engine_error(self.doc, self.at, self.pod_metadata, self.label, e))?;
+        if let engine::Plan::Skip(reason) = plan {
+            return Ok(Err(skip_label(reason)));
+        }
+        let invalid = |message: String| InjectError::Invalid {
+            document: self.doc.number,
+            line: self.doc.first_line,
+            message,
+        };
+        let patch = verdict.patch(pod).map_err(|e| invalid(e.to_string()))?;
+        let after = verdict.injected(pod).unwrap_or_else(|| pod.clone());
+        let after: T = if under.is_empty() {
+            serde_json::from_value(serde_json::to_value(after).map_err(|e| invalid(e.to_string()))?)
+        } else {
+            serde_json::from_value(
+                serde_json::to_value(PodTemplateSpec {
+                    metadata: Some(after.metadata),
+                    spec: after.spec,
+                })
+                .map_err(|e| invalid(e.to_string()))?,
+            )
+        }
+        .map_err(|e| invalid(e.to_string()))?;
+        let typed = typed(after).map_err(|e| invalid(e.to_string()))?;
+        Ok(Ok(Injected {
+            patch: rebase(patch, under),
+            typed,
+        }))
+    }
+
+    /// [`Self::injected`] for a Job's or CronJob's pod template at `under`,
+    /// as the webhook would see the Job controller's pods, unless the
+    /// webhook configuration's `objectSelector` keeps them from being sent
+    /// to it at all; with the warnings.
+    fn template(
+        &self,
+        template: &PodTemplateSpec,
+        context: &ClusterContext,
+        config: &EngineConfig,
+        under: &[&str],
+        typed: impl FnOnce(PodTemplateSpec) -> serde_json::Result<Value>,
+    ) -> Result<(Result<Injected, String>, Vec<String>), InjectError> {
+        let (pod, verdict) = engine::review_template(template, OwnerHint::Job, context, config);
+        let labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        if let Some(label) = selector::excluded_by(labels) {
+            let warnings = self.unknown_annotation_warnings(&pod);
+            return Ok((Err(excluded(label, "pod template")), warnings));
+        }
+        let warnings = self.warnings(&verdict);
+        Ok((self.injected(&pod, &verdict, under, typed)?, warnings))
+    }
+
+    /// The verdict's warnings, each with the line of the annotation it is
+    /// about: the webhook sends the same ones as admission warnings.
+    fn warnings(&self, verdict: &Verdict) -> Vec<String> {
+        verdict
+            .warnings
+            .iter()
+            .map(|warning| {
+                let key = match warning {
+                    Warning::UnknownAnnotation(unknown) => unknown.key.as_str(),
+                    Warning::OptedInButSkipped(_) => engine::annotations::INJECT,
+                };
+                let text = warning.to_string();
+                let text = text.strip_prefix("kube-prestop: ").unwrap_or(&text);
+                format!(
+                    "document {}, line {}: {}: {text}",
+                    self.doc.number,
+                    self.annotation_line(key),
+                    self.label
+                )
+            })
+            .collect()
+    }
+
+    /// The unknown-annotation warnings alone (for an object the API server
+    /// never sends to the webhook, which the engine does not review).
+    fn unknown_annotation_warnings(&self, pod: &Pod) -> Vec<String> {
+        engine::annotations::unknown_annotations(pod.metadata.annotations.as_ref())
+            .into_iter()
+            .map(|unknown| {
+                format!(
+                    "document {}, line {}: {}: {unknown}",
+                    self.doc.number,
+                    self.annotation_line(&unknown.key),
+                    self.label
+                )
+            })
+            .collect()
+    }
+
+    /// The line of annotation `key` of the pod metadata.
+    fn annotation_line(&self, key: &str) -> usize {
+        let mut path = self.at.to_vec();
+        path.extend(self.pod_metadata.iter().map(|s| (*s).to_owned()));
+        path.push("annotations".to_owned());
+        path.push(key.to_owned());
+        locate_path(self.doc, &path)
+    }
+}
+
+/// `patch` (paths from a pod's root) with every path put under `under`;
+/// `None` when a pointer does not rebase (not expected).
+fn rebase(patch: json_patch::Patch, under: &[&str]) -> Option<json_patch::Patch> {
+    if under.is_empty() {
+        return Some(patch);
+    }
+    let mut value = serde_json::to_value(patch).ok()?;
+    let prefix: String = under.iter().map(|t| format!("/{t}")).collect();
+    for op in value.as_array_mut()? {
+        let path = op.get_mut("path")?;
+        let rebased = format!("{prefix}{}", path.as_str()?);
+        *path = Value::String(rebased);
+    }
+    serde_json::from_value(value).ok()
 }
 
 /// Why an object is not injected when its pods carry a label the webhook
@@ -221,29 +365,6 @@ fn excluded((key, value): (&str, &str), whose: &str) -> String {
     format!(
         "the {whose} is labelled {key}={value}, which the webhook configuration's objectSelector excludes: the API server never sends such pods to the webhook (object_selector)"
     )
-}
-
-/// One warning per unknown `kube-prestop.io/` annotation of the pod
-/// metadata at `pod_metadata` (from the object at `at`), with its line:
-/// the webhook ignores them too, and reports them as admission warnings.
-fn unknown_annotation_warnings(
-    doc: &Document,
-    at: &[String],
-    pod_metadata: &[&str],
-    label: &str,
-    annotations: Option<&BTreeMap<String, String>>,
-) -> Vec<String> {
-    engine::annotations::unknown_annotations(annotations)
-        .into_iter()
-        .map(|unknown| {
-            let mut path = at.to_vec();
-            path.extend(pod_metadata.iter().map(|s| (*s).to_owned()));
-            path.push("annotations".to_owned());
-            path.push(unknown.key.clone());
-            let line = locate_path(doc, &path);
-            format!("document {}, line {line}: {label}: {unknown}", doc.number)
-        })
-        .collect()
 }
 
 /// `reason (label)`, e.g. `no regular container has ... (no_exec_prestop)`.
@@ -298,22 +419,4 @@ fn engine_error(
         object: label.to_owned(),
         message: e.to_string(),
     }
-}
-
-/// The patch from `before` to `after` (both serialized through their type)
-/// and `after` as JSON.
-fn diff<T: Serialize>(
-    doc: &Document,
-    before: &T,
-    after: &T,
-) -> Result<(json_patch::Patch, Value), InjectError> {
-    let to_value = |v: &T| {
-        serde_json::to_value(v).map_err(|e| InjectError::Invalid {
-            document: doc.number,
-            line: doc.first_line,
-            message: e.to_string(),
-        })
-    };
-    let after = to_value(after)?;
-    Ok((json_patch::diff(&to_value(before)?, &after), after))
 }
