@@ -161,6 +161,20 @@ def webhook_rows(fig, repeat, dur, conns, rows, notes):
         % (p["req_bytes"], p["resp_bytes"]))
 
 
+def flood_rows(fig, dur, rows, notes):
+    f = fig.kv("flood.txt")
+    big, small = fig.json("flood-big.json"), fig.json("flood-small.json")
+    codes = lambda run: ", ".join(f"{k}: {v:,}" for k, v in sorted(run.get("statusCodeDistribution", {}).items()))
+    lp = small.get("latencyPercentiles", {})
+    rows.append((
+        f"flood: {int(f['conns'])} connections of {int(f['bytes']) / 1048576:.0f} MiB reviews for {dur} s; "
+        f"ordinary reviews at {int(f['rate'])} req/s beside it, p50 / p99",
+        f"{1000 * lp.get('p50', 0):.1f} / **{1000 * lp.get('p99', 0):.1f} ms**", "—",
+        f"webhook VmHWM **{mib(f['hwm'])}** (chart limit 128 MiB), "
+        f"{'still running' if f['alive'] == '1' else '**died**'}; ordinary answers {codes(small)}; "
+        f"flood answers {codes(big)} (503: shed by --max-inflight-body-bytes)"))
+
+
 def oci_layer(tar_path):
     """Compressed size of the image's layers and the first layer's compression."""
     with tarfile.open(tar_path) as t:
@@ -358,6 +372,8 @@ def table(work, repeat, dur, conns, started, load_start, load_end):
     rows, notes = [], []
     if fig.have("webhook-proc.txt"):
         webhook_rows(fig, repeat, dur, conns, rows, notes)
+    if fig.have("flood.txt"):
+        flood_rows(fig, dur, rows, notes)
     if fig.have("sidecar-idle.txt"):
         sidecar_rows(fig, rows, notes)
     if fig.have("cluster-start.txt"):

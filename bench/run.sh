@@ -36,6 +36,8 @@
 # phase each; default imageVolume,configMap,installContainer; `current`:
 # the release as installed, no Helm),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
+# BENCH_FLOOD_BYTES (4194304), BENCH_FLOOD_CONNECTIONS (64), BENCH_FLOOD_RATE
+# (ordinary reviews per second beside the flood, 50),
 # BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
 # static musl binary the images ship, built as images/build.sh does, in
 # the saturation runs; 0: skip it; default 1).
@@ -58,6 +60,11 @@ start_pods="${BENCH_START_PODS:-20}"
 start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
 burst_completions="${BENCH_BURST_COMPLETIONS:-200}"
 burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
+# The flood (webhook part): body size (the server's default cap), connections,
+# and the ordinary reviews' rate beside it.
+flood_bytes="${BENCH_FLOOD_BYTES:-4194304}"
+flood_conns="${BENCH_FLOOD_CONNECTIONS:-64}"
+flood_rate="${BENCH_FLOOD_RATE:-50}"
 parts=",${BENCH_PARTS:-webhook,sidecar,cluster},"
 want() { [[ "${parts}" == *",$1,"* ]]; }
 cluster_env="/var/lib/kube-prestop/cluster/env.sh"
@@ -262,6 +269,42 @@ if want webhook; then
     log "compute floor (cargo bench --bench admission)"
     KPS_BENCH_BODY="${body}" cargo bench -q -p kube-prestop-server --bench admission 2> "${work}/floor.err" > "${work}/floor.txt" \
         || die "compute floor failed: $(tail -n 5 "${work}/floor.err")"
+
+    # --- flood: maximum-size bodies from one load generator, ordinary reviews
+    # from another at a fixed rate, against a fresh webhook (its VmHWM is the
+    # flood's alone). Issue 25: the chart's memory limit is 128 MiB; the
+    # ordinary reviews' p99 says whether they still get through.
+    log "flood: ${flood_conns} connections of ${flood_bytes}-byte reviews for ${dur} s, ordinary reviews at ${flood_rate} req/s beside"
+    flood_body="${work}/flood-review.json"
+    python3 - "${flood_bytes}" "${flood_body}" <<'PY'
+import json, sys
+size, out = int(sys.argv[1]), sys.argv[2]
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"generateName": "flood-", "namespace": "flood",
+                    "annotations": {"flood": ""}},
+       "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+          "request": {"uid": "flood", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                      "resource": {"group": "", "version": "v1", "resource": "pods"},
+                      "namespace": "flood", "operation": "CREATE", "userInfo": {}, "object": pod}}
+# Pad the annotation so the whole body is exactly the cap: parsed in full.
+pod["metadata"]["annotations"]["flood"] = "x" * (size - len(json.dumps(review)))
+open(out, "w").write(json.dumps(review))
+PY
+    start webhook-flood "${webhook_bin}" serve --no-cluster --listen-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 \
+        --tls-cert-file "${work}/certs/tls.crt" --tls-key-file "${work}/certs/tls.key"
+    fl_addr="${ADDR}"; fl_pid="${PID}"
+    "${oha}" --no-tui --output-format json --insecure -z "${dur}s" -c "${flood_conns}" \
+        -m POST -T application/json -D "${flood_body}" "https://${fl_addr}/mutate" > "${work}/flood-big.json" &
+    flood_gen=$!
+    "${oha}" --no-tui --output-format json --insecure -z "${dur}s" -c 4 -q "${flood_rate}" --latency-correction \
+        -m POST -T application/json -D "${body}" "https://${fl_addr}/mutate" > "${work}/flood-small.json"
+    wait "${flood_gen}" || true
+    fl_alive=0; kill -0 "${fl_pid}" 2>/dev/null && fl_alive=1
+    fl_hwm="$(status_kib "${fl_pid}" VmHWM 2>/dev/null || echo 0)"
+    kill "${fl_pid}" 2>/dev/null || true
+    printf '%s\n' "bytes=${flood_bytes}" "conns=${flood_conns}" "rate=${flood_rate}" "hwm=${fl_hwm}" \
+        "alive=${fl_alive}" > "${work}/flood.txt"
 
     log "start-up: exec -> /readyz 200, 10 times"
     startup="$(python3 bench/startup.py 10 "${webhook_bin}" serve --no-cluster --listen-addr 127.0.0.1:0 \
