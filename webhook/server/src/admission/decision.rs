@@ -175,36 +175,55 @@ pub fn review(
     let context = context_for(cache, &request, &pod);
     // A panic in the engine is a bug of ours: treat it like an engine error
     // so the failure mode decides, instead of dropping the connection.
-    let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let Ok(verdict) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         engine::review(&pod, &context, config)
-    }));
-    let Ok(verdict) = verdict else {
+    })) else {
         return failure(response, failure_mode, PodError::EnginePanic, "", facts);
     };
     facts.note(&verdict);
     let warnings: Vec<String> = verdict.warnings.iter().map(ToString::to_string).collect();
     response.warnings = (!warnings.is_empty()).then_some(warnings);
+    let write = Write {
+        cache,
+        context: &context,
+        review_bytes: body.len(),
+        dry_run: request.dry_run,
+    };
+    render(response, failure_mode, &pod, &verdict, &write, facts)
+}
+
+/// What rendering an injection needs beside the verdict: where to schedule
+/// a missing ConfigMap, and the review's size and dry-run flag.
+struct Write<'a> {
+    cache: &'a ClusterCache,
+    context: &'a ClusterContext,
+    review_bytes: usize,
+    dry_run: bool,
+}
+
+/// The engine's verdict on `pod` as an AdmissionReview answer.
+fn render(
+    response: AdmissionResponse,
+    failure_mode: FailureMode,
+    pod: &Pod,
+    verdict: &Verdict,
+    write: &Write<'_>,
+    facts: RequestFacts,
+) -> Outcome {
     match &verdict.plan {
         Err(e) => {
             let name = pod.metadata.name.clone().unwrap_or_default();
-            failure(
-                response,
-                failure_mode,
-                PodError::Engine(e.clone()),
-                &name,
-                facts,
-            )
+            let error = PodError::Engine(e.clone());
+            failure(response, failure_mode, error, &name, facts)
         }
         Ok(Plan::Skip(skipped)) => {
             let reason = labels::skip_reason(skipped);
             answer(&response, None, DecisionLabel::Skip, reason, facts)
         }
-        Ok(Plan::Inject(_)) => {
-            match injected(&pod, &verdict, body.len(), &context, cache, request.dry_run) {
-                Ok(patch) => inject_answer(&response, patch, &verdict, facts),
-                Err(error) => failure(response, failure_mode, error, "", facts),
-            }
-        }
+        Ok(Plan::Inject(_)) => match injected(pod, verdict, write) {
+            Ok(patch) => inject_answer(&response, patch, verdict, facts),
+            Err(error) => failure(response, failure_mode, error, "", facts),
+        },
     }
 }
 
@@ -252,17 +271,14 @@ fn context_for(
 
 /// The injected pod's JSON Patch, rendered (a JSON string of its base64,
 /// see [`base64_string`]) and checked against [`MAX_PATCHED_POD_BYTES`]
-/// (`review_bytes`: the review's size, an upper bound of the pod's JSON).
+/// (the review's size is an upper bound of the pod's JSON).
 /// Schedules the creation of the ConfigMap the pod would have mounted, for
 /// the namespace's next pods (not on a dry run, which must have no side
 /// effects).
 fn injected(
     pod: &Pod,
     verdict: &Verdict,
-    review_bytes: usize,
-    context: &ClusterContext,
-    cache: &ClusterCache,
-    dry_run: bool,
+    write: &Write<'_>,
 ) -> Result<Option<Box<RawValue>>, PodError> {
     let operations = verdict.operations(pod);
     if operations.is_empty() {
@@ -270,7 +286,7 @@ fn injected(
     }
     let mut patch = Vec::with_capacity(PATCH_CAPACITY);
     serde_json::to_writer(&mut patch, &operations).map_err(PodError::Patch)?;
-    let bytes = review_bytes.saturating_add(patch.len());
+    let bytes = write.review_bytes.saturating_add(patch.len());
     if bytes > MAX_PATCHED_POD_BYTES {
         return Err(PodError::TooLarge {
             bytes,
@@ -282,7 +298,10 @@ fn injected(
         .delivery()
         .and_then(|c| c.missing_config_map.as_deref())
     {
-        cache.ensure_sidecar_config_map(&context.namespace, arch, dry_run);
+        let namespace = &write.context.namespace;
+        write
+            .cache
+            .ensure_sidecar_config_map(namespace, arch, write.dry_run);
     }
     Ok(Some(patch))
 }
