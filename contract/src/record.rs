@@ -13,12 +13,14 @@
 //! | `done-<id>` | [`DoneRecord`] | `outcome=ran\nattempt=1\nexit_status=0\nstatus=exit 0\nduration_ms=2310\nexit_observed_ticks=873600\ncontainer_exit=exit:3\n` |
 //!
 //! Readers trim keys and values, ignore lines without `=` and unknown keys,
-//! and take the last line of a key written twice. Pods keep the binary their
-//! webhook gave them, and a ConfigMap-delivered binary can change under a
-//! running pod, so a record may come from an older or a newer binary: the
-//! records a reader acts on (`running-`, `done-`) read every field as
-//! optional, and values they do not know are kept verbatim ([`Parsed`]).
-//! The tests pin the bytes.
+//! and take the last line of a key written twice. Every container of a pod
+//! runs the binary the pod was admitted with, so the records a binary reads
+//! are normally its own; still, the records a reader acts on (`running-`,
+//! `done-`) read every field as optional, and values a reader does not know
+//! are kept verbatim ([`Parsed`]), so that what the termination message
+//! passes on is the text as written, whatever wrote it. The tests pin the
+//! bytes: pods admitted by an older webhook keep their older binary, and the
+//! format is the same in every version.
 
 use std::collections::BTreeMap;
 use std::fmt;
