@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine of the project's kind lacks for `make test`:
-# Debian packages, the Rust components and the musl targets. Idempotent and
+# Debian packages, the Rust components, the musl targets and the engine's
+# portability-check target (x86_64-apple-darwin). Idempotent and
 # quick when everything is present. Component builds (Kubernetes, etcd, helm,
 # kubeconform) are cached by the scripts that use them.
 set -euo pipefail
@@ -59,3 +60,6 @@ fi
 
 rustup component add rustfmt clippy >/dev/null
 rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl >/dev/null
+# make lint: the engine must type-check for a target with no Linux API
+# (cargo check only, nothing is linked).
+rustup target add x86_64-apple-darwin >/dev/null

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube_prestop_sidecar::contract::{HookRoot, RunOn};
+use kube_prestop_contract::{HookRoot, RunOn};
 
 use super::EngineError;
 use super::config::ResourceDefaults;
@@ -208,7 +208,7 @@ fn per_container<T>(
             }
             Some((name, v)) => {
                 let (name, v) = (name.trim(), v.trim());
-                if !super::names::is_dns_label(name) {
+                if !kube_prestop_contract::is_dns_label(name) {
                     return Err(invalid(
                         key,
                         value,
@@ -285,7 +285,10 @@ impl PodOverrides {
                 if names.is_empty() {
                     return Err(invalid(CONTAINERS, value, "names no container"));
                 }
-                if let Some(bad) = names.iter().find(|n| !super::names::is_dns_label(n)) {
+                if let Some(bad) = names
+                    .iter()
+                    .find(|n| !kube_prestop_contract::is_dns_label(n))
+                {
                     return Err(invalid(
                         CONTAINERS,
                         value,

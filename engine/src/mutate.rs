@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{
     ImageVolumeSource, KeyToPath, Lifecycle, LifecycleHandler, Pod, PodSpec, ResourceRequirements,
     SeccompProfile, SecurityContext, Volume, VolumeMount,
 };
-use kube_prestop_sidecar::contract;
+use kube_prestop_contract as contract;
 
 use super::annotations::{self, PodOverrides};
 use super::config::EngineConfig;

@@ -8,31 +8,18 @@
 //!
 //! Container names are unique across `containers`, `initContainers` and
 //! `ephemeralContainers` of a pod, and must be RFC 1123 DNS labels of at most
-//! 63 characters (volume names too).
+//! 63 characters (volume names too): [`is_dns_label`], the contract's one
+//! implementation, which the sidecar applies to the names it is given.
 
 use std::collections::BTreeSet;
 
-/// Longest DNS label (RFC 1123): 63 characters.
-pub const MAX_LABEL: usize = 63;
+use kube_prestop_contract::MAX_DNS_LABEL_LEN as MAX_LABEL;
 
 /// Base name of the install init container.
 pub const INSTALL_CONTAINER: &str = "kube-prestop-install";
 
 /// Prefix of the sidecar names: `kube-prestop-`.
 pub const SIDECAR_PREFIX: &str = "kube-prestop-";
-
-/// Whether `name` is an RFC 1123 label: 1..=63 of `[a-z0-9-]`, starting and
-/// ending with an alphanumeric.
-pub fn is_dns_label(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= MAX_LABEL
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
-}
 
 /// 32-bit FNV-1a hash of `text` (stable across versions and platforms).
 pub fn fnv1a32(text: &str) -> u32 {
@@ -88,22 +75,10 @@ pub fn sidecar_name(watched: &str, taken: &BTreeSet<String>) -> String {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use kube_prestop_contract::is_dns_label;
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    #[test]
-    fn dns_labels() {
-        assert!(is_dns_label("a"));
-        assert!(is_dns_label("kube-prestop-main-1"));
-        assert!(is_dns_label(&"a".repeat(63)));
-        assert!(!is_dns_label(&"a".repeat(64)));
-        assert!(!is_dns_label(""));
-        assert!(!is_dns_label("-a"));
-        assert!(!is_dns_label("a-"));
-        assert!(!is_dns_label("A"));
-        assert!(!is_dns_label("a_b"));
     }
 
     #[test]

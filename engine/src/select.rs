@@ -4,7 +4,7 @@
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube_prestop_sidecar::contract;
+use kube_prestop_contract as contract;
 
 use super::EngineError;
 use super::annotations::{self, PodOverrides};

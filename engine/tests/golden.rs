@@ -36,8 +36,8 @@ use golden_common::{
     to_expected,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use kube_prestop_engine::{self as engine, ClusterContext, Decision, SkipReason, names, resources};
-use kube_prestop_sidecar::contract;
+use kube_prestop_contract as contract;
+use kube_prestop_engine::{self as engine, ClusterContext, Decision, SkipReason, resources};
 use serde_json::{Value, json};
 
 /// The cases the issue and the design require; more may exist.
@@ -101,7 +101,7 @@ fn check_names(case: &str, pod: &Pod) {
         .chain(spec.init_containers.iter().flatten());
     for c in all {
         assert!(
-            names::is_dns_label(&c.name),
+            contract::is_dns_label(&c.name),
             "{case}: bad name {:?}",
             c.name
         );
@@ -114,7 +114,7 @@ fn check_names(case: &str, pod: &Pod) {
     let mut volumes = BTreeSet::new();
     for v in spec.volumes.iter().flatten() {
         assert!(
-            names::is_dns_label(&v.name),
+            contract::is_dns_label(&v.name),
             "{case}: bad volume {:?}",
             v.name
         );

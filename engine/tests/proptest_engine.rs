@@ -38,11 +38,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube_prestop_contract as contract;
 use kube_prestop_engine::{
     self as engine, ClusterContext, Decision, EngineConfig, EngineError, SkipReason, annotations,
-    names, resources,
+    resources,
 };
-use kube_prestop_sidecar::contract;
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::Value;
@@ -698,7 +698,11 @@ fn check_names(pod: &Pod) {
         .flatten()
         .chain(&spec.containers)
     {
-        assert!(names::is_dns_label(&c.name), "container name {:?}", c.name);
+        assert!(
+            contract::is_dns_label(&c.name),
+            "container name {:?}",
+            c.name
+        );
         assert!(
             seen.insert(c.name.clone()),
             "duplicate container name {:?}",
@@ -707,7 +711,7 @@ fn check_names(pod: &Pod) {
     }
     let mut seen = BTreeSet::new();
     for v in spec.volumes.iter().flatten() {
-        assert!(names::is_dns_label(&v.name), "volume name {:?}", v.name);
+        assert!(contract::is_dns_label(&v.name), "volume name {:?}", v.name);
         assert!(
             seen.insert(v.name.clone()),
             "duplicate volume name {:?}",

@@ -19,8 +19,8 @@
 
 use std::path::PathBuf;
 
-use crate::contract::{
-    self, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_HOOK_ROOT,
+use kube_prestop_contract::{
+    self as contract, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_HOOK_ROOT,
     FLAG_ID_ROOT, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER, FLAG_TERMINATION_MESSAGE,
     FLAG_TIMEOUT, HookRoot, RunOn,
 };
@@ -211,7 +211,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let Some(container) = get(FLAG_CONTAINER) else {
         return err(format!("{sub} needs {FLAG_CONTAINER} NAME"));
     };
-    if !contract::is_valid_container_name(&container) {
+    if !contract::is_dns_label(&container) {
         return err(format!(
             "{FLAG_CONTAINER} {container:?} is not a valid container name (a DNS label: 1-63 of a-z, 0-9, '-')"
         ));
@@ -261,10 +261,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         let started_after: Vec<String> = get(FLAG_STARTED_AFTER)
             .map(|v| v.split(',').map(str::to_owned).collect())
             .unwrap_or_default();
-        if let Some(bad) = started_after
-            .iter()
-            .find(|n| !contract::is_valid_container_name(n))
-        {
+        if let Some(bad) = started_after.iter().find(|n| !contract::is_dns_label(n)) {
             return err(format!(
                 "{FLAG_STARTED_AFTER}: {bad:?} is not a valid container name (a DNS label: 1-63 of a-z, 0-9, '-')"
             ));

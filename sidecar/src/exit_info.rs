@@ -34,6 +34,8 @@ use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::time::TimeSpec;
 
+use kube_prestop_contract::ContainerEnd;
+
 /// `PIDFD_INFO_EXIT` (`include/uapi/linux/pidfd.h`, Linux 6.15): request
 /// (and, in the answer, presence of) the exit status.
 pub const PIDFD_INFO_EXIT: u64 = 1 << 3;
@@ -176,10 +178,14 @@ impl ExitKnowledge {
         }
     }
 
-    /// The same without spaces, for records and the termination message:
-    /// `exit:3`, `signal:9` or `unknown`.
-    pub fn token(self) -> String {
-        self.describe().replace(' ', ":")
+    /// As records and the termination message write it (`exit:3`,
+    /// `signal:9` or `unknown`: the same without spaces).
+    pub fn token(self) -> ContainerEnd {
+        match self {
+            Self::Known(ContainerExit::Code(c)) => ContainerEnd::Exit(c),
+            Self::Known(ContainerExit::Signal(s)) => ContainerEnd::Signal(s),
+            Self::Unknown(_) => ContainerEnd::Unknown,
+        }
     }
 }
 
@@ -331,5 +337,18 @@ mod tests {
         assert!(!ContainerExit::Code(1).success());
         assert!(!ContainerExit::Signal(9).success());
         assert_eq!(ContainerExit::Signal(9).describe(), "signal 9");
+        let token = |e: ExitKnowledge| e.token().to_string();
+        assert_eq!(
+            token(ExitKnowledge::Known(ContainerExit::Code(3))),
+            "exit:3"
+        );
+        assert_eq!(
+            token(ExitKnowledge::Known(ContainerExit::Signal(9))),
+            "signal:9"
+        );
+        assert_eq!(
+            token(ExitKnowledge::Unknown(Unknown::SidecarDown)),
+            "unknown"
+        );
     }
 }

@@ -58,8 +58,8 @@ use nix::poll::PollFlags;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::contract;
 use crate::procfs::{self, IdMount, LastPid, MountSource, ProcError};
+use kube_prestop_contract as contract;
 
 /// One run of a container's process: its PID in the pod's PID namespace and
 /// its start time (clock ticks since boot). See [`contract::instance_id`].
@@ -185,10 +185,6 @@ const PENDING_FRESH_INTERVAL: Duration = Duration::from_millis(100);
 /// creates it in its own mount namespace, so there the check only finds the
 /// `pivot_root`.
 const PENDING_FOLLOW_AGE: Duration = Duration::from_secs(2);
-
-/// Environment variable that, when set, makes the scanner log every
-/// classification (troubleshooting a container that is not found).
-pub const DEBUG_ENV: &str = "KUBE_PRESTOP_DEBUG";
 
 #[derive(Debug)]
 enum Class {
@@ -323,7 +319,7 @@ impl Scanner {
             known: HashMap::new(),
             retired: Vec::new(),
             own_pid: std::process::id() as i32,
-            debug: std::env::var_os(DEBUG_ENV).is_some(),
+            debug: std::env::var_os(contract::ENV_DEBUG).is_some(),
             stats: SearchStats::default(),
             last_step: None,
             infer_unseen: false,
@@ -411,11 +407,6 @@ impl Scanner {
     /// Forgets one process.
     pub fn forget(&mut self, pid: i32) {
         self.known.remove(&pid);
-    }
-
-    /// How many exited instances' mounts are still held (tests, logs).
-    pub fn retired_count(&self) -> usize {
-        self.retired.len()
     }
 
     /// File descriptors to add to the caller's `poll` while searching, with

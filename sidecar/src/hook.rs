@@ -36,8 +36,8 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use crate::contract;
 use crate::exit_info::{ContainerExit, ExitKnowledge};
+use kube_prestop_contract::{self as contract, HookStatus};
 
 /// Chroot the hook into a held container root.
 #[derive(Debug, Clone)]
@@ -78,42 +78,6 @@ pub struct RunningHook {
     pub attempt: u32,
     /// When it started.
     pub started: Instant,
-}
-
-/// How a hook ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookStatus {
-    /// Exited with this code.
-    Exited(i32),
-    /// Killed by this signal number.
-    Signaled(i32),
-    /// The command does not exist (recorded as 127, like a shell).
-    NotFound,
-    /// The command exists but cannot be executed (recorded as 126).
-    NotExecutable,
-}
-
-impl HookStatus {
-    /// The status as a shell would report it: the exit code, 128 + signal,
-    /// 127 or 126.
-    pub fn code(&self) -> i32 {
-        match self {
-            HookStatus::Exited(c) => *c,
-            HookStatus::Signaled(s) => 128 + s,
-            HookStatus::NotFound => contract::EXIT_COMMAND_NOT_FOUND,
-            HookStatus::NotExecutable => contract::EXIT_COMMAND_NOT_EXECUTABLE,
-        }
-    }
-
-    /// Human-readable form for logs and records (`exit 3`, `signal 9`, ...).
-    pub fn describe(&self) -> String {
-        match self {
-            HookStatus::Exited(c) => format!("exit {c}"),
-            HookStatus::Signaled(s) => format!("signal {s}"),
-            HookStatus::NotFound => "command not found".to_owned(),
-            HookStatus::NotExecutable => "command not executable".to_owned(),
-        }
-    }
 }
 
 /// Starts `argv` for the run `ctx` describes. On a spawn failure returns
@@ -226,15 +190,6 @@ pub fn kill_group(pgid: Pid) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn statuses() {
-        assert_eq!(HookStatus::Exited(3).code(), 3);
-        assert_eq!(HookStatus::Signaled(9).code(), 137);
-        assert_eq!(HookStatus::NotFound.code(), 127);
-        assert_eq!(HookStatus::NotExecutable.code(), 126);
-        assert_eq!(HookStatus::Signaled(9).describe(), "signal 9");
-    }
 
     #[test]
     fn missing_command_is_127() {

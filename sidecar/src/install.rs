@@ -72,7 +72,7 @@ pub fn install(source: &Path, dest: &Path) -> Result<(), InstallError> {
 }
 
 /// Copies every architecture's binary under `architectures` (the image's
-/// `contract::ARCHITECTURES_DIR`: `<arch>/kube-prestop-sidecar` each) to
+/// `kube_prestop_contract::ARCHITECTURES_DIR`: `<arch>/kube-prestop-sidecar` each) to
 /// `dest_dir/<arch>/kube-prestop-sidecar`, each with [`install`]. When
 /// `architectures` does not exist (an image built for one architecture
 /// only), copies `own` (this binary) as `own_arch`. Returns the
@@ -87,7 +87,7 @@ pub fn install_architectures(
     own_arch: Option<&str>,
     dest_dir: &Path,
 ) -> Result<Vec<String>, InstallError> {
-    use crate::contract::ARCHITECTURE_BINARY_NAME;
+    use kube_prestop_contract::ARCHITECTURE_BINARY_NAME;
     let mut copied = Vec::new();
     if !architectures.exists() {
         let Some(arch) = own_arch else {

@@ -1,8 +1,10 @@
 //! kube-prestop sidecar: watches a Job container through the pod's shared PID
 //! namespace and runs its preStop command when it exits on its own.
 //!
-//! [`contract`] is shared with the webhook, which writes the pod specs that
-//! run this binary. The other modules are the binary's parts, one job each:
+//! The wire it shares with the webhook, which writes the pod specs that run
+//! this binary (paths, subcommands and flags, environment, the records in
+//! the shared volume), is the `kube-prestop-contract` crate. The modules here
+//! are the binary's parts, one job each:
 //!
 //! - [`procfs`]: reading `/proc` (processes vanish mid-read; that is normal);
 //! - [`finder`]: finding the watched container's process by its identifying mount;
@@ -24,7 +26,6 @@
 
 pub mod cli;
 pub mod container_root;
-pub mod contract;
 pub mod exit_info;
 pub mod finder;
 pub mod hook;

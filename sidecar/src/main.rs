@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::exit;
 
+use kube_prestop_contract as contract;
 use kube_prestop_sidecar::cli::{self, Cli, USAGE};
-use kube_prestop_sidecar::contract;
 use kube_prestop_sidecar::{install, log, poststart, procfs, watch, wrapper};
 
 fn main() {

@@ -25,8 +25,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::contract;
 use crate::finder::Instance;
+use kube_prestop_contract as contract;
 
 /// How often the handler looks for the `armed` mark: the watcher normally
 /// arms within a few milliseconds of its start, and one look every 2 ms
@@ -38,7 +38,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
 pub enum Mark {
     /// No mark (or it could not be read).
     Missing,
-    /// A mark whose content is not a [`contract::armed_record`].
+    /// A mark whose content is not an [`ArmedRecord`](contract::ArmedRecord).
     Malformed,
     /// A mark naming a watcher process that no longer runs: left by a
     /// watcher that was killed (SIGKILL, OOM) before it could remove it.
@@ -51,13 +51,6 @@ pub enum Mark {
         /// The watcher's PID.
         pid: i32,
     },
-}
-
-impl Mark {
-    /// Whether the mark shows a running, armed watcher.
-    pub fn is_live(&self) -> bool {
-        matches!(self, Mark::Live { .. })
-    }
 }
 
 impl std::fmt::Display for Mark {
@@ -80,10 +73,15 @@ pub fn check_mark(mark: &Path, proc_root: &Path) -> Mark {
     let Ok(content) = crate::procfs::read_small(mark) else {
         return Mark::Missing;
     };
-    let Some((pid, start_time)) = contract::parse_armed_record(&content) else {
+    let Some(armed) = contract::ArmedRecord::parse(&content) else {
         return Mark::Malformed;
     };
-    if (Instance { pid, start_time }).is_alive(proc_root) {
+    let pid = armed.pid;
+    let watcher = Instance {
+        pid,
+        start_time: armed.start_time_ticks,
+    };
+    if watcher.is_alive(proc_root) {
         Mark::Live { pid }
     } else {
         Mark::Stale { pid }
@@ -201,7 +199,11 @@ mod tests {
     fn live_record() -> String {
         let pid = std::process::id() as i32;
         let st = procfs::read_stat(proc_root(), pid).unwrap();
-        contract::armed_record(pid, st.start_time)
+        contract::ArmedRecord {
+            pid,
+            start_time_ticks: st.start_time,
+        }
+        .to_string()
     }
 
     #[test]
@@ -239,10 +241,26 @@ mod tests {
         let pid = std::process::id() as i32;
         let start = procfs::read_stat(proc_root(), pid).unwrap().start_time;
         // Same PID, another start time: a reused PID, not our watcher.
-        std::fs::write(&mark, contract::armed_record(pid, start + 1)).unwrap();
+        std::fs::write(
+            &mark,
+            contract::ArmedRecord {
+                pid,
+                start_time_ticks: start + 1,
+            }
+            .to_string(),
+        )
+        .unwrap();
         assert_eq!(check_mark(&mark, proc_root()), Mark::Stale { pid });
         // A PID no process has.
-        std::fs::write(&mark, contract::armed_record(i32::MAX, start)).unwrap();
+        std::fs::write(
+            &mark,
+            contract::ArmedRecord {
+                pid: i32::MAX,
+                start_time_ticks: start,
+            }
+            .to_string(),
+        )
+        .unwrap();
         assert_eq!(
             wait_armed(&mark, proc_root(), Duration::from_millis(20)),
             Outcome::TimedOut {
@@ -261,7 +279,15 @@ mod tests {
         let mark = d.join("state/x/armed");
         // A stale mark first, then the new watcher's own.
         std::fs::create_dir_all(mark.parent().unwrap()).unwrap();
-        std::fs::write(&mark, contract::armed_record(i32::MAX, 1)).unwrap();
+        std::fs::write(
+            &mark,
+            contract::ArmedRecord {
+                pid: i32::MAX,
+                start_time_ticks: 1,
+            }
+            .to_string(),
+        )
+        .unwrap();
         let writer = {
             let mark = mark.clone();
             std::thread::spawn(move || {

@@ -4,8 +4,8 @@
 //! When the exit status is unknown the hook runs (cleanup is never skipped
 //! for lack of knowledge), and the caller logs why it is unknown.
 
-use crate::contract::RunOn;
 use crate::exit_info::ExitKnowledge;
+use kube_prestop_contract::RunOn;
 
 /// What to do about one exit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

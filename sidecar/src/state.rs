@@ -1,10 +1,11 @@
 //! The per-container state directory in the shared volume
-//! (`<root>/state/<container>/`, see [`crate::contract`]).
+//! (`<root>/state/<container>/`, see [`kube_prestop_contract::state_files`]).
 //!
 //! Every record is written atomically: to a temporary file `.tmp-<name>-<pid>`
 //! in the same directory, then `rename(2)`d over the final name, so a reader
 //! (the probe, a restarted sidecar) sees either no record or a whole one.
-//! Records are small `key=value` lines.
+//! Records are small `key=value` lines; their names and contents are typed
+//! in the contract ([`RecordKind`], [`kube_prestop_contract::record`]).
 
 use std::collections::BTreeMap;
 use std::fs::{self, DirBuilder, OpenOptions};
@@ -12,7 +13,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::contract;
+use kube_prestop_contract::{self as contract, RecordKind, RunningRecord};
 
 /// Errors of the state store.
 #[derive(Debug, thiserror::Error)]
@@ -117,11 +118,10 @@ impl StateStore {
         self.path(name).exists()
     }
 
-    /// Reads record `name` as `key=value` pairs; `None` if absent or unreadable.
-    pub fn read(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        crate::procfs::read_small(&self.path(name))
-            .ok()
-            .map(|s| parse_record(&s))
+    /// Reads record `name`'s text (parse it with the record's type in
+    /// [`kube_prestop_contract::record`]); `None` if absent or unreadable.
+    pub fn read(&self, name: &str) -> Option<String> {
+        crate::procfs::read_small(&self.path(name)).ok()
     }
 
     /// Removes record `name`; a missing record is not an error.
@@ -152,19 +152,6 @@ impl StateStore {
     }
 }
 
-/// Formats `key=value` lines.
-pub fn format_record(pairs: &[(&str, String)]) -> String {
-    pairs.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
-}
-
-/// Parses `key=value` lines; lines without `=` are ignored.
-pub fn parse_record(s: &str) -> BTreeMap<String, String> {
-    s.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
-}
-
 /// What the records say about one instance.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct InstanceRecords {
@@ -185,33 +172,22 @@ pub fn group_by_instance(
 ) -> BTreeMap<String, InstanceRecords> {
     let mut out: BTreeMap<String, InstanceRecords> = BTreeMap::new();
     for n in names {
-        let (id, kind) = if let Some(id) = n.strip_prefix(contract::SEEN_PREFIX) {
-            (id, 0)
-        } else if let Some(id) = n.strip_prefix(contract::PRESTOP_PREFIX) {
-            (id, 1)
-        } else if let Some(id) = n.strip_prefix(contract::RUNNING_PREFIX) {
-            (id, 2)
-        } else if let Some(id) = n.strip_prefix(contract::DONE_PREFIX) {
-            (id, 3)
-        } else {
+        let Some((kind, id)) = RecordKind::parse_file_name(n) else {
             continue;
         };
-        if contract::parse_instance_id(id).is_none() {
-            continue;
-        }
         let r = out.entry(id.to_owned()).or_default();
         match kind {
-            0 => r.seen = true,
-            1 => r.prestop = true,
-            2 => {
+            RecordKind::Seen => r.seen = true,
+            RecordKind::Prestop => r.prestop = true,
+            RecordKind::Running => {
                 r.running_attempt = Some(
                     store
                         .read(n)
-                        .and_then(|m| m.get("attempt").and_then(|a| a.parse().ok()))
+                        .and_then(|text| RunningRecord::parse(&text).attempt)
                         .unwrap_or(0),
                 )
             }
-            _ => r.done = true,
+            RecordKind::Done => r.done = true,
         }
     }
     out
@@ -221,6 +197,7 @@ pub fn group_by_instance(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use kube_prestop_contract::SeenRecord;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kps-state-{tag}-{}", std::process::id()));
@@ -233,8 +210,11 @@ mod tests {
         let root = tmpdir("w");
         let s = StateStore::new(&root, "main");
         s.ensure_dir().unwrap();
-        s.write("seen-1-2", &format_record(&[("pid", "1".into())]))
-            .unwrap();
+        let seen = SeenRecord {
+            pid: 1,
+            start_time_ticks: 2,
+        };
+        s.write("seen-1-2", &seen.to_string()).unwrap();
         s.write("running-1-2", "attempt=2\n").unwrap();
         s.write("prestop-3-4", "").unwrap();
         s.write("done-5-6", "").unwrap();
@@ -242,7 +222,7 @@ mod tests {
         fs::write(s.dir().join(".tmp-x"), "").unwrap();
         let names = s.list().unwrap();
         assert!(!names.iter().any(|n| n.starts_with('.')));
-        assert_eq!(s.read("seen-1-2").unwrap().get("pid").unwrap(), "1");
+        assert_eq!(SeenRecord::parse(&s.read("seen-1-2").unwrap()), Some(seen));
         let g = group_by_instance(&s, &names);
         assert_eq!(g.len(), 3);
         assert_eq!(g["1-2"].running_attempt, Some(2));

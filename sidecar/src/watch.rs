@@ -45,18 +45,22 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
+use kube_prestop_contract::{
+    self as contract, DoneRecord, HookRoot, HookStatus, HookToken, Outcome, RecordKind, RunOn,
+    RunningRecord, SeenRecord, SkipReason,
+};
+
 use crate::cli::Target;
 use crate::container_root::{self, HeldRoot};
-use crate::contract::{HookRoot, RunOn};
 use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
-use crate::hook::{self, Chroot, HookContext, HookStatus, RunningHook};
+use crate::hook::{self, Chroot, HookContext, RunningHook};
+use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
 use crate::run_on::{self, RunDecision};
-use crate::state::{self, StateStore, format_record};
+use crate::state::{self, StateStore};
 use crate::termination;
-use crate::{contract, log};
 
 /// Search interval while the container is absent: 1 ms for the first 10 s
 /// of a search, 2 ms up to a minute, then 4 ms (a restart after the kubelet's
@@ -104,16 +108,16 @@ pub struct WatchConfig {
     /// set up and ended between two looks is taken to be an instance of it
     /// ([`Scanner::infer_unseen`]).
     pub sole_container: bool,
-    /// [`crate::contract::FLAG_RUN_ON`].
+    /// [`kube_prestop_contract::FLAG_RUN_ON`].
     pub run_on: RunOn,
-    /// [`crate::contract::FLAG_HOOK_ROOT`].
+    /// [`kube_prestop_contract::FLAG_HOOK_ROOT`].
     pub hook_root: HookRoot,
     /// Where the termination message goes
-    /// ([`crate::contract::FLAG_TERMINATION_MESSAGE`]).
+    /// ([`kube_prestop_contract::FLAG_TERMINATION_MESSAGE`]).
     pub termination_message: PathBuf,
 }
 
-pub use crate::procfs::pidfd_open;
+use crate::procfs::pidfd_open;
 
 /// The container's root, as far as the watcher holds it.
 #[derive(Debug)]
@@ -373,7 +377,7 @@ impl Watcher {
     }
 
     /// Writes the `armed` mark the postStart handler waits for, naming this
-    /// process ([`contract::armed_record`]) so that the handler can tell it
+    /// process ([`contract::ArmedRecord`]) so that the handler can tell it
     /// from a mark a killed watcher left; on failure (missing or read-only
     /// volume, unreadable `/proc`) logs and schedules a retry with backoff.
     fn arm(&mut self) {
@@ -382,7 +386,13 @@ impl Watcher {
             .map_err(|e| format!("cannot read {}/self: {e}", proc_root.display()))
             .and_then(|pid| {
                 procfs::read_stat(proc_root, pid)
-                    .map(|st| contract::armed_record(pid, st.start_time))
+                    .map(|st| {
+                        contract::ArmedRecord {
+                            pid,
+                            start_time_ticks: st.start_time,
+                        }
+                        .to_string()
+                    })
                     .map_err(|e| format!("cannot read {}/{pid}/stat: {e}", proc_root.display()))
             })
             .and_then(|record| {
@@ -439,14 +449,30 @@ impl Watcher {
                         "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
                         self.container()
                     );
-                    self.write_done(id, "skipped-prestop", None, 0, None, now_ticks, down);
+                    self.write_done(
+                        id,
+                        Outcome::Skipped(SkipReason::Prestop),
+                        None,
+                        0,
+                        None,
+                        now_ticks,
+                        down,
+                    );
                 }
                 RecoveryAction::Abandon { id, attempt } => {
                     log!(
                         "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
                         self.container()
                     );
-                    self.write_done(id, "abandoned", None, *attempt, None, now_ticks, down);
+                    self.write_done(
+                        id,
+                        Outcome::Abandoned,
+                        None,
+                        *attempt,
+                        None,
+                        now_ticks,
+                        down,
+                    );
                 }
                 RecoveryAction::Retry { run } => log!(
                     "recovered container={} instance={} hook was interrupted by a sidecar restart (attempt {}); retrying once",
@@ -501,11 +527,14 @@ impl Watcher {
     /// it is already gone (a container that lived only milliseconds).
     fn attach(&mut self, inst: Instance) {
         let id = inst.id();
-        let seen = format_record(&[
-            ("pid", inst.pid.to_string()),
-            ("start_time_ticks", inst.start_time.to_string()),
-        ]);
-        if let Err(e) = self.store.write(&contract::seen_file(&id), &seen) {
+        let seen = SeenRecord {
+            pid: inst.pid,
+            start_time_ticks: inst.start_time,
+        };
+        if let Err(e) = self
+            .store
+            .write(&RecordKind::Seen.file_name(&id), &seen.to_string())
+        {
             log!("error: {e} (an exit while the sidecar is down may go unnoticed)");
         }
         self.ever_found = true;
@@ -668,13 +697,13 @@ impl Watcher {
         let mut runs = termination::collect(&self.cfg.target.root);
         if let Some(id) = cut {
             for r in &mut runs {
-                if r.container == self.cfg.target.container && r.instance == id {
-                    r.hook = "cut".to_owned();
-                    r.grace_cut = true;
+                if r.line.container == self.cfg.target.container && r.line.instance == id {
+                    r.line.hook = HookToken::Cut;
+                    r.line.grace_cut = true;
                 }
             }
         }
-        let msg = termination::render(&runs, contract::TERMINATION_MESSAGE_MAX_BYTES);
+        let msg = contract::termination::render(&runs, contract::TERMINATION_MESSAGE_MAX_BYTES);
         if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
             && !self.termination_error_logged
         {
@@ -690,29 +719,25 @@ impl Watcher {
     fn write_done(
         &self,
         id: &str,
-        outcome: &str,
+        outcome: Outcome,
         status: Option<HookStatus>,
         attempt: u32,
         dur: Option<Duration>,
         exit_ticks: u64,
         exit: ExitKnowledge,
     ) {
-        let mut rec = vec![
-            ("outcome", outcome.to_owned()),
-            ("attempt", attempt.to_string()),
-        ];
-        if let Some(s) = status {
-            rec.push(("exit_status", s.code().to_string()));
-            rec.push(("status", s.describe()));
-        }
-        if let Some(d) = dur {
-            rec.push(("duration_ms", d.as_millis().to_string()));
-        }
-        rec.push(("exit_observed_ticks", exit_ticks.to_string()));
-        rec.push(("container_exit", exit.token()));
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let rec = DoneRecord::new(
+            outcome,
+            attempt,
+            status,
+            dur.map(ms),
+            exit_ticks,
+            exit.token(),
+        );
         if let Err(e) = self
             .store
-            .write(&contract::done_file(id), &format_record(&rec))
+            .write(&RecordKind::Done.file_name(id), &rec.to_string())
         {
             log!("error: {e} (a restarted sidecar may run this hook again)");
         }
@@ -725,16 +750,16 @@ impl Watcher {
             };
             let run = pending.run;
             let id = run.instance.id();
-            if self.store.exists(&contract::prestop_mark_file(&id)) {
+            let prestop_mark = RecordKind::Prestop.file_name(&id);
+            if self.store.exists(&prestop_mark) {
                 log!(
-                    "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
+                    "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {prestop_mark})",
                     self.container(),
-                    contract::prestop_mark_file(&id)
                 );
                 drop(pending);
                 self.write_done(
                     &id,
-                    "skipped-prestop",
+                    Outcome::Skipped(SkipReason::Prestop),
                     None,
                     run.attempt,
                     None,
@@ -755,7 +780,7 @@ impl Watcher {
                     drop(pending);
                     self.write_done(
                         &id,
-                        "skipped-run-on",
+                        Outcome::Skipped(SkipReason::RunOn),
                         None,
                         run.attempt,
                         Some(Duration::ZERO),
@@ -835,12 +860,11 @@ impl Watcher {
                 }
                 _ => None,
             };
-            let rec = format_record(&[
-                ("attempt", run.attempt.to_string()),
-                ("exit_observed_ticks", run.exit_ticks.to_string()),
-                ("container_exit", run.exit.token()),
-            ]);
-            if let Err(e) = self.store.write(&contract::running_file(&id), &rec) {
+            let rec = RunningRecord::new(run.attempt, run.exit_ticks, run.exit.token());
+            if let Err(e) = self
+                .store
+                .write(&RecordKind::Running.file_name(&id), &rec.to_string())
+            {
                 log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
             }
             let chrooted = chroot.is_some();
@@ -875,13 +899,13 @@ impl Watcher {
                         self.container(),
                         run.attempt,
                         self.cfg.hook,
-                        status.describe(),
+                        status,
                         status.code()
                     );
                     drop(pending);
                     self.write_done(
                         &id,
-                        "ran",
+                        Outcome::Ran,
                         Some(status),
                         run.attempt,
                         Some(Duration::ZERO),
@@ -938,13 +962,13 @@ impl Watcher {
             self.container(),
             h.instance,
             h.attempt,
-            status.describe(),
+            status,
             status.code(),
             secs(dur)
         );
         self.write_done(
             &h.instance,
-            "ran",
+            Outcome::Ran,
             Some(status),
             h.attempt,
             Some(dur),

@@ -19,9 +19,10 @@ use nix::unistd::execvp;
 
 use crate::cli::Target;
 use crate::finder::{self, Instance};
+use crate::log;
 use crate::procfs::PROC_ROOT;
-use crate::state::{StateStore, format_record};
-use crate::{contract, log};
+use crate::state::StateStore;
+use kube_prestop_contract as contract;
 
 /// Errors of [`mark`].
 #[derive(Debug, thiserror::Error)]
@@ -47,9 +48,12 @@ pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
         .ok_or_else(|| MarkError::NotFound(target.container.clone(), mp.to_string()))?;
     let store = StateStore::new(&target.root, &target.container);
     store.ensure_dir()?;
+    let record = contract::PrestopRecord {
+        wrapper_pid: std::process::id(),
+    };
     store.write(
-        &contract::prestop_mark_file(&inst.id()),
-        &format_record(&[("wrapper_pid", std::process::id().to_string())]),
+        &contract::RecordKind::Prestop.file_name(&inst.id()),
+        &record.to_string(),
     )?;
     Ok(inst)
 }

@@ -10,7 +10,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
 use common::{T, bin, code, kill, wait_exit, wait_for};
-use kube_prestop_sidecar::{contract, procfs};
+use kube_prestop_contract as contract;
+use kube_prestop_sidecar::procfs;
 
 fn tmp(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("kps-cli-{tag}-{}", std::process::id()));
@@ -23,7 +24,11 @@ fn tmp(tag: &str) -> std::path::PathBuf {
 fn live_armed_record() -> String {
     let pid = std::process::id() as i32;
     let st = procfs::read_stat(std::path::Path::new(procfs::PROC_ROOT), pid).unwrap();
-    contract::armed_record(pid, st.start_time)
+    contract::ArmedRecord {
+        pid,
+        start_time_ticks: st.start_time,
+    }
+    .to_string()
 }
 
 fn run(args: &[&str]) -> (i32, String) {
@@ -88,7 +93,11 @@ fn probe_passes_only_once_armed() {
     // A mark left by a watcher that is gone does not count.
     fs::write(
         d.join("state/main/armed"),
-        contract::armed_record(i32::MAX, 1),
+        contract::ArmedRecord {
+            pid: i32::MAX,
+            start_time_ticks: 1,
+        }
+        .to_string(),
     )
     .unwrap();
     let (c, err) = run(&["probe", "--container", "main", "--root", root]);
@@ -126,7 +135,11 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
     fs::create_dir_all(d.join("state/main")).unwrap();
     fs::write(
         d.join("state/main/armed"),
-        contract::armed_record(i32::MAX, 1),
+        contract::ArmedRecord {
+            pid: i32::MAX,
+            start_time_ticks: 1,
+        }
+        .to_string(),
     )
     .unwrap();
     let (c, err) = post_start();
@@ -155,7 +168,11 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
         .unwrap();
     fs::write(
         d.join("state/main/armed"),
-        contract::armed_record(wpid, wstart),
+        contract::ArmedRecord {
+            pid: wpid,
+            start_time_ticks: wstart,
+        }
+        .to_string(),
     )
     .unwrap();
     let status = wait_exit(&mut child, T);

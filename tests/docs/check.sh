@@ -111,6 +111,8 @@ banned=(
     'never update, delete or read data|the sidecar-binary ConfigMap watch reads the data to hash it'
     '-c <sidecar>|name the sidecar: kube-prestop-<container>'
     'prestop-system|the webhook namespace is the code default (DEFAULT_WEBHOOK_NAMESPACE)'
+    'sidecar/src/contract\.rs|the webhook/sidecar contract is the kube-prestop-contract crate (contract/src/), not a sidecar module'
+    'sidecar::contract|the webhook/sidecar contract is the kube_prestop_contract crate, not a sidecar module'
 )
 for entry in "${banned[@]}"; do
     pattern="${entry%%|*}"

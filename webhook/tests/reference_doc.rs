@@ -126,8 +126,9 @@ fn every_annotation_the_engine_knows_is_in_the_reference() {
     );
 }
 
-/// The `"KUBE_PRESTOP_..."` string literals of the sidecar's sources: the
-/// variables it sets for the hook or reads itself.
+/// The `"KUBE_PRESTOP_..."` string literals of the sidecar's and the
+/// contract's sources: the variables the sidecar sets for the hook or reads
+/// itself.
 fn sidecar_env_names() -> BTreeSet<String> {
     fn walk(dir: &Path, out: &mut BTreeSet<String>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -149,16 +150,16 @@ fn sidecar_env_names() -> BTreeSet<String> {
         }
     }
     let mut names = BTreeSet::new();
-    walk(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../sidecar/src"),
-        &mut names,
-    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["../sidecar/src", "../contract/src"] {
+        walk(&root.join(dir), &mut names);
+    }
     names
 }
 
 #[test]
 fn every_environment_variable_of_the_sidecar_is_in_the_reference() {
-    use kube_prestop_sidecar::contract;
+    use kube_prestop_contract as contract;
     let page = reference();
     let section = page
         .split("\n## Environment the hook gets\n")
@@ -175,9 +176,12 @@ fn every_environment_variable_of_the_sidecar_is_in_the_reference() {
         contract::ENV_HOOK_EXIT_SIGNAL,
         contract::ENV_HOOK_ROOT,
         contract::ENV_GRACE_PERIOD_SECONDS,
-        kube_prestop_sidecar::finder::DEBUG_ENV,
+        contract::ENV_DEBUG,
     ] {
-        assert!(names.contains(known), "{known} not found in sidecar/src");
+        assert!(
+            names.contains(known),
+            "{known} not found in sidecar/src or contract/src"
+        );
     }
     let absent: Vec<_> = names
         .iter()
@@ -308,7 +312,11 @@ fn every_log_line_the_reference_names_is_in_the_code() {
         ),
         (
             sidecar_part,
-            string_literals(&root.join("../sidecar/src")),
+            [
+                string_literals(&root.join("../sidecar/src")),
+                string_literals(&root.join("../contract/src")),
+            ]
+            .concat(),
             "`kube-prestop: `:",
         ),
     ];

@@ -174,7 +174,7 @@ pub fn binary_config_map(pod: &Pod) -> Option<String> {
 pub fn config_map_binary(cm: &ConfigMap) -> Vec<u8> {
     cm.binary_data
         .as_ref()
-        .and_then(|d| d.get(kube_prestop_sidecar::contract::BINARY_CONFIG_MAP_KEY))
+        .and_then(|d| d.get(kube_prestop_contract::BINARY_CONFIG_MAP_KEY))
         .map(|b| b.0.clone())
         .unwrap_or_default()
 }

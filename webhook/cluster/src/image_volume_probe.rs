@@ -193,7 +193,7 @@ pub fn probe_pod(image: &str, pull_policy: &str) -> Pod {
                 "name": "probe",
                 "image": image,
                 "imagePullPolicy": pull_policy,
-                "command": [kube_prestop_sidecar::contract::INSTALL_IMAGE_BINARY, "--version"],
+                "command": [kube_prestop_contract::INSTALL_IMAGE_BINARY, "--version"],
                 "resources": {
                     "requests": {"cpu": "1m", "memory": "1Mi"},
                     "limits": {"cpu": "10m", "memory": "8Mi"},

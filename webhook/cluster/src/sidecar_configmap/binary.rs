@@ -16,7 +16,7 @@ pub const NAME_HASH_CHARS: usize = 12;
 
 /// The `binaryData` key holding the binary (the file name in the volume):
 /// the contract's, which the engine mounts.
-pub const BINARY_KEY: &str = kube_prestop_sidecar::contract::BINARY_CONFIG_MAP_KEY;
+pub const BINARY_KEY: &str = kube_prestop_contract::BINARY_CONFIG_MAP_KEY;
 
 /// Largest accepted binary, in bytes: 1 MiB, the API server's limit on a
 /// ConfigMap's data.
@@ -207,7 +207,7 @@ pub fn elf_architecture(bytes: &[u8]) -> Result<&'static str, String> {
 /// directory of another architecture, two binaries of one architecture, a
 /// directory without any.
 pub fn load_binaries(paths: &[PathBuf]) -> Result<Vec<SidecarBinary>, SidecarConfigMapError> {
-    let file = kube_prestop_sidecar::contract::ARCHITECTURE_BINARY_NAME;
+    let file = kube_prestop_contract::ARCHITECTURE_BINARY_NAME;
     let mut out: Vec<SidecarBinary> = Vec::new();
     let mut add = |binary: SidecarBinary, path: &Path| {
         if out
@@ -302,15 +302,6 @@ mod tests {
         SidecarBinary::load(file_with(&elf(62, bytes)).path()).unwrap()
     }
 
-    fn is_dns_label(s: &str) -> bool {
-        !s.is_empty()
-            && s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !s.starts_with('-')
-            && !s.ends_with('-')
-    }
-
     #[test]
     fn load_names_by_content() {
         let b = SidecarBinary::from_bytes(b"abc".to_vec(), "amd64");
@@ -322,7 +313,11 @@ mod tests {
         assert_eq!(b.name(), "kube-prestop-sidecar-ba7816bf8f01");
         assert_eq!(b.architecture(), "amd64");
         assert_eq!(b.name().len(), NAME_PREFIX.len() + NAME_HASH_CHARS);
-        assert!(is_dns_label(b.name()), "{}", b.name());
+        assert!(
+            kube_prestop_contract::is_dns_label(b.name()),
+            "{}",
+            b.name()
+        );
         assert_eq!(b.size(), 3);
         assert_eq!(b.bytes(), b"abc");
         // Same bytes from another file: same name; other bytes: another name.

@@ -130,7 +130,7 @@ pub fn injected(pod: &Pod) -> Option<Delivery> {
             .as_ref()
             .filter(|_| {
                 v.name
-                    .starts_with(kube_prestop_sidecar::contract::BINARY_VOLUME_NAME)
+                    .starts_with(kube_prestop_contract::BINARY_VOLUME_NAME)
             })
             .and_then(|i| i.reference.clone())
     });

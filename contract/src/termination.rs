@@ -1,0 +1,370 @@
+//! The sidecar's termination message: one line per hook run of the pod (of
+//! every watched container, from the records in the shared volume), oldest
+//! first, within the kubelet's 4 KiB ([`TERMINATION_MESSAGE_MAX_BYTES`]; the
+//! oldest runs are left out first, and the first line says how many).
+//!
+//! ```text
+//! kube-prestop hook runs, oldest first (1 older left out):
+//! container=main instance=12-873455 container_exit=exit:3 hook=exit:0 duration_ms=2310 grace_cut=false
+//! container=main instance=40-873999 container_exit=exit:0 hook=skipped-run-on duration_ms=0 grace_cut=false
+//! container=side instance=55-874000 container_exit=signal:9 hook=running duration_ms=- grace_cut=false
+//! ```
+//!
+//! `hook` is a [`HookToken`]: `exit:N`, `signal:N`, `not-found`,
+//! `not-executable`, `skipped-prestop` (the kubelet ran the preStop itself),
+//! `skipped-run-on`, `abandoned` (interrupted twice), `running` (another
+//! sidecar's hook, still running when this message was written) or `cut`:
+//! this sidecar's own hook was still running when SIGTERM came and the
+//! message was not rewritten afterwards, i.e. the grace period's SIGKILL
+//! ended it (`grace_cut=true`). The watcher rewrites the message after each
+//! run and on SIGTERM; the kubelet reads it when the sidecar has stopped.
+
+use std::fmt;
+
+use crate::record::{ContainerEnd, DoneRecord, HookStatus, Outcome, Parsed, SkipReason};
+
+/// The sidecar's `terminationMessagePath`, where the watcher writes the
+/// summary of the pod's hook runs (the kubelet's default path, set
+/// explicitly by the webhook).
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// The kubelet's limit on one container's termination message (bytes):
+/// `getTerminationMessage` in `pkg/kubelet/kuberuntime/kuberuntime_container.go`
+/// reads the file's last `kubecontainer.MaxContainerTerminationMessageLength`
+/// (4 KiB) bytes. The watcher keeps its message within it (newest runs last).
+pub const TERMINATION_MESSAGE_MAX_BYTES: usize = 4096;
+
+/// The `hook=` value of a [`RunLine`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookToken {
+    /// The hook ran: `exit:N`, `signal:N`, `not-found`, `not-executable`.
+    Ended(HookStatus),
+    /// The hook did not run: `skipped-prestop`, `skipped-run-on`.
+    Skipped(SkipReason),
+    /// `abandoned`: interrupted by sidecar restarts twice.
+    Abandoned,
+    /// `running`: started (a `running-<id>` record) and not done.
+    Running,
+    /// `cut`: this sidecar's hook was running when SIGTERM came.
+    Cut,
+    /// `unknown`: a `done-<id>` record without an outcome, or `ran` without
+    /// a status.
+    Unknown,
+    /// A record's outcome or status this version does not know, passed on
+    /// as records wrote it (spaces turned into `:` for a status).
+    Verbatim(String),
+}
+
+impl HookToken {
+    /// The token of a `done-<id>` record: its status for a hook that ran,
+    /// else its outcome.
+    pub fn of_done(record: &DoneRecord) -> Self {
+        match &record.outcome {
+            Some(Parsed::Known(Outcome::Ran)) => match &record.status {
+                Some(Parsed::Known(s)) => Self::Ended(*s),
+                Some(Parsed::Verbatim(s)) => Self::Verbatim(s.replace(' ', ":")),
+                None => Self::Unknown,
+            },
+            Some(Parsed::Known(Outcome::Skipped(r))) => Self::Skipped(*r),
+            Some(Parsed::Known(Outcome::Abandoned)) => Self::Abandoned,
+            Some(Parsed::Verbatim(o)) => Self::Verbatim(o.clone()),
+            None => Self::Unknown,
+        }
+    }
+
+    /// Reads a token as [`HookToken`]'s `Display` writes it; any other text
+    /// is [`HookToken::Verbatim`].
+    pub fn parse(text: &str) -> Self {
+        let status = match text {
+            "not-found" => Some(HookStatus::NotFound),
+            "not-executable" => Some(HookStatus::NotExecutable),
+            _ => text
+                .replacen(':', " ", 1)
+                .parse::<HookStatus>()
+                .ok()
+                .filter(|s| matches!(s, HookStatus::Exited(_) | HookStatus::Signaled(_))),
+        };
+        let token = match (status, text) {
+            (Some(s), _) => Self::Ended(s),
+            (None, "running") => Self::Running,
+            (None, "cut") => Self::Cut,
+            (None, "unknown") => Self::Unknown,
+            (None, "abandoned") => Self::Abandoned,
+            (None, _) => match text.parse::<Outcome>() {
+                Ok(Outcome::Skipped(r)) => Self::Skipped(r),
+                _ => Self::Verbatim(text.to_owned()),
+            },
+        };
+        if token.to_string() == text {
+            token
+        } else {
+            Self::Verbatim(text.to_owned())
+        }
+    }
+}
+
+impl fmt::Display for HookToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ended(HookStatus::Exited(c)) => write!(f, "exit:{c}"),
+            Self::Ended(HookStatus::Signaled(s)) => write!(f, "signal:{s}"),
+            Self::Ended(HookStatus::NotFound) => f.write_str("not-found"),
+            Self::Ended(HookStatus::NotExecutable) => f.write_str("not-executable"),
+            Self::Skipped(r) => Outcome::Skipped(*r).fmt(f),
+            Self::Abandoned => Outcome::Abandoned.fmt(f),
+            Self::Running => f.write_str("running"),
+            Self::Cut => f.write_str("cut"),
+            Self::Unknown => f.write_str("unknown"),
+            Self::Verbatim(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One line of the message, one hook run (without its `\n`):
+/// `container=C instance=ID container_exit=E hook=H duration_ms=MS|- grace_cut=true|false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunLine {
+    /// The watched container (a DNS label).
+    pub container: String,
+    /// The instance id ([`crate::instance_id`]).
+    pub instance: String,
+    /// How the container ended.
+    pub container_exit: Parsed<ContainerEnd>,
+    /// What became of the hook.
+    pub hook: HookToken,
+    /// How long the hook ran, in ms, when it ended (`-` otherwise).
+    pub duration_ms: Option<u64>,
+    /// The grace period's SIGKILL ended it.
+    pub grace_cut: bool,
+}
+
+impl RunLine {
+    /// Parses a line as `Display` writes it (the six fields in that order,
+    /// one space apart, no `\n`). `None` for any other line.
+    pub fn parse(line: &str) -> Option<Self> {
+        let mut parts = line.split(' ');
+        let mut field = |key: &str| {
+            parts
+                .next()
+                .and_then(|p| p.strip_prefix(key))
+                .and_then(|p| p.strip_prefix('='))
+        };
+        let container = field("container")?.to_owned();
+        let instance = field("instance")?.to_owned();
+        let container_exit = Parsed::parse(field("container_exit")?);
+        let hook = HookToken::parse(field("hook")?);
+        let duration_ms = match field("duration_ms")? {
+            "-" => None,
+            ms => Some(ms.parse().ok()?),
+        };
+        let grace_cut = field("grace_cut")?.parse().ok()?;
+        let parsed = Self {
+            container,
+            instance,
+            container_exit,
+            hook,
+            duration_ms,
+            grace_cut,
+        };
+        (parts.next().is_none() && parsed.to_string() == line).then_some(parsed)
+    }
+}
+
+impl fmt::Display for RunLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "container={} instance={} container_exit={} hook={} duration_ms=",
+            self.container, self.instance, self.container_exit, self.hook
+        )?;
+        match self.duration_ms {
+            Some(ms) => write!(f, "{ms}")?,
+            None => f.write_str("-")?,
+        }
+        write!(f, " grace_cut={}", self.grace_cut)
+    }
+}
+
+/// A hook run to show: its line, and when the container's exit was
+/// observed (clock ticks since boot), which orders the lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    /// The line.
+    pub line: RunLine,
+    /// When the exit was observed, in clock ticks since boot (not shown).
+    pub exit_ticks: u64,
+}
+
+/// The message's first line when `left_out` older runs did not fit.
+fn header(left_out: usize) -> String {
+    if left_out == 0 {
+        "kube-prestop hook runs, oldest first:\n".to_owned()
+    } else {
+        format!("kube-prestop hook runs, oldest first ({left_out} older left out):\n")
+    }
+}
+
+/// The message for `runs` (any order), at most `max` bytes: oldest first
+/// (by exit time, then container, then instance); when they do not fit, the
+/// oldest are left out and the header says how many. Empty when there are
+/// no runs.
+pub fn render(runs: &[HookRun], max: usize) -> String {
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut sorted: Vec<&HookRun> = runs.iter().collect();
+    sorted.sort_by(|a, b| {
+        (a.exit_ticks, &a.line.container, &a.line.instance).cmp(&(
+            b.exit_ticks,
+            &b.line.container,
+            &b.line.instance,
+        ))
+    });
+    let lines: Vec<String> = sorted.iter().map(|r| format!("{}\n", r.line)).collect();
+    let mut skip = 0;
+    loop {
+        let body: usize = lines[skip..].iter().map(String::len).sum();
+        if header(skip).len() + body <= max || skip == lines.len() {
+            break;
+        }
+        skip += 1;
+    }
+    let mut out = header(skip);
+    for l in &lines[skip..] {
+        out.push_str(l);
+    }
+    if out.len() > max {
+        // Only the header is left and even it does not fit (tiny `max`).
+        let mut cut = max;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(c: &str, id: &str, ticks: u64) -> HookRun {
+        HookRun {
+            line: RunLine {
+                container: c.into(),
+                instance: id.into(),
+                container_exit: Parsed::Known(ContainerEnd::Exit(3)),
+                hook: HookToken::Ended(HookStatus::Exited(0)),
+                duration_ms: Some(12),
+                grace_cut: false,
+            },
+            exit_ticks: ticks,
+        }
+    }
+
+    #[test]
+    fn oldest_first_and_within_the_limit() {
+        let runs = vec![run("b", "2-2", 20), run("a", "1-1", 10)];
+        let m = render(&runs, 4096);
+        assert_eq!(
+            m,
+            "kube-prestop hook runs, oldest first:\n\
+             container=a instance=1-1 container_exit=exit:3 hook=exit:0 duration_ms=12 grace_cut=false\n\
+             container=b instance=2-2 container_exit=exit:3 hook=exit:0 duration_ms=12 grace_cut=false\n"
+        );
+        assert_eq!(render(&[], 4096), "");
+        let many: Vec<HookRun> = (0..200)
+            .map(|i| run("main", &format!("{i}-{i}"), i))
+            .collect();
+        let m = render(&many, TERMINATION_MESSAGE_MAX_BYTES);
+        assert!(m.len() <= TERMINATION_MESSAGE_MAX_BYTES);
+        // The newest is kept, the oldest left out and counted.
+        assert!(m.contains("instance=199-199 "));
+        assert!(!m.contains("instance=0-0 "));
+        let kept = m.lines().count() - 1;
+        assert!(m.starts_with(&format!(
+            "kube-prestop hook runs, oldest first ({} older left out):\n",
+            200 - kept
+        )));
+        assert!(render(&many, 10).len() <= 10);
+        assert_eq!(render(&many, 10), "kube-prest");
+    }
+
+    #[test]
+    fn lines_are_pinned_and_parse_back() {
+        let cut = RunLine {
+            container: "side".into(),
+            instance: "55-874000".into(),
+            container_exit: Parsed::Known(ContainerEnd::Signal(9)),
+            hook: HookToken::Cut,
+            duration_ms: None,
+            grace_cut: true,
+        };
+        let text = "container=side instance=55-874000 container_exit=signal:9 hook=cut duration_ms=- grace_cut=true";
+        assert_eq!(cut.to_string(), text);
+        assert_eq!(RunLine::parse(text), Some(cut));
+        for text in [
+            "container=main instance=12-873455 container_exit=exit:3 hook=exit:0 duration_ms=2310 grace_cut=false",
+            "container=main instance=40-873999 container_exit=exit:0 hook=skipped-run-on duration_ms=0 grace_cut=false",
+            "container=side instance=55-874000 container_exit=unknown hook=running duration_ms=- grace_cut=false",
+            "container=a instance=1-1 container_exit=unknown hook=skipped-prestop duration_ms=- grace_cut=false",
+            "container=a instance=1-1 container_exit=unknown hook=abandoned duration_ms=- grace_cut=false",
+            "container=a instance=1-1 container_exit=exit:1 hook=not-found duration_ms=0 grace_cut=false",
+            "container=a instance=1-1 container_exit=exit:1 hook=not-executable duration_ms=0 grace_cut=false",
+            "container=a instance=1-1 container_exit=exit:1 hook=signal:15 duration_ms=9 grace_cut=false",
+            "container=a instance=1-1 container_exit=oom hook=later duration_ms=9 grace_cut=false",
+        ] {
+            let line = RunLine::parse(text);
+            assert_eq!(line.map(|l| l.to_string()).as_deref(), Some(text));
+        }
+        for bad in [
+            "",
+            "container=a instance=1-1 container_exit=exit:1 hook=cut duration_ms=x grace_cut=false",
+            "container=a instance=1-1 container_exit=exit:1 hook=cut duration_ms=- grace_cut=no",
+            "container=a instance=1-1 container_exit=exit:1 hook=cut duration_ms=- grace_cut=true extra=1",
+            "instance=1-1 container=a container_exit=exit:1 hook=cut duration_ms=- grace_cut=true",
+        ] {
+            assert_eq!(RunLine::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_of_done_records() {
+        let token = |text: &str| HookToken::of_done(&DoneRecord::parse(text)).to_string();
+        assert_eq!(token("outcome=ran\nstatus=exit 2\n"), "exit:2");
+        assert_eq!(token("outcome=ran\nstatus=signal 9\n"), "signal:9");
+        assert_eq!(
+            token("outcome=ran\nstatus=command not found\n"),
+            "not-found"
+        );
+        assert_eq!(
+            token("outcome=ran\nstatus=command not executable\n"),
+            "not-executable"
+        );
+        assert_eq!(token("outcome=ran\nstatus=stopped by 3\n"), "stopped:by:3");
+        assert_eq!(token("outcome=ran\n"), "unknown");
+        assert_eq!(token("outcome=skipped-prestop\n"), "skipped-prestop");
+        assert_eq!(token("outcome=skipped-run-on\n"), "skipped-run-on");
+        assert_eq!(token("outcome=abandoned\n"), "abandoned");
+        assert_eq!(token("outcome=later\n"), "later");
+        assert_eq!(token(""), "unknown");
+        for t in [
+            HookToken::Ended(HookStatus::Exited(0)),
+            HookToken::Ended(HookStatus::Signaled(9)),
+            HookToken::Ended(HookStatus::NotFound),
+            HookToken::Ended(HookStatus::NotExecutable),
+            HookToken::Skipped(SkipReason::Prestop),
+            HookToken::Skipped(SkipReason::RunOn),
+            HookToken::Abandoned,
+            HookToken::Running,
+            HookToken::Cut,
+            HookToken::Unknown,
+        ] {
+            assert_eq!(HookToken::parse(&t.to_string()), t);
+        }
+        assert_eq!(
+            HookToken::parse("exit:+1"),
+            HookToken::Verbatim("exit:+1".into())
+        );
+        assert_eq!(HookToken::parse("ran"), HookToken::Verbatim("ran".into()));
+    }
+}
