@@ -15,7 +15,7 @@
 //!
 //! - [`paths`]: volume names, mount points, binary paths, architectures;
 //! - [`command`]: subcommands, flags and the command lines built from them;
-//! - [`env`]: environment variables of the sidecar and of the hook;
+//! - [`env`](mod@env): environment variables of the sidecar and of the hook;
 //! - [`exit`]: exit statuses;
 //! - [`names`]: DNS-label validation (container and volume names);
 //! - [`state_files`]: the state directory and the names of its files;

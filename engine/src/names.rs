@@ -8,7 +8,8 @@
 //!
 //! Container names are unique across `containers`, `initContainers` and
 //! `ephemeralContainers` of a pod, and must be RFC 1123 DNS labels of at most
-//! 63 characters (volume names too): [`is_dns_label`], the contract's one
+//! 63 characters (volume names too):
+//! [`is_dns_label`](kube_prestop_contract::is_dns_label), the contract's one
 //! implementation, which the sidecar applies to the names it is given.
 
 use std::collections::BTreeSet;

@@ -1,4 +1,4 @@
-//! Command-line parsing, over the names in [`crate::contract`].
+//! Command-line parsing, over the names in [`kube_prestop_contract`].
 //!
 //! ```text
 //! kube-prestop install --dest PATH | --dest-dir DIR

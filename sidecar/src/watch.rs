@@ -9,7 +9,7 @@
 //! mount-table changes and exits of new parentless processes that may be the
 //! container being set up (see [`crate::finder::Scanner`]).
 //!
-//! Per instance (see [`crate::contract`] for the files):
+//! Per instance (see [`kube_prestop_contract::state_files`] for the files):
 //! 1. found: `seen-<id>` is written, a pidfd is held;
 //! 2. exited: if `prestop-<id>` exists the kubelet ran the preStop itself and
 //!    nothing runs (`done-<id>` says `outcome=skipped-prestop`); otherwise
