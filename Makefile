@@ -70,9 +70,10 @@ e2e: ## Run the Rust e2e tests against the running cluster
 	source $(CLUSTER_ENV) && cargo test -p kube-prestop-e2e -- --test-threads=1
 
 .PHONY: lint
-lint: ## cargo fmt --check, cargo clippy -D warnings, shellcheck on the scripts, docs consistency, the matrix log parser on its fixtures, actionlint on the workflows
+lint: ## cargo fmt --check, cargo clippy -D warnings, the engine pure and portable, shellcheck on the scripts, docs consistency, the matrix log parser on its fixtures, actionlint on the workflows
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	scripts/engine-pure.sh
 	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh tests/release/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
 	tests/docs/check.sh
 	tests/matrix.sh self-test
