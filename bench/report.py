@@ -163,7 +163,7 @@ def webhook_rows(fig, repeat, dur, conns, rows, notes):
 
 def flood_rows(fig, dur, rows, notes):
     f = fig.kv("flood.txt")
-    big, small = fig.json("flood-big.json"), fig.json("flood-small.json")
+    big, small = fig.json("flood-big"), fig.json("flood-small")
     codes = lambda run: ", ".join(f"{k}: {v:,}" for k, v in sorted(run.get("statusCodeDistribution", {}).items()))
     lp = small.get("latencyPercentiles", {})
     rows.append((
