@@ -1,5 +1,5 @@
-//! Where one pod's sidecar binary comes from (`docs/ARCHITECTURE.md` §4.3):
-//! the install image mounted as an image volume, the namespace's ConfigMap
+//! Where one pod's sidecar binary comes from (`docs/ARCHITECTURE.md` §3,
+//! "Where the binary comes from"): the install image mounted as an image volume, the namespace's ConfigMap
 //! for the pod's node architecture, or the install init container. Pure:
 //! the caller gathers the facts ([`BinaryFacts`]: node architectures and
 //! runtimes from a watch, whether the API server keeps `volumes[].image`,

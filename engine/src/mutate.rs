@@ -1,4 +1,5 @@
-//! The mutation (`docs/ARCHITECTURE.md` §5.2, "Mutation, for each watched container X").
+//! The mutation (`docs/ARCHITECTURE.md` §3, "Mutation, for each watched
+//! container X").
 //!
 //! Resulting `initContainers` order: the user's init containers and native
 //! sidecars unchanged, then the install init container (only when the
@@ -476,7 +477,7 @@ pub fn build(
         .termination_grace_period_seconds
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
     // Watched containers, their hooks and their sidecars' names, in order: a
-    // sidecar is started before the next one (`docs/ARCHITECTURE.md` §8.1), so each watcher is
+    // sidecar is started before the next one (`docs/facts.md` K2), so each watcher is
     // told which containers start after it (`--started-after`).
     let mut sidecars: Vec<(&Container, &[String], String)> = Vec::new();
     let mut changes = Vec::with_capacity(watched.len());

@@ -1,5 +1,5 @@
 //! Selection: which pods are injected, and which of their containers are
-//! watched (`docs/ARCHITECTURE.md` §5.1).
+//! watched (`docs/ARCHITECTURE.md` §3, "Selection").
 
 use std::fmt;
 

@@ -6,7 +6,7 @@
 //! handle by forgetting the process, never an error worth logging.
 //!
 //! Everything read here is readable across users in a shared PID namespace
-//! (`docs/ARCHITECTURE.md` §8.2): `stat` and `mountinfo` of another container's
+//! (`docs/facts.md` L1): `stat` and `mountinfo` of another container's
 //! processes need no ptrace permission.
 
 use std::fs::File;

@@ -1,8 +1,9 @@
 //! What a restarted watcher does about the records a previous run of the
-//! sidecar left (`docs/ARCHITECTURE.md` §6.1): the decision only, pure. The
-//! caller lists and groups the records ([`crate::state::group_by_instance`]),
-//! says which instances still run and passes the time; it then logs, writes
-//! and queues what the returned [`RecoveryAction`]s say.
+//! sidecar left (`docs/ARCHITECTURE.md` §4, "Records and once per exit"):
+//! the decision only, pure. The caller lists and groups the records
+//! ([`crate::state::group_by_instance`]), says which instances still run and
+//! passes the time; it then logs, writes and queues what the returned
+//! [`RecoveryAction`]s say.
 
 use std::collections::BTreeMap;
 

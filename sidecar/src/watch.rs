@@ -1,4 +1,4 @@
-//! `watch`: the native sidecar's main loop (`docs/ARCHITECTURE.md` §6.1).
+//! `watch`: the native sidecar's main loop (`docs/ARCHITECTURE.md` §4, "The watcher").
 //!
 //! One thread, one `ppoll(2)` over a signalfd (`SIGTERM`, `SIGINT`, `SIGCHLD`)
 //! and, while the watched container runs, a pidfd of its process. While the

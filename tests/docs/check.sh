@@ -22,7 +22,10 @@
 #   5. every `make TARGET` the documents show is a target of the Makefile;
 #   6. every relative Markdown link resolves: the file exists and, for a
 #      `#fragment` into a Markdown file, a heading of that anchor exists
-#      (GitHub's anchors: lower case, punctuation dropped, spaces as `-`).
+#      (GitHub's anchors: lower case, punctuation dropped, spaces as `-`);
+#   7. the crate graph in docs/ARCHITECTURE.md (the ```text crate-graph
+#      block, `a -> b c[dev]` lines) has exactly the dependency edges between
+#      workspace crates that `cargo metadata` lists.
 #
 #   tests/docs/check.sh      prints one line per finding; exit 1 if any
 set -euo pipefail
@@ -200,6 +203,23 @@ for doc in sys.argv[1:]:
                 print(f"{doc}:{number}: link to {target}: {resolved} has no heading #{fragment}")
 PY
 )
+
+# --- 7. crate graph -------------------------------------------------------
+# Both sides as sorted `a -> b` lines, names without `kube-prestop-`, a
+# non-normal dependency kind as a suffix (`[dev]`, `[build]`).
+graph_doc="docs/ARCHITECTURE.md"
+drawn="$(awk '/^```text crate-graph$/ { in_b = 1; next } in_b && /^```/ { exit }
+    in_b && $2 == "->" { for (i = 3; i <= NF; i++) print $1 " -> " $i }' "${graph_doc}" | sort -u)"
+# shellcheck disable=SC2016 # jq's variables, not the shell's
+actual="$(cargo metadata --no-deps --format-version 1 --offline | jq -r '
+    [.packages[].name] as $ws | .packages[] | .name as $from | .dependencies[]
+    | select(.name | IN($ws[]))
+    | "\($from | ltrimstr("kube-prestop-")) -> \(.name | ltrimstr("kube-prestop-"))\(if .kind then "[\(.kind)]" else "" end)"' | sort -u)"
+[[ -n "${drawn}" ]] || finding "${graph_doc}: no \`\`\`text crate-graph block"
+while IFS= read -r edge; do
+    [[ -n "${edge}" ]] && finding "${graph_doc}: crate graph: ${edge}"
+done < <(diff <(printf '%s\n' "${drawn}") <(printf '%s\n' "${actual}") |
+    sed -n -e 's/^< \(.*\)/drawn but not in cargo metadata: \1/p' -e 's/^> \(.*\)/in cargo metadata but not drawn: \1/p' || true)
 
 if [[ "${failed}" -gt 0 ]]; then
     printf 'docs: %d finding(s)\n' "${failed}"

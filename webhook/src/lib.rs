@@ -8,7 +8,7 @@
 //!
 //! The injection engine they share is the `kube-prestop-engine` crate, which
 //! does no I/O; the dependency direction between these crates is Cargo's
-//! (`docs/ARCHITECTURE.md` §3).
+//! (`docs/ARCHITECTURE.md` §2).
 
 pub mod cli;
 pub mod logging;

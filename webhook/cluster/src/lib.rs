@@ -13,7 +13,7 @@
 //!
 //! Depends on the engine (for the facts' types), the contract and the
 //! metrics crate; never on the server or the operator's tools
-//! (`docs/ARCHITECTURE.md` §3).
+//! (`docs/ARCHITECTURE.md` §2).
 
 pub mod client;
 pub mod cluster_cache;

@@ -4,7 +4,7 @@
 //! - [`inject`]: offline injection, manifests in, injected manifests out,
 //!   through the same engine as the admission server;
 //! - [`check`]: an installation seen from the operator's side, the way the
-//!   API server sees it (`docs/ARCHITECTURE.md` §4.5).
+//!   API server sees it (`docs/install.md` §5, "Check").
 //!
 //! Depends on the engine and on the cluster crate (client factory, the
 //! sidecar ConfigMaps' name prefix); never on the server.
