@@ -81,6 +81,7 @@ cases=(
     "imagevolume-k8s1.34|values-imagevolume.yaml|1.34.0"
     "monitoring-k8s1.34|values-monitoring.yaml|1.34.0"
     "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
+    "networkpolicy-k8s1.34|values-networkpolicy.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -203,6 +204,11 @@ expect_refused "a privileged host port" --set hostNetwork.enabled=true --set hos
 expect_refused "a malformed scrape interval" --set monitoring.serviceMonitor.interval=often
 expect_refused "an unknown monitoring value" --set monitoring.prometheusRule.unknownKey=1
 expect_refused "a certificate expiry alert of 0 days" --set monitoring.prometheusRule.certificateExpiryDays=0
+expect_refused "a NetworkPolicy with no API server source" --set networkPolicy.enabled=true
+expect_refused "a NetworkPolicy with hostNetwork" -f "${here}/values-networkpolicy.yaml" --set hostNetwork.enabled=true
+expect_refused "a malformed NetworkPolicy CIDR" --set networkPolicy.enabled=true --set 'networkPolicy.apiServer.cidrs={10.0.0.0}'
+expect_refused "an unknown NetworkPolicy peer field" -f "${here}/values-networkpolicy.yaml" --set 'networkPolicy.apiServer.peers[0].ipBlock.cidr=10.0.0.0/8'
+expect_refused "an unknown validatingAdmissionPolicy value" --set validatingAdmissionPolicy.unknownKey=1
 
 # Facts the renders must show.
 check_render() {
@@ -214,8 +220,8 @@ check_render() {
         fail "${what} (found ${count} of '${pattern}', want ${want})"
     fi
 }
-check_render "matchConditions absent below 1.30" selfmanaged-k8s1.29 "matchConditions:" 0
-check_render "matchConditions present from 1.30" selfmanaged-k8s1.34 "matchConditions:" 1
+check_render "matchConditions absent below 1.30" selfmanaged-k8s1.29 "^    matchConditions:" 0
+check_render "matchConditions present from 1.30" selfmanaged-k8s1.34 "^    matchConditions:" 1
 check_render "self-managed: no caBundle rendered" selfmanaged-k8s1.34 "caBundle:" 0
 check_render "cert-manager: CA injection annotation" certmanager-k8s1.34 "cert-manager.io/inject-ca-from: prestop-system/kube-prestop" 1
 check_render "provided: caBundle rendered" provided-k8s1.34 "caBundle: " 1
@@ -236,14 +242,29 @@ check_render "imageVolume: no side effects" imagevolume-k8s1.34 "sideEffects: No
 check_render "configMap: no pod permission" createahead-k8s1.34 'name: kube-prestop-image-volume-probe$' 0
 check_render "install container only: no node permission" custom-k8s1.34 'resources: \["nodes"\]' 0
 check_render "install container only: no pod permission" custom-k8s1.34 'name: kube-prestop-image-volume-probe$' 0
-check_render "sidecar binary from a ConfigMap: no ConfigMaps ahead by default" selfmanaged-k8s1.34 "namespace-selector=" 0
-check_render "sidecar binary from a ConfigMap: no Namespace permission by default" selfmanaged-k8s1.34 'resources: \["namespaces"\]' 0
+check_render "sidecar binary from a ConfigMap: no ConfigMaps ahead by default" selfmanaged-k8s1.34 "create-ahead" 0
+check_render "sidecar binary from a ConfigMap: writes only where the webhook configuration selects" selfmanaged-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system)$" 1
+check_render "sidecar binary from a ConfigMap: Namespace list/watch permission (the write scope)" selfmanaged-k8s1.34 'resources: \["namespaces"\]' 1
+check_render "sidecar binary from a ConfigMap: ValidatingAdmissionPolicy and binding from 1.30" selfmanaged-k8s1.34 "^kind: ValidatingAdmissionPolicy" 2
+check_render "sidecar binary from a ConfigMap: the policy names the webhook's ServiceAccount" selfmanaged-k8s1.34 "'system:serviceaccount:prestop-system:kube-prestop'" 1
+check_render "sidecar binary from a ConfigMap: the policy excludes what the webhook configuration excludes" createahead-k8s1.34 "in \['kube-system', 'prestop-system', 'batch-legacy'\])" 1
+check_render "no ValidatingAdmissionPolicy below 1.30" selfmanaged-k8s1.29 "kind: ValidatingAdmissionPolicy" 0
+check_render "imageVolume: no ValidatingAdmissionPolicy" imagevolume-k8s1.34 "kind: ValidatingAdmissionPolicy" 0
+check_render "install container only: no ValidatingAdmissionPolicy" custom-k8s1.34 "kind: ValidatingAdmissionPolicy" 0
+check_render "NetworkPolicy off by default" selfmanaged-k8s1.34 "kind: NetworkPolicy" 0
+check_render "NetworkPolicy: ingress only" networkpolicy-k8s1.34 'policyTypes: \["Ingress"\]' 1
+check_render "NetworkPolicy: the API server CIDRs" networkpolicy-k8s1.34 "cidr: " 2
+check_render "NetworkPolicy: HTTPS port" networkpolicy-k8s1.34 "^          port: 8443$" 1
+check_render "NetworkPolicy: metrics port from the monitoring namespace" networkpolicy-k8s1.34 "^          port: 9090$" 1
+check_render "NetworkPolicy: the monitoring namespace selector" networkpolicy-k8s1.34 "kubernetes.io/metadata.name: monitoring" 1
 check_render "createAhead: namespaces selected as the webhook configuration does" createahead-k8s1.34 "namespace-selector=kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,prestop-system,batch-legacy)$" 1
+check_render "createAhead: ConfigMaps ahead of pods" createahead-k8s1.34 "            - --create-ahead$" 1
 check_render "createAhead: Namespace list/watch permission" createahead-k8s1.34 'resources: \["namespaces"\]' 1
 check_render "install container only: no ConfigMap permission" custom-k8s1.34 "configmaps" 0
+check_render "install container only: no namespace selector" custom-k8s1.34 "namespace-selector" 0
 check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
-check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "matchConditions:" 1
+check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "^    matchConditions:" 1
 check_render "pod network by default: no hostNetwork" selfmanaged-k8s1.34 "hostNetwork: true" 0
 check_render "hostNetwork: on the node's network" hostnetwork-k8s1.34 "      hostNetwork: true" 1
 check_render "hostNetwork: cluster DNS kept" hostnetwork-k8s1.34 "      dnsPolicy: ClusterFirstWithHostNet" 1

@@ -9,7 +9,7 @@ use clap::Parser;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_cluster::image_volume_probe::ImageVolumeProbe;
 use kube_prestop_cluster::node_facts::NodeWatch;
-use kube_prestop_cluster::sidecar_configmap::{SidecarConfigMaps, load_binaries};
+use kube_prestop_cluster::sidecar_configmap::{SidecarConfigMaps, WriteScope, load_binaries};
 use kube_prestop_cluster::{client, self_managed_certs};
 use kube_prestop_metrics::Metrics;
 use kube_prestop_server::{ConnLimits, Server, ServerConfig};
@@ -126,6 +126,20 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
 
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let config = server_config(&args)?;
+    let source = config.engine.sidecar_binary_source;
+    // Where ConfigMaps may be created is never decided by a request alone
+    // (anyone reaching the HTTPS port can post a review): without the
+    // selector there is nowhere the webhook may write, which is a
+    // configuration error rather than a silent loss of the ConfigMaps.
+    if source.may_use_config_map()
+        && !args.sidecar_binary.is_empty()
+        && args.namespace_selector.is_none()
+    {
+        anyhow::bail!(
+            "--sidecar-binary with --sidecar-binary-source {source} needs --namespace-selector (the webhook configuration's namespaceSelector as a label selector, e.g. 'kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin (kube-system,{})'): ConfigMaps are created only in the namespaces it selects",
+            config.engine.webhook_namespace
+        );
+    }
     let client = client::optional_client(args.kubeconfig.as_deref(), args.no_cluster)
         .await
         .context("cannot set up the cluster client")?;
@@ -137,7 +151,6 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     }
     let metrics = Metrics::new();
     let binaries = load_binaries(&args.sidecar_binary).context("--sidecar-binary")?;
-    let source = config.engine.sidecar_binary_source;
     let engine = &config.engine;
     let cache = match client {
         Some(client) => {
@@ -158,7 +171,21 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                     &engine.install_image_pull_policy,
                 ));
             }
-            if source.may_use_config_map() {
+            if source.may_use_config_map() && !binaries.is_empty() {
+                // Checked at the start: ConfigMaps need the selector.
+                let selector = args.namespace_selector.as_deref().unwrap_or_default();
+                let scope = WriteScope::start(
+                    client.clone(),
+                    selector,
+                    [engine.webhook_namespace.clone()],
+                    metrics.clone(),
+                );
+                tracing::info!(
+                    selector,
+                    excluded = %format!("kube-system,{}", engine.webhook_namespace),
+                    create_ahead = args.create_ahead,
+                    "sidecar-binary ConfigMaps only in the namespaces the selector selects"
+                );
                 for binary in binaries {
                     tracing::info!(
                         name = binary.name(),
@@ -167,10 +194,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                         sha256 = binary.sha256(),
                         "sidecar binary for ConfigMaps"
                     );
-                    let config_maps =
-                        SidecarConfigMaps::start(client.clone(), binary, metrics.clone());
-                    if let Some(selector) = args.namespace_selector.as_deref() {
-                        config_maps.provision(selector, nodes.clone());
+                    let config_maps = SidecarConfigMaps::start(
+                        client.clone(),
+                        binary,
+                        metrics.clone(),
+                        scope.clone(),
+                    );
+                    if args.create_ahead {
+                        config_maps.provision(nodes.clone());
                     }
                     cache = cache.with_sidecar_config_maps(config_maps);
                 }

@@ -72,3 +72,16 @@ app.kubernetes.io/part-of: kube-prestop
 {{- define "kube-prestop.metricsPort" -}}
 {{- if .Values.hostNetwork.enabled }}{{ .Values.hostNetwork.metricsPort }}{{ else }}{{ .Values.server.metricsPort }}{{ end }}
 {{- end }}
+
+{{/* Namespaces never injected nor written into: kube-system, the release
+namespace and webhook.excludedNamespaces. */}}
+{{- define "kube-prestop.excludedNamespaces" -}}
+{{- join "," (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludedNamespaces) }}
+{{- end }}
+
+{{/* The webhook configuration's namespaceSelector as a label selector
+(--namespace-selector): the only namespaces where the webhook creates its
+sidecar-binary ConfigMaps. */}}
+{{- define "kube-prestop.namespaceSelector" -}}
+kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin ({{ include "kube-prestop.excludedNamespaces" . }})
+{{- end }}

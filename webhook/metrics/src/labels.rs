@@ -176,6 +176,33 @@ impl CreationOutcome {
     }
 }
 
+/// Why the webhook did not create the sidecar-binary ConfigMap in a
+/// namespace where admission (or a deletion) asked for it: the `reason` of
+/// `kube_prestop_sidecar_configmap_refusals_total`. No request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// The namespace is not (or not yet) selected by the webhook's
+    /// `--namespace-selector`, as seen by its watch of Namespaces: a review
+    /// the API server would not have sent, or a namespace unlabelled since.
+    Unselected,
+    /// A namespace the webhook never writes into (`kube-system`, its own),
+    /// whatever the selector says.
+    Excluded,
+}
+
+impl Refusal {
+    /// Every reason, in the order of their metric label values.
+    pub const ALL: [Self; 2] = [Self::Unselected, Self::Excluded];
+
+    /// The `reason` label value: `unselected` or `excluded`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Unselected => "unselected",
+            Self::Excluded => "excluded",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +222,7 @@ mod tests {
     fn creation_outcome_labels() {
         let labels: Vec<_> = CreationOutcome::ALL.iter().map(|o| o.label()).collect();
         assert_eq!(labels, ["created", "exists", "error"]);
+        let labels: Vec<_> = Refusal::ALL.iter().map(|o| o.label()).collect();
+        assert_eq!(labels, ["unselected", "excluded"]);
     }
 }

@@ -8,11 +8,13 @@
 //! | `kube_prestop_certificate_expiry_timestamp_seconds` | gauge | | `notAfter` of the serving certificate, Unix seconds |
 //! | `kube_prestop_certificate_reloads_total` | counter | `result` (`success`, `error`) | reloads of changed certificate files |
 //! | `kube_prestop_sidecar_configmap_creations_total` | counter | `result` (`created`, `exists`, `error`) | attempts to create the sidecar-binary ConfigMap in a namespace |
+//! | `kube_prestop_sidecar_configmap_refusals_total` | counter | `reason` (`unselected`, `excluded`) | creations of the sidecar-binary ConfigMap not attempted because the namespace may not be written (no request sent) |
 //! | `kube_prestop_injections_total` | counter | `sidecar_binary` (`imageVolume`, `configMap`, `installContainer`) | pods injected (patch sent; dry runs not counted), by where their sidecar binary comes from |
 //!
 //! Every known label combination of the counters (each decision with each
 //! of its reasons, see [`labels::admission_outcomes`], both reload
-//! results, the three creation results and the three binary sources) is created
+//! results, the three creation results, the two refusal reasons and the
+//! three binary sources) is created
 //! at zero when the registry is made, so the series exist before their
 //! first event.
 //!
@@ -30,7 +32,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use labels::{CreationOutcome, DecisionLabel, RELOAD_RESULTS, SIDECAR_BINARY_SOURCES};
+use labels::{CreationOutcome, DecisionLabel, RELOAD_RESULTS, Refusal, SIDECAR_BINARY_SOURCES};
 
 /// Labels of `kube_prestop_admissions_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +58,7 @@ pub struct Metrics {
     cert_expiry: Gauge,
     cert_reloads: Family<ReloadLabels, Counter>,
     sidecar_configmap_creations: Family<CreationLabels, Counter>,
+    sidecar_configmap_refusals: Family<RefusalLabels, Counter>,
     injections: Family<InjectionLabels, Counter>,
 }
 
@@ -79,6 +82,13 @@ pub struct CreationLabels {
     /// `created` (201), `exists` (409 AlreadyExists) or `error` (any other
     /// answer, or none within the timeout): [`CreationOutcome::label`].
     pub result: String,
+}
+
+/// Labels of `kube_prestop_sidecar_configmap_refusals_total`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// `unselected` or `excluded`: [`Refusal::label`].
+    pub reason: String,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,6 +145,12 @@ impl Metrics {
             "Attempts to create the sidecar-binary ConfigMap in a namespace, by result",
             sidecar_configmap_creations.clone(),
         );
+        let sidecar_configmap_refusals = Family::<RefusalLabels, Counter>::default();
+        registry.register(
+            "kube_prestop_sidecar_configmap_refusals",
+            "Creations of the sidecar-binary ConfigMap not attempted because the namespace may not be written (not selected by --namespace-selector, or excluded), by reason",
+            sidecar_configmap_refusals.clone(),
+        );
         let injections = Family::<InjectionLabels, Counter>::default();
         registry.register(
             "kube_prestop_injections",
@@ -161,6 +177,11 @@ impl Metrics {
                 result: outcome.label().to_owned(),
             }));
         }
+        for refusal in Refusal::ALL {
+            drop(sidecar_configmap_refusals.get_or_create(&RefusalLabels {
+                reason: refusal.label().to_owned(),
+            }));
+        }
         for source in SIDECAR_BINARY_SOURCES {
             drop(injections.get_or_create(&InjectionLabels {
                 sidecar_binary: source.to_owned(),
@@ -173,6 +194,7 @@ impl Metrics {
             cert_expiry,
             cert_reloads,
             sidecar_configmap_creations,
+            sidecar_configmap_refusals,
             injections,
         }
     }
@@ -219,6 +241,16 @@ impl Metrics {
         self.sidecar_configmap_creations
             .get_or_create(&CreationLabels {
                 result: outcome.label().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one creation of the sidecar-binary ConfigMap that was not
+    /// attempted, for `refusal`.
+    pub fn record_sidecar_configmap_refusal(&self, refusal: Refusal) {
+        self.sidecar_configmap_refusals
+            .get_or_create(&RefusalLabels {
+                reason: refusal.label().to_owned(),
             })
             .inc();
     }

@@ -146,17 +146,31 @@ pub struct ServeArgs {
     /// With `--sidecar-binary`: label selector of the namespaces whose pods
     /// the webhook configuration sends (its `namespaceSelector`), e.g.
     /// `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
-    /// (kube-system,kube-prestop)`. Each gets its ConfigMap as soon as it
-    /// matches, so its first pod starts without the install init container
-    /// too (needs RBAC list/watch on Namespaces), for each architecture some
-    /// node of the cluster has. Without it, a namespace gets its ConfigMap
-    /// when its first pod is injected.
+    /// (kube-system,kube-prestop)`: the only namespaces where the webhook
+    /// creates its ConfigMaps, as a metadata-only watch of Namespaces
+    /// reports them (needs RBAC list/watch on Namespaces); never
+    /// `kube-system` or `--webhook-namespace`. A review for a pod in any
+    /// other namespace is answered as usual, without a write (counted in
+    /// `kube_prestop_sidecar_configmap_refusals_total`). Required with
+    /// `--sidecar-binary` when `--sidecar-binary-source` allows ConfigMaps
+    /// (`auto`, `configMap`): the process refuses to start without it.
     #[arg(
         long,
         env = "KUBE_PRESTOP_NAMESPACE_SELECTOR",
         requires = "sidecar_binary"
     )]
     pub namespace_selector: Option<String>,
+    /// With `--namespace-selector`: each selected namespace gets its
+    /// ConfigMap as soon as it matches, so its first pod starts without the
+    /// install init container too, for each architecture some node of the
+    /// cluster has. Without it, a selected namespace gets its ConfigMap
+    /// when its first pod is injected.
+    #[arg(
+        long,
+        env = "KUBE_PRESTOP_CREATE_AHEAD",
+        requires = "namespace_selector"
+    )]
+    pub create_ahead: bool,
 }
 
 /// Flags of `inject`.

@@ -7,16 +7,16 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+use kube::core::PartialObjectMetaExt;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::attempts::Attempts;
 use super::binary::{BINARY_KEY, SidecarBinary, sha256_hex};
 use super::object::{LABEL_SELECTOR, build_config_map};
 use super::readiness::Readiness;
-use super::selected::Selected;
+use super::scope::WriteScope;
 use crate::node_facts::NodeWatch;
 use kube_prestop_engine::NodeArchitectures;
 use kube_prestop_metrics::Metrics;
@@ -69,6 +69,8 @@ struct Inner {
     client: kube::Client,
     runtime: tokio::runtime::Handle,
     metrics: Metrics,
+    /// Where objects may be created.
+    scope: WriteScope,
 }
 
 impl std::fmt::Debug for SidecarConfigMaps {
@@ -121,11 +123,17 @@ impl SidecarConfigMaps {
     /// data is hashed and dropped; across namespaces, [`LABEL_SELECTOR`] and
     /// the name of `binary`) in a
     /// background task with kube-runtime's default backoff, and create
-    /// missing ones on demand. Creations are counted in `metrics`. Must be
+    /// missing ones on demand, only in the namespaces `scope` allows.
+    /// Creations are counted in `metrics`. Must be
     /// called inside a tokio runtime (the tasks run on it); outside one,
     /// logs an error and returns [`Self::disabled`].
-    pub fn start(client: kube::Client, binary: SidecarBinary, metrics: Metrics) -> Self {
-        let this = Self::unwatched(client, binary, metrics);
+    pub fn start(
+        client: kube::Client,
+        binary: SidecarBinary,
+        metrics: Metrics,
+        scope: WriteScope,
+    ) -> Self {
+        let this = Self::unwatched(client, binary, metrics, scope);
         if let Some(inner) = &this.inner {
             Inner::watch(inner);
         }
@@ -134,7 +142,12 @@ impl SidecarConfigMaps {
 
     /// [`Self::start`] without the watch: nothing is ready or synced until
     /// events are fed to `observe` (tests).
-    fn unwatched(client: kube::Client, binary: SidecarBinary, metrics: Metrics) -> Self {
+    fn unwatched(
+        client: kube::Client,
+        binary: SidecarBinary,
+        metrics: Metrics,
+        scope: WriteScope,
+    ) -> Self {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => Self {
                 fixed: None,
@@ -145,6 +158,7 @@ impl SidecarConfigMaps {
                     client,
                     runtime,
                     metrics,
+                    scope,
                 })),
             },
             Err(e) => {
@@ -169,10 +183,14 @@ impl SidecarConfigMaps {
     }
 
     /// Schedule the creation of the object in `namespace` in the background
-    /// when it is missing there and the watch has listed (deduplicated, not
-    /// within [`RETRY_AFTER`] of a failed one). The caller decides whether
-    /// `namespace` may be written at all. Never blocks on I/O: one read
-    /// lock, and on a miss one mutex and at most one task spawn.
+    /// when it is missing there, the watch has listed, and the write scope
+    /// allows the namespace (selected by the namespace selector as its
+    /// watch reports, not excluded; otherwise nothing is sent, and the
+    /// refusal is counted and logged); deduplicated, not within
+    /// [`RETRY_AFTER`] of a failed one. `namespace` is typically the
+    /// caller's word (an admission request's): it never decides a write
+    /// alone. Never blocks on I/O: read locks, and on a miss one mutex and
+    /// at most one task spawn.
     pub fn schedule_creation(&self, namespace: &str) {
         let Some(inner) = self.inner.as_ref() else {
             return;
@@ -188,71 +206,44 @@ impl SidecarConfigMaps {
         }
     }
 
-    /// Create the object ahead of pods in every namespace matching
-    /// `namespace_selector` (a label selector, e.g. the webhook
-    /// configuration's `namespaceSelector` written as
-    /// `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
-    /// (kube-system,kube-prestop)`): a metadata-only watch on Namespaces
-    /// schedules a creation as soon as a namespace matches, and every
-    /// [`PROVISION_INTERVAL`] each matching namespace without the object is
-    /// scheduled again (subject to the same deduplication and
-    /// [`RETRY_AFTER`] as admission's), as long as some node of the
-    /// cluster has this binary's architecture (per `nodes`: a namespace
-    /// gets no ConfigMap its pods could never mount). Nothing happens when
-    /// disabled.
-    pub fn provision(&self, namespace_selector: &str, nodes: NodeWatch) {
+    /// Create the object ahead of pods in every namespace of the write
+    /// scope (the namespaces its selector selects, as its watch reports
+    /// them, e.g. the webhook configuration's `namespaceSelector` written
+    /// as `kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin
+    /// (kube-system,kube-prestop)`): a creation is scheduled as soon as a
+    /// namespace appears there, and every [`PROVISION_INTERVAL`] each such
+    /// namespace without the object is scheduled again (subject to the same
+    /// deduplication and [`RETRY_AFTER`] as admission's), as long as some
+    /// node of the cluster has this binary's architecture (per `nodes`: a
+    /// namespace gets no ConfigMap its pods could never mount). Nothing
+    /// happens when disabled.
+    pub fn provision(&self, nodes: NodeWatch) {
         let Some(inner) = &self.inner else { return };
         let arch = inner.binary.architecture().to_owned();
         let wanted = move || match nodes.summary().architectures {
             NodeArchitectures::Known(set) => set.contains(&arch),
             NodeArchitectures::Unknown(_) => false,
         };
-        let wanted = Arc::new(wanted);
-        let selected = Arc::new(Mutex::new(Selected::new()));
-        let api = kube::Api::<PartialObjectMeta<Namespace>>::all(inner.client.clone());
-        let stream =
-            watcher(api, watcher::Config::default().labels(namespace_selector)).default_backoff();
-        let (this, watched, want) = (self.clone(), Arc::clone(&selected), Arc::clone(&wanted));
-        inner.runtime.spawn(async move {
-            stream
-                .for_each(|event| {
-                    match event {
-                        Ok(event) => {
-                            let appeared = watched
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .apply(&event);
-                            if let Some(namespace) = appeared
-                                && want()
-                            {
-                                this.schedule_creation(&namespace);
-                            }
-                        }
-                        Err(e) => tracing::warn!(
-                            error = %e,
-                            "namespace watch error (sidecar-binary ConfigMaps); retrying with backoff"
-                        ),
-                    }
-                    std::future::ready(())
-                })
-                .await;
-        });
+        let scope = inner.scope.clone();
+        let mut appeared = scope.subscribe();
         let this = self.clone();
         inner.runtime.spawn(async move {
             let mut every = tokio::time::interval(PROVISION_INTERVAL);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                every.tick().await;
+                tokio::select! {
+                    _ = every.tick() => {}
+                    changed = appeared.changed() => {
+                        if changed.is_err() {
+                            // The scope is gone: nothing will appear again.
+                            every.tick().await;
+                        }
+                    }
+                }
                 if !wanted() {
                     continue;
                 }
-                let names: Vec<String> = selected
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .names()
-                    .map(str::to_owned)
-                    .collect();
-                for namespace in names {
+                for namespace in scope.selected_names() {
                     this.schedule_creation(&namespace);
                 }
             }
@@ -391,7 +382,13 @@ impl Inner {
         }
     }
 
+    /// Start a creation in `namespace` if the write scope allows it (the
+    /// one way to a create: admission's misses, re-creations after a
+    /// deletion and provisioning all come through here).
     fn schedule(this: &Arc<Self>, namespace: &str) {
+        if !this.scope.permit(namespace, this.binary.name()) {
+            return;
+        }
         let start = this
             .attempts
             .lock()

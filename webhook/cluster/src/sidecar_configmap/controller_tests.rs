@@ -18,6 +18,34 @@ fn lookup(cms: &SidecarConfigMaps, namespace: &str, dry_run: bool) -> Option<Str
     name
 }
 
+/// A write scope whose namespace watch has listed `selected`; the
+/// webhook's own namespace is `kube-prestop`.
+fn scope(selected: &[&str], metrics: &Metrics) -> WriteScope {
+    let scope = WriteScope::unwatched(
+        "kube-prestop.io/inject=enabled",
+        ["kube-prestop".to_owned()],
+        metrics.clone(),
+    );
+    scope.apply(&watcher::Event::Init);
+    for name in selected {
+        scope.apply(&watcher::Event::InitApply(namespace(name)));
+    }
+    scope.apply(&watcher::Event::InitDone);
+    scope
+}
+
+/// A Namespace as the metadata-only watch delivers it.
+fn namespace(name: &str) -> kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace> {
+    kube::core::PartialObjectMeta {
+        types: None,
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..kube::api::ObjectMeta::default()
+        },
+        _phantom: std::marker::PhantomData,
+    }
+}
+
 fn binary(bytes: &[u8]) -> SidecarBinary {
     SidecarBinary::from_bytes(bytes.to_vec(), "amd64")
 }
@@ -142,7 +170,8 @@ async fn creates_missing_config_maps_off_the_request_path() {
     let (client, posts) = stub_client().await;
     let metrics = Metrics::new();
     let b = binary(b"the sidecar");
-    let cms = SidecarConfigMaps::unwatched(client, b.clone(), metrics.clone());
+    let everywhere = scope(&["ok-a", "dup-b", "quota-c"], &metrics);
+    let cms = SidecarConfigMaps::unwatched(client, b.clone(), metrics.clone(), everywhere);
     for result in ["created", "exists", "error"] {
         assert_eq!(sample(&metrics, result), "0");
     }
@@ -226,4 +255,135 @@ async fn creates_missing_config_maps_off_the_request_path() {
     until_settled(&cms, "ok-a").await;
     assert_eq!(posts_to(&posts, "ok-a").len(), 2);
     assert!(format!("{cms:?}").contains(b.name()));
+}
+
+fn refusals(metrics: &Metrics, reason: &str) -> String {
+    let series = format!(r#"kube_prestop_sidecar_configmap_refusals_total{{reason="{reason}"}}"#);
+    let text = metrics.encode().unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_else(|| panic!("{series} not in\n{text}"))
+}
+
+/// Waits until no creation is in flight anywhere the tests look, then a
+/// little for a POST that was (wrongly) sent to reach the stub: a bounded
+/// poll of the recorded POSTs, not a fixed sleep before the assertion.
+async fn no_post_to(cms: &SidecarConfigMaps, posts: &Posts, namespace: &str) {
+    until_settled(cms, namespace).await;
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        assert!(
+            posts_to(posts, namespace).is_empty(),
+            "a ConfigMap was POSTed to {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 25: a review for a pod in a namespace the selector does not
+/// select (crafted by anyone who reaches the HTTPS port: the namespace is
+/// the request's word) sends no create; a selected namespace does; an
+/// excluded one never does, even when the selector matches it.
+#[tokio::test]
+async fn creates_only_in_selected_namespaces() {
+    let (client, posts) = stub_client().await;
+    let metrics = Metrics::new();
+    // A selector that (wrongly) matches kube-system and the webhook's own
+    // namespace: they stay excluded. The stub records every POST whatever
+    // it answers, so "no POST" means no request was sent.
+    let writes = scope(&["ok-selected", "kube-system", "kube-prestop"], &metrics);
+    let cms = SidecarConfigMaps::unwatched(
+        client,
+        binary(b"the sidecar"),
+        metrics.clone(),
+        writes.clone(),
+    );
+    sync(&cms, &[]);
+    let cache =
+        crate::cluster_cache::ClusterCache::disconnected().with_sidecar_config_maps(cms.clone());
+
+    // Unselected (an unlabelled namespace): answered, no POST.
+    assert_eq!(lookup(&cms, "ok-unlabelled", false), None);
+    cache.ensure_sidecar_config_map("ok-unlabelled", "amd64", false);
+    no_post_to(&cms, &posts, "ok-unlabelled").await;
+    assert_eq!(refusals(&metrics, "unselected"), "2");
+
+    // Excluded, though the selector's watch reports them: no POST.
+    for excluded in ["kube-system", "kube-prestop"] {
+        cache.ensure_sidecar_config_map(excluded, "amd64", false);
+        no_post_to(&cms, &posts, excluded).await;
+    }
+    assert_eq!(refusals(&metrics, "excluded"), "2");
+
+    // Selected: one POST, ready.
+    cache.ensure_sidecar_config_map("ok-selected", "amd64", false);
+    until_settled(&cms, "ok-selected").await;
+    assert_eq!(posts_to(&posts, "ok-selected").len(), 1);
+    assert!(cms.ready_name("ok-selected").is_some());
+    assert_eq!(sample(&metrics, "created"), "1");
+
+    // A namespace unlabelled since (the selector watch reports its
+    // deletion): its object deleted afterwards is not made again.
+    writes.apply(&watcher::Event::Delete(namespace("ok-selected")));
+    observe(&cms, watcher::Event::Delete(ours(&cms, "ok-selected")));
+    no_post_to_more_than(&cms, &posts, "ok-selected", 1).await;
+
+    // Labelled later: the next review's miss creates it.
+    writes.apply(&watcher::Event::Apply(namespace("ok-unlabelled")));
+    assert_eq!(lookup(&cms, "ok-unlabelled", false), None);
+    until_settled(&cms, "ok-unlabelled").await;
+    assert_eq!(posts_to(&posts, "ok-unlabelled").len(), 1);
+    // Nothing but these two namespaces was ever written.
+    let written: std::collections::BTreeSet<String> = posts
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(ns, _)| ns.clone())
+        .collect();
+    assert_eq!(
+        written.into_iter().collect::<Vec<_>>(),
+        ["ok-selected", "ok-unlabelled"]
+    );
+}
+
+async fn no_post_to_more_than(
+    cms: &SidecarConfigMaps,
+    posts: &Posts,
+    namespace: &str,
+    most: usize,
+) {
+    until_settled(cms, namespace).await;
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        assert!(
+            posts_to(posts, namespace).len() <= most,
+            "POSTed again to {namespace}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Before the namespace watch has listed, no namespace is selected: no
+/// write, even for one that will be selected.
+#[tokio::test]
+async fn nothing_is_created_before_the_namespace_watch_lists() {
+    let (client, posts) = stub_client().await;
+    let metrics = Metrics::new();
+    let writes = WriteScope::unwatched("kube-prestop.io/inject=enabled", [], metrics.clone());
+    let cms = SidecarConfigMaps::unwatched(
+        client,
+        binary(b"the sidecar"),
+        metrics.clone(),
+        writes.clone(),
+    );
+    sync(&cms, &[]);
+    assert_eq!(lookup(&cms, "ok-later", false), None);
+    no_post_to(&cms, &posts, "ok-later").await;
+    writes.apply(&watcher::Event::Init);
+    writes.apply(&watcher::Event::InitApply(namespace("ok-later")));
+    writes.apply(&watcher::Event::InitDone);
+    assert_eq!(lookup(&cms, "ok-later", false), None);
+    until_settled(&cms, "ok-later").await;
+    assert_eq!(posts_to(&posts, "ok-later").len(), 1);
 }

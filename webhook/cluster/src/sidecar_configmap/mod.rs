@@ -28,23 +28,32 @@
 //! and none for [`RETRY_AFTER`] after one that failed, doubled after each
 //! further failure up to [`MAX_RETRY_AFTER`] ([`Attempts`]).
 //!
-//! With [`SidecarConfigMaps::provision`], the namespaces the webhook
-//! configuration selects get their object ahead of their first pod
-//! ([`Selected`], from a metadata-only watch on Namespaces), and one that
-//! was deleted comes back within [`PROVISION_INTERVAL`].
+//! Objects are created only in namespaces a [`WriteScope`] allows: those
+//! the webhook's configured namespace selector selects, as a metadata-only
+//! watch of Namespaces reports them ([`Selected`]), never `kube-system` or
+//! the webhook's own namespace, and never because a request named a
+//! namespace (anyone reaching the HTTPS port can post a review). A refused
+//! creation sends nothing, and is counted and logged.
+//!
+//! With [`SidecarConfigMaps::provision`], the namespaces of the scope get
+//! their object ahead of their first pod, and one that was deleted comes
+//! back within [`PROVISION_INTERVAL`].
 //!
 //! Needs RBAC on `configmaps` across namespaces: `list`, `watch`, `create`;
+//! on `namespaces`: `list`, `watch`.
 //!
 //! Files, one concern each: `binary.rs` (loading and naming the binary),
 //! `object.rs` (the ConfigMap object), `controller.rs` (the watch, the
 //! readiness answer and the creations), with the pure bookkeeping they use
-//! in `readiness.rs`, `attempts.rs` and `selected.rs`.
+//! in `readiness.rs`, `attempts.rs` and `selected.rs`; `scope.rs` (where
+//! objects may be created).
 
 mod attempts;
 mod binary;
 mod controller;
 mod object;
 mod readiness;
+mod scope;
 mod selected;
 
 pub use attempts::Attempts;
@@ -61,4 +70,5 @@ pub use object::{
     SHA256_ANNOTATION, VERSION_LABEL, build_config_map,
 };
 pub use readiness::Readiness;
+pub use scope::{ALWAYS_EXCLUDED, MAX_WARNED_NAMESPACES, Verdict, WARN_EVERY, WriteScope};
 pub use selected::Selected;

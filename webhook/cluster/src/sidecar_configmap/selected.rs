@@ -1,8 +1,9 @@
 //! The namespaces whose pods the webhook configuration sends to the webhook
 //! (its `namespaceSelector`, given to the webhook as a label selector),
-//! folded from the events of a metadata-only watch on Namespaces. Each gets
-//! its sidecar-binary ConfigMap ahead of its first pod, so that pod starts
-//! without the install init container too. Pure: no I/O, no clock.
+//! folded from the events of a metadata-only watch on Namespaces: the only
+//! namespaces where the sidecar-binary ConfigMap may be created
+//! ([`super::WriteScope`]), and, with `--create-ahead`, each gets it ahead
+//! of its first pod. Pure: no I/O, no clock.
 
 use std::collections::BTreeSet;
 
@@ -73,6 +74,11 @@ impl Selected {
                 None
             }
         }
+    }
+
+    /// Whether `namespace` is selected (and not being deleted).
+    pub fn contains(&self, namespace: &str) -> bool {
+        self.names.contains(namespace)
     }
 
     /// The selected namespaces, sorted.
