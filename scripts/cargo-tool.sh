@@ -1,6 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the scripts that run a tool from crates.io (scripts/nextest.sh,
-# scripts/lychee.sh):
+# Sourced by the scripts that run a tool from crates.io (scripts/nextest.sh):
 #
 #   cargo_tool CRATE VERSION BIN   prints the path of BIN, installed when missing
 #
