@@ -11,8 +11,9 @@
 # All three use the same global allocator (mimalloc, webhook/src/main.rs), so
 # the ratio compares the same stack with and without the admission work. The
 # saturation runs also load the image's static musl binary (BENCH_MUSL).
-# Sidecar: the static binary, its OCI image, and bench/sidecar.py (a pod
-# stand-in made of namespaces, as in sidecar/tests/common; needs root).
+# Sidecar: the image's amd64 binary as images/build.sh builds it (the profile
+# the images ship, images/profile.sh), its OCI image, and bench/sidecar.py (a
+# pod stand-in made of namespaces, as in sidecar/tests/common; needs root).
 # Cluster: kube-prestop-cluster-bench (bench/cluster) against the local cluster
 # with the chart installed (pod start per sidecar-binary source, each phase
 # with the release switched to that source by Helm and rolled back at the
@@ -111,15 +112,21 @@ started="$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- tools and builds ---------------------------------------------------------
+# The Cargo profile the images ship (images/build.sh): the static musl binaries
+# measured here are built with it.
+# shellcheck source=images/profile.sh
+source "${repo}/images/profile.sh"
 webhook_bin="${CARGO_TARGET_DIR:-${repo}/target}/release/kube-prestop-webhook"
 # The ceiling is its own Cargo project: built into bench/target, or under
 # CARGO_TARGET_DIR when that is set (a private target dir per worktree).
 ceiling_target="${CARGO_TARGET_DIR:+${CARGO_TARGET_DIR}/bench-ceiling}"
 ceiling_target="${ceiling_target:-${repo}/bench/target}"
 ceiling_bin="${ceiling_target}/release/kube-prestop-bench-ceiling"
-musl_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/release/kube-prestop-webhook"
+musl_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/${SHIPPED_CARGO_PROFILE_DIR}/kube-prestop-webhook"
 musl="${BENCH_MUSL:-1}"
-sidecar_bin="${CARGO_TARGET_DIR:-${repo}/target}/x86_64-unknown-linux-musl/release-small/kube-prestop-sidecar"
+# The sidecar is measured as it ships: the amd64 binary images/build.sh puts
+# into the image.
+sidecar_bin="${repo}/target/images/linux/amd64/kube-prestop-sidecar"
 sidecar_tar="${OCI_OUT_DIR:-${repo}/target/oci}/kube-prestop-sidecar.tar"
 cluster_bench_bin="${CARGO_TARGET_DIR:-${repo}/target}/debug/kube-prestop-cluster-bench"
 if want webhook; then
@@ -140,7 +147,7 @@ if want webhook; then
         log "building the static musl webhook (the amd64 image's binary, as images/build.sh builds it)"
         command -v musl-gcc >/dev/null || die "musl-gcc is required for BENCH_MUSL=1 (Debian: musl-tools)"
         CC_x86_64_unknown_linux_musl=musl-gcc \
-            cargo build --locked --release --target x86_64-unknown-linux-musl -p kube-prestop-webhook >&2
+            cargo build --locked --profile "${SHIPPED_CARGO_PROFILE}" --target x86_64-unknown-linux-musl -p kube-prestop-webhook >&2
     fi
     # Run copies: CARGO_TARGET_DIR may be shared with other worktrees, whose
     # builds rewrite target/release/kube-prestop-webhook (a path without a
@@ -155,10 +162,11 @@ if want webhook; then
     fi
 fi
 if want sidecar; then
-    log "building the static sidecar and the sidecar image"
-    sidecar/build-static.sh > "${work}/sidecar-build.txt"
+    log "building the sidecar image and its binaries (images/build.sh, profile ${SHIPPED_CARGO_PROFILE})"
     images/build.sh sidecar >&2
-    printf 'bin=%s\ntar=%s\n' "${sidecar_bin}" "${sidecar_tar}" > "${work}/sidecar-paths.txt"
+    [[ -x "${sidecar_bin}" ]] || die "images/build.sh left no ${sidecar_bin}"
+    printf 'bin=%s\ntar=%s\nprofile=%s\n' "${sidecar_bin}" "${sidecar_tar}" "${SHIPPED_CARGO_PROFILE}" \
+        > "${work}/sidecar-paths.txt"
 fi
 if want cluster; then
     log "building the cluster bench client (bench/cluster)"

@@ -9,7 +9,8 @@
 #   images/build.sh binaries       only the binaries (`make binaries`)
 #   images/build.sh sidecar        binaries, then one image (webhook | sidecar)
 #
-# Binaries (cargo, --locked, profile OCI_CARGO_PROFILE, default release),
+# Binaries (cargo, --locked, the profile of images/profile.sh: release unless
+# OCI_CARGO_PROFILE says otherwise; the bench measures the sidecar built so),
 # copied into the images' build context:
 #   target/images/linux/amd64/kube-prestop-{webhook,sidecar}   x86_64-unknown-linux-musl
 #   target/images/linux/arm64/kube-prestop-{webhook,sidecar}   aarch64-unknown-linux-musl
@@ -44,8 +45,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 target_dir="${CARGO_TARGET_DIR:-${repo}/target}"
 context="${repo}/target/images"
 out_dir="${OCI_OUT_DIR:-${repo}/target/oci}"
-# Cargo profile of the binaries (release: LTO, one codegen unit, stripped).
-profile="${OCI_CARGO_PROFILE:-release}"
+# Cargo profile of the binaries, shared with the bench (images/profile.sh).
+# shellcheck source=images/profile.sh
+source "${repo}/images/profile.sh"
+profile="${SHIPPED_CARGO_PROFILE}"
 platforms="${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
 # The architectures kube-prestop ships (Kubernetes' names, as in the node
 # label kubernetes.io/arch and the OCI platform) and their Rust targets.
@@ -94,8 +97,7 @@ ensure_tools() {
 # build_binaries: both binaries for every architecture, copied into the
 # build context.
 build_binaries() {
-    local arch triple profile_dir="${profile}" name bin
-    [[ "${profile}" == dev ]] && profile_dir=debug
+    local arch triple profile_dir="${SHIPPED_CARGO_PROFILE_DIR}" name bin
     for arch in "${archs[@]}"; do
         triple="${rust_target[${arch}]}"
         log "cargo build --profile ${profile} --target ${triple} (linux/${arch})"

@@ -6,12 +6,17 @@
 # cell does not stop the others. Each cell writes
 #   target/matrix/<k8s>_<runtime>.json   result: cell, date, wall time, counts, failed tests/scenarios
 #   target/matrix/<k8s>_<runtime>.log    everything the cell printed
+#   target/matrix/<k8s>_<runtime>.step<N>.junit.xml   the JUnit report of test step N
 # and the run ends with one table over all result files (`tests/matrix.sh table`
-# prints it again). tests/matrix_results.py counts a log into its result (failed
-# tests from libtest's `failures:` summary of each test binary) and makes the
-# table; `tests/matrix.sh self-test` (run by `make lint`) checks that on the
-# logs in tests/fixtures/matrix/. Tests run with --nocapture, so that the log shows every
-# scenario's result (the concurrent batch reports each one) and skip reasons.
+# prints it again). The tests run under cargo nextest (scripts/nextest.sh,
+# installed into the tools cache when missing, before the cell takes the
+# cluster), profile `matrix` of .config/nextest.toml: one test at a time, each
+# test's output in the log and in the step's JUnit report.
+# tests/matrix_results.py counts the log and the reports into the cell's
+# result (tests and failures from the JUnit reports, scenario results and skip
+# reasons from the tests' output stored in them, failed steps from the log)
+# and makes the table; `tests/matrix.sh self-test` (run by `make lint`) checks
+# that on the cells in tests/fixtures/matrix/.
 #
 # The default cell (v1.37.2, containerd2-runc) runs what `make e2e-all` runs; every other
 # cell runs the concurrent scenario batch, the twenty-`true` burst and the
@@ -71,17 +76,19 @@ check_cells() {
   }
 }
 
-# The tests of a cell, as cargo test invocations (one a line).
+# The steps of a cell, one command a line (split into words, no quoting);
+# the tests as cargo nextest runs with the profile `matrix` (a JUnit report).
 cell_tests() {
+  local nextest="scripts/nextest.sh run --profile matrix --no-tests=fail"
   if [[ "$1" == "$DEFAULT_CELL" ]]; then
     # What `make e2e-all` runs.
-    echo "cargo test -p kube-prestop-e2e -- --test-threads=1 --nocapture"
+    echo "$nextest -p kube-prestop-e2e"
     echo "tests/install-product.sh --uninstall"
     echo "tests/chart/install-check.sh"
-    echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig cargo test -p kube-prestop-cluster --lib self_managed_certs::cluster_tests -- --ignored"
+    echo "env KUBE_PRESTOP_TEST_KUBECONFIG=/var/lib/kube-prestop/cluster/kubeconfig $nextest -p kube-prestop-cluster --lib --run-ignored only self_managed_certs::cluster_tests"
   else
-    echo "cargo test -p kube-prestop-e2e --test scenarios -- --test-threads=1 --exact --nocapture concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
-    echo "cargo test -p kube-prestop-e2e --test kubelet_restarts -- --test-threads=1 --nocapture"
+    echo "$nextest -p kube-prestop-e2e --test scenarios -- --exact concurrent_scenarios indexed_twenty_true_runs_twenty_hooks"
+    echo "$nextest -p kube-prestop-e2e --test kubelet_restarts"
   fi
 }
 
@@ -97,13 +104,15 @@ run_cell() {
   fi
   log "$cell: log $logf"
   : >"$logf"
+  rm -f "$out/$name".step*.junit.xml
   local cell_start=$SECONDS
   export K8S_VERSION="$k8s" RUNTIME="$runtime"
   {
     echo "==> cell $cell: $(date -u +%FT%TZ)"
     local start=$SECONDS
     # Builds outside the cluster lock: they take long and touch no cluster.
-    if ! "$cluster/build-k8s.sh" || ! "$cluster/tools.sh" runtime; then
+    if ! "$cluster/build-k8s.sh" || ! "$cluster/tools.sh" runtime ||
+      ! "$repo/scripts/nextest.sh" install; then
       status=build-failed
     fi
     echo "==> build step: $((SECONDS - start))s"
@@ -115,8 +124,11 @@ run_cell() {
     # shellcheck disable=SC2016  # expanded by the inner bash
     if ! "${lock_cmd[@]}" bash -c '
       set -uo pipefail
-      repo="$1" cell="$2" status=pass
-      shift 2
+      repo="$1" cell="$2" out="$3" name="$4" status=pass n=0
+      shift 4
+      # Where nextest writes the profile `matrix` report (.config/nextest.toml):
+      # its store is target/nextest under the workspace, whatever CARGO_TARGET_DIR.
+      junit="$repo/target/nextest/matrix/junit.xml"
       echo "==> cluster turn start: $(date -u +%FT%TZ)"
       if ! "$repo/tests/cluster/up.sh"; then
         echo "==> cluster-up failed"; status=cluster-failed
@@ -125,9 +137,15 @@ run_cell() {
       else
         source /var/lib/kube-prestop/cluster/env.sh
         for t in "$@"; do
+          n=$((n + 1))
           echo "==> step: $t"
+          rm -f "$junit"
           (cd "$repo" && $t)
           rc=$?
+          if [[ -f "$junit" ]]; then
+            mv "$junit" "$out/$name.step$n.junit.xml"
+            echo "==> step junit: $name.step$n.junit.xml"
+          fi
           echo "==> step exit $rc: $t"
           ((rc == 0)) || status=fail
         done
@@ -137,7 +155,7 @@ run_cell() {
       echo "==> cluster time: $SECONDS s (up to check-clean)"
       echo "==> cell status: $status"
       [[ "$status" == pass ]]
-    ' matrix-cell "$repo" "$cell" "${tests[@]}" >>"$logf" 2>&1; then
+    ' matrix-cell "$repo" "$cell" "$out" "$name" "${tests[@]}" >>"$logf" 2>&1; then
       status="$(sed -n 's/^==> cell status: //p' "$logf" | tail -n 1)"
       [[ -n "$status" ]] || status=fail
     fi

@@ -1,23 +1,26 @@
 #!/usr/bin/env python3
-"""The results of `make e2e-matrix` (tests/matrix.sh): a cell's log counted into
-its JSON result, and the table over all results.
+"""The results of `make e2e-matrix` (tests/matrix.sh): a cell's log and the
+JUnit reports of its test steps counted into its JSON result, and the table
+over all results.
 
-    matrix_results.py result FILE CELL STATUS LOG [SECONDS]   write FILE (JSON) from LOG
+    matrix_results.py result FILE CELL STATUS LOG [SECONDS]   write FILE (JSON) from LOG and its JUnit reports
     matrix_results.py table DIR                                the Markdown table of DIR/*.json
-    matrix_results.py self-test                                parse tests/fixtures/matrix/*.log,
-                                                               compare with the .json next to each
+    matrix_results.py self-test                                parse tests/fixtures/matrix/*.log (and the
+                                                               JUnit reports they name), compare with the
+                                                               .json next to each
 
-What a cell's log holds (tests/matrix.sh writes it): per test step a line
-`==> step: COMMAND`, the step's output, then `==> step exit N: COMMAND`. A cargo
-test step has, per test binary, cargo's `Running tests/X.rs (...)` line and
-libtest's output; the tests run with --nocapture, so a test's own output is
-interleaved with libtest's `test NAME ... ok|FAILED` lines (a `FAILED` often
-lands at the end of the test's last line of output, or alone on a line).
-What is reliable is libtest's summary at the end of each binary's run: a
-`failures:` block listing every failed test, one per line, indented by four
-spaces, then `test result: ...` with the counts. That block is what failed
-tests are read from; output of processes that outlive a test can still land
-inside it, so lines that are not an indented name are skipped.
+What a cell's log holds (tests/matrix.sh writes it): per step a line
+`==> step: COMMAND`, the step's output, for a `cargo nextest run` step
+`==> step junit: FILE` (its JUnit report, nextest's profile `matrix` in
+.config/nextest.toml, FILE relative to the log's directory), then
+`==> step exit N: COMMAND`. The tests' counts and failures come from the JUnit
+reports (one <testsuite> per test binary, one <testcase> per test, Jenkins'
+format as nextest writes it), parsed with the standard library's XML parser;
+each test's stdout and stderr are stored in the report too (the profile
+stores them for passing tests as well), and that is where the scenario lines
+and skip reasons are read from. The log gives the steps' exit codes (a step
+that failed without a failed test in a report, e.g. a build error or a step
+that is not a test run, is named as a step) and the cluster time.
 """
 
 import datetime
@@ -26,116 +29,106 @@ import json
 import os
 import re
 import sys
+import xml.etree.ElementTree as ET
 
-RESULT = re.compile(r"test result: (\w+)\. (\d+) passed; (\d+) failed; (\d+) ignored")
-RUNNING = re.compile(r"^\s+Running (\S+)(?: \S+)? \(")
 STEP = re.compile(r"^==> step: (.+)$")
+STEP_JUNIT = re.compile(r"^==> step junit: (.+)$")
 STEP_EXIT = re.compile(r"^==> step exit (\d+): (.+)$")
-FAILED_NAME = re.compile(r"^    (\S+)$")
 # One line per scenario of the concurrent batch (tests/e2e/src/scenario.rs):
 # "scenario NAME: passed|FAILED after N.Ns" as each ends, and the summary
 # "SCENARIO NAME: pass|FAIL (N.Ns)..." after the batch.
-SCENARIO = re.compile(
-    r"^(?:test \S+ \.\.\. )?(?:scenario (\S+): (passed|FAILED) after|SCENARIO (\S+): (pass|FAIL) \()", re.M)
-# A test's own line; often right after libtest's "test NAME ... " (no newline).
-SKIPPED = re.compile(r"^(?:test \S+ \.\.\. )?SKIPPED: (.*)$", re.M)
+SCENARIO = re.compile(r"^(?:scenario (\S+): (passed|FAILED) after|SCENARIO (\S+): (pass|FAIL) \()", re.M)
+# A test's own line (tests/e2e/tests/kubelet_restarts.rs).
+SKIPPED = re.compile(r"^SKIPPED: (.*)$", re.M)
 CLUSTER_TIME = re.compile(r"^==> cluster time: (\d+) s", re.M)
 
 
-def summary_failures(lines, result_index):
-    """The names in the `failures:` block that ends just before line
-    `result_index` (a `test result:` line): walk back to the block's
-    `failures:` line (at most 1,000 lines), keeping indented names."""
-    names = []
-    for i in range(result_index - 1, max(-1, result_index - 1000), -1):
-        line = lines[i]
-        if line == "failures:":
-            return list(reversed(names))
-        m = FAILED_NAME.match(line)
-        if m:
-            names.append(m.group(1))
-        # Anything else (a blank line, output of a process still running)
-        # is skipped.
-    return list(reversed(names))
-
-
-def parse_log(text):
-    """The counts and failures of one cell's log (see the module doc)."""
-    lines = text.splitlines()
+def parse_junit(path):
+    """The tests of one JUnit report: (passed, failed, ignored, failed test
+    names, the tests' output). A test failed when its <testcase> holds a
+    <failure> or an <error>; a failure that is not a plain test failure (a
+    signal, a timeout) is named with nextest's message."""
     passed = failed = ignored = 0
-    failed_tests = []
-    steps_failed = []
-    binary = None          # the test binary cargo is running ("tests/scenarios.rs")
-    binary_result = True   # whether that binary printed a `test result:` line
-    step = None
-    step_failures = 0      # failed tests named within the current step
+    names, output = [], []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')} {case.get('name')}"
+        for tag in ("system-out", "system-err"):
+            for node in case.iter(tag):
+                output.append(node.text or "")
+        bad = case.find("failure")
+        if bad is None:
+            bad = case.find("error")
+        if bad is not None:
+            failed += 1
+            message = bad.get("message") or ""
+            kind = bad.get("type") or ""
+            plain = kind.startswith("test failure") or not message   # a panic, a non-zero exit
+            names.append(name if plain else f"{name} ({message})")   # e.g. "process aborted with signal 6 (SIGABRT)"
+        elif case.find("skipped") is not None:
+            ignored += 1
+        else:
+            passed += 1
+    return passed, failed, ignored, names, "\n".join(output)
 
-    def binary_ended():
-        # A binary that printed no result died (a crash, a kill, a timeout).
-        if binary is not None and not binary_result:
-            failed_tests.append(f"{binary}: no test result (the test binary died; see the log)")
-            return 1
-        return 0
 
-    for i, line in enumerate(lines):
+def parse_log(text, log_dir):
+    """The counts and failures of one cell: its log (see the module doc) and
+    the JUnit reports it names, relative to log_dir."""
+    passed = failed = ignored = 0
+    failed_tests, steps_failed, outputs = [], [], []
+    step, step_failures = None, 0   # the running step; failed tests its reports named
+    for line in text.splitlines():
+        m = STEP.match(line)
+        if m:
+            if step is not None:
+                steps_failed.append(f"step {step} (did not finish)")
+            step, step_failures = m.group(1), 0
+            continue
+        m = STEP_JUNIT.match(line)
+        if m:
+            report = os.path.join(log_dir, m.group(1))
+            try:
+                p, f, i, names, out = parse_junit(report)
+            except (OSError, ET.ParseError) as e:
+                failed_tests.append(f"step {step}: JUnit report {m.group(1)} unreadable ({e.__class__.__name__})")
+                step_failures += 1
+                continue
+            passed, failed, ignored = passed + p, failed + f, ignored + i
+            failed_tests += names
+            step_failures += len(names)
+            outputs.append(out)
+            continue
         m = STEP_EXIT.match(line)
         if m:
-            step_failures += binary_ended()
-            binary, binary_result = None, True
             rc = int(m.group(1))
             if rc != 0 and step_failures == 0:
                 steps_failed.append(f"step {m.group(2)} (exit {rc})")
             step, step_failures = None, 0
-            continue
-        m = STEP.match(line)
-        if m:
-            step_failures += binary_ended()
-            binary, binary_result = None, True
-            step, step_failures = m.group(1), 0
-            continue
-        m = RUNNING.match(line)
-        if m:
-            step_failures += binary_ended()
-            binary, binary_result = m.group(1), False
-            continue
-        m = RESULT.search(line)
-        if m:
-            binary_result = True
-            passed += int(m.group(2))
-            failed += int(m.group(3))
-            ignored += int(m.group(4))
-            if int(m.group(3)):
-                names = summary_failures(lines, i)
-                where = f"{binary}: " if binary else ""
-                failed_tests += [where + n for n in names]
-                step_failures += len(names)
-                if len(names) < int(m.group(3)):
-                    failed_tests.append(
-                        f"{where}{int(m.group(3)) - len(names)} more failed test(s), not named in the summary")
-    binary_ended()
     if step is not None:
         steps_failed.append(f"step {step} (did not finish)")
 
+    output = "\n".join(outputs)
     scenarios = {}
-    for m in SCENARIO.finditer(text):
+    for m in SCENARIO.finditer(output):
         name = m.group(1) or m.group(3)
         ok = (m.group(2) or m.group(4)) in ("passed", "pass")
         scenarios[name] = scenarios.get(name, True) and ok
     sc_failed = sorted(n for n, ok in scenarios.items() if not ok)
+    cluster_time = CLUSTER_TIME.findall(text)
     return {
         "tests_passed": passed, "tests_failed": failed, "tests_ignored": ignored,
         "scenarios_passed": sum(1 for ok in scenarios.values() if ok),
         "scenarios_failed": len(sc_failed),
         "failed": failed_tests + steps_failed + ["scenario " + s for s in sc_failed],
-        "skipped": SKIPPED.findall(text),
+        "skipped": SKIPPED.findall(output),
         # How long the cell held the cluster (up to check-clean), in seconds.
-        "cluster_seconds": int(CLUSTER_TIME.findall(text)[-1]) if CLUSTER_TIME.search(text) else None,
+        "cluster_seconds": int(cluster_time[-1]) if cluster_time else None,
     }
 
 
 def write_result(file, cell, status, logf, seconds=None):
     with open(logf, errors="replace") as f:
-        r = parse_log(f.read())
+        r = parse_log(f.read(), os.path.dirname(os.path.abspath(logf)))
     k8s, runtime = cell.split("/", 1)
     with open(file, "w") as f:
         json.dump({
@@ -165,7 +158,8 @@ def table(out_dir, default_cell="v1.37.2/containerd2-runc"):
 
 
 def self_test():
-    """Every tests/fixtures/matrix/NAME.log parses to NAME.json."""
+    """Every tests/fixtures/matrix/NAME.log (with the JUnit reports it names)
+    parses to NAME.json."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "matrix")
     logs = sorted(glob.glob(os.path.join(here, "*.log")))
     if not logs:
@@ -174,12 +168,12 @@ def self_test():
     bad = 0
     for logf in logs:
         want = json.load(open(logf[:-4] + ".json"))
-        got = parse_log(open(logf, errors="replace").read())
+        got = parse_log(open(logf, errors="replace").read(), here)
         if got != want:
             bad += 1
             print(f"FAIL  {os.path.basename(logf)}:\n  want {json.dumps(want, sort_keys=True)}\n"
                   f"  got  {json.dumps(got, sort_keys=True)}")
-    print(f"matrix_results: {len(logs) - bad} of {len(logs)} fixture logs parsed as expected")
+    print(f"matrix_results: {len(logs) - bad} of {len(logs)} fixture cells (log and JUnit reports) parsed as expected")
     return 1 if bad else 0
 
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Ours, not a tool: kubeconform's own scripts/openapi2jsonschema.py (tools.sh uses it for the CRDs) converts CRDs only, and PyPI's openapi2jsonschema, which reads swagger.json, has had no release since 2019.
 """Turn the Kubernetes OpenAPI v2 document (api/openapi-spec/swagger.json of
 k8s.io/kubernetes) into per-kind JSON schemas in kubeconform's layout.
 

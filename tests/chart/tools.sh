@@ -7,7 +7,8 @@
 #   kubeconform  from the Go module proxy (github.com/yannh/kubeconform)
 #   Kubernetes JSON schemas for kubeconform, generated from the OpenAPI
 #   document inside the k8s.io/kubernetes module (no schema download site is
-#   reachable from here).
+#   reachable from here) by our tests/chart/openapi2jsonschema.py: kubeconform's
+#   own script converts CRDs only, not the API server's swagger.json.
 #   Prometheus Operator CRD schemas (ServiceMonitor, PrometheusRule) for
 #   kubeconform, made by kubeconform's own scripts/openapi2jsonschema.py
 #   (needs python3-yaml) from the CRDs in the

@@ -160,6 +160,7 @@ for doc in "${docs[@]}"; do
 done
 
 # --- 6. relative links -----------------------------------------------------
+# Ours, not lychee (--offline --include-fragments finds the same broken files and anchors): `cargo install --locked lychee` 0.24.2 took 16 min cold here (813 CPU-s: over 6.5 min even on 2 idle cores) for a 24 MiB binary, too much of CI's 90 min.
 while IFS= read -r hit; do
     finding "${hit}"
 done < <(python3 - "${docs[@]}" <<'PY'

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// The binary under test: the one cargo built for the tests, or the one
 /// named by `KPS_TEST_BIN` (to run the suite against the static release
-/// binary, e.g. `KPS_TEST_BIN=target/x86_64-unknown-linux-musl/release-small/kube-prestop-sidecar`).
+/// binary, e.g. `KPS_TEST_BIN=target/x86_64-unknown-linux-musl/release/kube-prestop-sidecar`).
 pub fn bin() -> String {
     std::env::var("KPS_TEST_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_kube-prestop-sidecar").to_owned())
