@@ -8,17 +8,20 @@
 //! path, costing a few times its size in memory until it is answered. The
 //! connection limit alone let about 18 concurrent maximum-size bodies take
 //! the webhook past the chart's 128 MiB memory limit (issue 25); the budget
-//! bounds the bytes held at once instead, weighted by each request's size.
-//! Large bodies may not take its last quarter ([`BodyBudget::reserve`]), so
-//! under a flood of large bodies ordinary reviews (a Job's pod is a few KiB)
-//! still get through.
+//! bounds the bytes held at once instead. It is charged as the bytes
+//! arrive, never by the declared `Content-Length`, so holding a share of it
+//! takes sending the bytes (a client that declares 64 KiB and stalls holds
+//! one KiB). A body past [`ORDINARY_BODY_BYTES`] may not take the budget's
+//! last quarter, so under a flood of large bodies ordinary reviews (a Job's
+//! pod is a few KiB) still get through.
 
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::BytesMut;
+use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::HttpError;
@@ -54,18 +57,43 @@ impl BodyBudget {
         self.total / 4
     }
 
-    /// Takes `bytes` of the budget for one body, or `None` when it is spent
-    /// (for a body over [`ORDINARY_BODY_BYTES`]: when taking it would eat
-    /// into the reserve). Never waits.
-    pub fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let units = bytes.div_ceil(UNIT).max(1);
-        let units_u32 = u32::try_from(units).ok()?;
-        if bytes > ORDINARY_BODY_BYTES
-            && self.permits.available_permits() < units.saturating_add(self.reserve())
+    /// Grows `held` (the share of one body, `None` before its first bytes)
+    /// to cover `total` bytes received, or `None` when the budget is spent
+    /// (for a body past [`ORDINARY_BODY_BYTES`]: when growing would eat into
+    /// the reserve). Never waits.
+    pub fn grow(
+        &self,
+        held: Option<OwnedSemaphorePermit>,
+        total: usize,
+    ) -> Option<OwnedSemaphorePermit> {
+        let have = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        let need = total.div_ceil(UNIT).max(1);
+        if need <= have {
+            return held;
+        }
+        let more = need - have;
+        if total > ORDINARY_BODY_BYTES
+            && self.permits.available_permits() < more.saturating_add(self.reserve())
         {
             return None;
         }
-        self.permits.clone().try_acquire_many_owned(units_u32).ok()
+        let extra = self
+            .permits
+            .clone()
+            .try_acquire_many_owned(u32::try_from(more).ok()?)
+            .ok()?;
+        Some(match held {
+            Some(mut held) => {
+                held.merge(extra);
+                held
+            }
+            None => extra,
+        })
+    }
+
+    /// Takes `bytes` of the budget at once (see [`Self::grow`]).
+    pub fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        self.grow(None, bytes)
     }
 
     /// Bytes of the budget in use now (for tests and debugging).
@@ -123,29 +151,55 @@ async fn read(request: Request, app: &AppState) -> Result<ReviewBody, HttpError>
         }
         return Err(HttpError::BodyTooLarge { max_bytes: cap });
     }
-    // Without a declared length the body may be as large as the cap.
-    let weight = declared.map_or(cap, |n| usize::try_from(n).unwrap_or(cap));
-    let Some(permit) = app.body_budget.take(weight) else {
-        return Err(HttpError::Overloaded {
-            body_bytes: weight,
-            budget_bytes: app.max_inflight_body_bytes,
-        });
-    };
-    // `Limited` over a borrow, so that on overflow the rest of the body is
-    // still ours to drain.
-    let collected = tokio::time::timeout_at(deadline, Limited::new(&mut body, cap).collect()).await;
+    let collected = tokio::time::timeout_at(deadline, collect(&mut body, app)).await;
     match collected {
-        Ok(Ok(collected)) => Ok(ReviewBody {
-            bytes: collected.to_bytes(),
-            _budget: permit,
+        Ok(Ok((bytes, budget))) => Ok(ReviewBody {
+            bytes,
+            _budget: budget,
         }),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+        Ok(Err(HttpError::BodyTooLarge { max_bytes })) => {
             drain_in_background(body, drain_limit(cap).saturating_sub(cap), deadline);
-            Err(HttpError::BodyTooLarge { max_bytes: cap })
+            Err(HttpError::BodyTooLarge { max_bytes })
         }
-        Ok(Err(e)) => Err(HttpError::ReadBody(e)),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err(HttpError::BodyTimeout),
     }
+}
+
+/// Reads the body to its end, at most `max_body_bytes`, charging the
+/// budget as each frame arrives (so a share is held only for bytes
+/// received). Trailers are ignored.
+async fn collect(
+    body: &mut Body,
+    app: &AppState,
+) -> Result<(Bytes, OwnedSemaphorePermit), HttpError> {
+    let cap = app.max_body_bytes;
+    let mut buffer = BytesMut::new();
+    // An empty body still holds one unit while it is reviewed.
+    let mut held = app.body_budget.grow(None, 0);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::ReadBody(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let total = buffer.len() + data.len();
+        if total > cap {
+            return Err(HttpError::BodyTooLarge { max_bytes: cap });
+        }
+        held = app.body_budget.grow(held.take(), total);
+        if held.is_none() {
+            return Err(HttpError::Overloaded {
+                body_bytes: total,
+                budget_bytes: app.max_inflight_body_bytes,
+            });
+        }
+        buffer.extend_from_slice(&data);
+    }
+    let held = held.ok_or(HttpError::Overloaded {
+        body_bytes: buffer.len(),
+        budget_bytes: app.max_inflight_body_bytes,
+    })?;
+    Ok((buffer.freeze(), held))
 }
 
 /// Counts and logs a body the handler never sees.
@@ -167,7 +221,7 @@ fn reject(app: &AppState, error: &HttpError) {
             body_bytes,
             budget_bytes,
         } => tracing::warn!(
-            body_bytes,
+            received_bytes = body_bytes,
             budget_bytes,
             in_use_bytes = app.body_budget.in_use_bytes(),
             "request shed: request bodies in flight at their limit (--max-inflight-body-bytes)"
@@ -246,6 +300,20 @@ mod tests {
         assert!(budget.take(1).is_none());
         assert_eq!(budget.in_use_bytes(), 64 * 1024);
         drop((a, b));
+        assert_eq!(budget.in_use_bytes(), 0);
+    }
+
+    #[test]
+    fn a_share_grows_with_the_bytes_received() {
+        let budget = BodyBudget::new(1024 * 1024);
+        let held = budget.grow(None, 1).unwrap();
+        assert_eq!(budget.in_use_bytes(), 1024);
+        let held = budget.grow(Some(held), 100 * 1024).unwrap();
+        assert_eq!(budget.in_use_bytes(), 100 * 1024);
+        // Past the ordinary size, growth stops at the reserve (256 KiB).
+        let held = budget.grow(Some(held), 700 * 1024).unwrap();
+        assert!(budget.grow(Some(held), 800 * 1024).is_none());
+        // The failed growth gave back everything that body held.
         assert_eq!(budget.in_use_bytes(), 0);
     }
 

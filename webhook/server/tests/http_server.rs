@@ -1025,9 +1025,10 @@ async fn shutdown_fails_readiness_then_finishes_in_flight_requests() {
 }
 
 /// A large body that is still arriving holds its share of the in-flight
-/// budget: a second large one is shed with 503 (counted as `overloaded`),
-/// while an ordinary review is still answered; once the first is gone the
-/// budget is free again.
+/// budget, charged by the bytes received: a second large one is shed with
+/// 503 (counted as `overloaded`) while an ordinary review is still
+/// answered; a client that only declares a large body holds next to
+/// nothing; once the first is gone the budget is free again.
 #[tokio::test]
 async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
     let server = TestServer::start(|c| {
@@ -1035,7 +1036,25 @@ async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
         c.max_inflight_body_bytes = 1024 * 1024;
     })
     .await;
-    // The first large body: headers and a few bytes, then nothing more.
+    // Declared-only bodies: 64 streams declaring 64 KiB each (4 MiB, four
+    // times the budget) with one byte sent hold 64 KiB between them.
+    let tls = tls_with_alpn(&server, b"h2").await;
+    let (mut idle, connection) = h2::client::handshake(tls).await.unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut declared_only = Vec::new();
+    for _ in 0..64 {
+        let request = axum::http::Request::post(server.url("/mutate"))
+            .header("content-length", 64 * 1024)
+            .body(())
+            .unwrap();
+        let (answer, mut send) = idle.send_request(request, false).unwrap();
+        send.send_data(axum::body::Bytes::from_static(b"{"), false)
+            .unwrap();
+        declared_only.push((answer, send));
+    }
+    // The first large body: 500 KiB of a declared 512 KiB, then nothing more.
     let tls = tls_with_alpn(&server, b"h2").await;
     let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
     tokio::spawn(async move {
@@ -1043,14 +1062,24 @@ async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
     });
     let request = axum::http::Request::post(server.url("/mutate"))
         .header("content-type", "application/json")
-        .header("content-length", 400 * 1024)
+        .header("content-length", 512 * 1024)
         .body(())
         .unwrap();
     let (held, mut send) = client.send_request(request, false).unwrap();
-    send.send_data(axum::body::Bytes::from_static(b"{\"a\":"), false)
-        .unwrap();
-    // Wait until the server holds it (the metrics show no shed yet, so poll
-    // the second request until it is shed, bounded).
+    let mut left = 500 * 1024;
+    while left > 0 {
+        send.reserve_capacity(left.min(64 * 1024));
+        let granted = std::future::poll_fn(|cx| send.poll_capacity(cx))
+            .await
+            .expect("the stream is open")
+            .unwrap();
+        let n = granted.min(left);
+        send.send_data(axum::body::Bytes::from(vec![b' '; n]), false)
+            .unwrap();
+        left -= n;
+    }
+    // Poll a second large body until it is shed (the first one's bytes reach
+    // the server meanwhile), bounded.
     let big = vec![b' '; 400 * 1024];
     let mut shed = false;
     for _ in 0..100 {
@@ -1112,4 +1141,6 @@ async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(fits, "the budget was not released");
+    drop(declared_only);
+    drop(idle);
 }

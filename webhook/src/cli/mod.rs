@@ -109,10 +109,11 @@ pub struct ServeArgs {
     /// defaults, plus the review's envelope.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES, env = "KUBE_PRESTOP_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
-    /// Request body bytes held at once across `/mutate` requests; a request
-    /// that does not fit is shed unread (HTTP 503, counted as
-    /// `reason="overloaded"`). Bodies over 64 KiB may not take the last
-    /// quarter, which stays for ordinary reviews. Default 16 MiB.
+    /// Request body bytes held at once across `/mutate` requests, charged as
+    /// the bytes arrive; a request whose next bytes do not fit is shed (HTTP
+    /// 503, counted as `reason="overloaded"`). Bodies past 64 KiB may not
+    /// take the last quarter, which stays for ordinary reviews. Default
+    /// 16 MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "KUBE_PRESTOP_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
     /// Connections served at once.
