@@ -123,7 +123,10 @@ impl Verdict {
     /// A value that cannot be serialized (not expected for the k8s-openapi
     /// types used; returned rather than assumed).
     pub fn patch(&self, pod: &Pod) -> Result<Patch, serde_json::Error> {
-        serde_json::from_value(serde_json::to_value(self.operations(pod))?)
+        match &self.plan {
+            Ok(Plan::Inject(mutation)) => patch::json_patch(pod, mutation),
+            _ => Ok(Patch(Vec::new())),
+        }
     }
 
     /// `pod` with the mutation applied (`None` unless injected).

@@ -91,11 +91,6 @@ impl BodyBudget {
         })
     }
 
-    /// Takes `bytes` of the budget at once (see [`Self::grow`]).
-    pub fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        self.grow(None, bytes)
-    }
-
     /// Bytes of the budget in use now (for tests and debugging).
     pub fn in_use_bytes(&self) -> usize {
         (self.total - self.permits.available_permits()) * UNIT
@@ -281,23 +276,25 @@ mod tests {
     fn large_bodies_leave_the_reserve_to_ordinary_ones() {
         let budget = BodyBudget::new(16 * 1024 * 1024);
         let large = 4 * 1024 * 1024;
-        let held: Vec<_> = std::iter::from_fn(|| budget.take(large)).take(10).collect();
+        let held: Vec<_> = std::iter::from_fn(|| budget.grow(None, large))
+            .take(10)
+            .collect();
         // 16 MiB with a 4 MiB reserve: three 4 MiB bodies, not four.
         assert_eq!(held.len(), 3);
-        assert!(budget.take(large).is_none());
+        assert!(budget.grow(None, large).is_none());
         // Ordinary bodies still fit in the reserve.
-        let small: Vec<_> = (0..100).map(|_| budget.take(8 * 1024)).collect();
+        let small: Vec<_> = (0..100).map(|_| budget.grow(None, 8 * 1024)).collect();
         assert!(small.iter().all(Option::is_some));
         drop(held);
-        assert!(budget.take(large).is_some());
+        assert!(budget.grow(None, large).is_some());
     }
 
     #[test]
     fn ordinary_bodies_can_spend_the_whole_budget_and_no_more() {
         let budget = BodyBudget::new(64 * 1024);
-        let a = budget.take(32 * 1024).unwrap();
-        let b = budget.take(32 * 1024).unwrap();
-        assert!(budget.take(1).is_none());
+        let a = budget.grow(None, 32 * 1024).unwrap();
+        let b = budget.grow(None, 32 * 1024).unwrap();
+        assert!(budget.grow(None, 1).is_none());
         assert_eq!(budget.in_use_bytes(), 64 * 1024);
         drop((a, b));
         assert_eq!(budget.in_use_bytes(), 0);
@@ -320,6 +317,6 @@ mod tests {
     #[test]
     fn a_weight_past_the_semaphore_is_refused_not_a_panic() {
         let budget = BodyBudget::new(1024);
-        assert!(budget.take(usize::MAX).is_none());
+        assert!(budget.grow(None, usize::MAX).is_none());
     }
 }

@@ -1,16 +1,19 @@
-//! The HTTPS accept loop: connection limit, TLS handshake timeout,
-//! HTTP/1.1 and HTTP/2 on one port (ALPN), graceful shutdown.
+//! The accept loops of both ports, one loop with two ways to serve a
+//! connection: connection limit and graceful shutdown for both; on the
+//! HTTPS port the TLS handshake timeout and HTTP/1.1 and HTTP/2 on one port
+//! (ALPN); on the metrics port plain HTTP/1.1.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
@@ -35,8 +38,8 @@ async fn serve_connection<I>(
     h2: bool,
     router: Router,
     limits: ConnLimits,
-    watcher: hyper_util::server::graceful::Watcher,
-    peer: std::net::SocketAddr,
+    watcher: Watcher,
+    peer: SocketAddr,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -79,37 +82,20 @@ pub async fn serve_plain(
     stop: impl Future<Output = ()>,
     grace: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    tokio::pin!(stop);
-    loop {
-        let next = async {
-            let permit = permits.clone().acquire_owned().await;
-            let accepted = listener.accept().await;
-            (permit, accepted)
-        };
-        let (permit, accepted) = tokio::select! {
-            () = &mut stop => break,
-            next = next => next,
-        };
-        let Ok(permit) = permit else { break };
-        let (tcp, peer) = match accepted {
-            Ok(conn) => conn,
-            Err(e) => {
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+    accept_loop(
+        "metrics",
+        listener,
+        limits,
+        stop,
+        grace,
+        move |tcp, peer, watcher| {
+            let router = router.clone();
+            async move {
+                serve_connection(TokioIo::new(tcp), false, router, limits, watcher, peer).await;
             }
-        };
-        let router = router.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let _permit = permit;
-            serve_connection(TokioIo::new(tcp), false, router, limits, watcher, peer).await;
-        });
-    }
-    drop(listener);
-    let _ = tokio::time::timeout(grace, graceful.shutdown()).await;
+        },
+    )
+    .await;
 }
 
 /// Accept and serve connections until `stop` resolves, then let in-flight
@@ -122,6 +108,53 @@ pub async fn serve_tls(
     stop: impl Future<Output = ()>,
     grace: Duration,
 ) {
+    accept_loop(
+        "https",
+        listener,
+        limits,
+        stop,
+        grace,
+        move |tcp, peer, watcher| {
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let router = router.clone();
+            async move {
+                let handshake = acceptor.accept(tcp);
+                let tls = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                serve_connection(TokioIo::new(tls), h2, router, limits, watcher, peer).await;
+            }
+        },
+    )
+    .await;
+}
+
+/// The accept loop both ports share: takes a connection slot (at most
+/// `limits.max_connections`; further clients wait in the accept queue),
+/// accepts, and spawns `serve` on the connection holding the slot, until
+/// `stop` resolves; then lets in-flight requests finish for at most `grace`.
+/// `port` names the listener in its log lines.
+async fn accept_loop<F, Fut>(
+    port: &'static str,
+    listener: TcpListener,
+    limits: ConnLimits,
+    stop: impl Future<Output = ()>,
+    grace: Duration,
+    serve: F,
+) where
+    F: Fn(TcpStream, SocketAddr, Watcher) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     tokio::pin!(stop);
@@ -139,39 +172,26 @@ pub async fn serve_tls(
         let (tcp, peer) = match accepted {
             Ok(conn) => conn,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                tracing::warn!(port, error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let watcher = graceful.watcher();
+        let connection = serve(tcp, peer, graceful.watcher());
         tokio::spawn(async move {
             let _permit = permit;
-            let tls =
-                match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-            serve_connection(TokioIo::new(tls), h2, router, limits, watcher, peer).await;
+            connection.await;
         });
     }
     drop(listener);
-    tracing::info!("stopped accepting connections; waiting for in-flight requests");
+    tracing::info!(
+        port,
+        "stopped accepting connections; waiting for in-flight requests"
+    );
     if tokio::time::timeout(grace, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!(?grace, "in-flight connections did not finish in time");
+        tracing::warn!(port, ?grace, "in-flight connections did not finish in time");
     }
 }
