@@ -51,7 +51,7 @@ fn exit_code_and_signal_reach_the_hook() {
         return;
     }
     if !kernel_reports_exit_status() {
-        eprintln!("SKIPPED: this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
+        cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
         return;
     }
     let mut pod = Pod::new("exitcode");
@@ -93,7 +93,7 @@ fn run_on_failure_skips_a_success_and_runs_on_a_failure() {
         return;
     }
     if !kernel_reports_exit_status() {
-        eprintln!("SKIPPED: this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
+        cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
         return;
     }
     let mut pod = Pod::new("runonfail");
@@ -136,7 +136,7 @@ fn run_on_success_runs_on_a_success_and_skips_a_failure() {
         return;
     }
     if !kernel_reports_exit_status() {
-        eprintln!("SKIPPED: this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
+        cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
         return;
     }
     let mut pod = Pod::new("runonok");

@@ -34,17 +34,28 @@ pub fn bin() -> String {
 }
 pub const C: &str = "main";
 
-/// Skips (returns false, with a message) unless running as root with util-linux.
+/// A test that cannot run here: under `CI=true` (where a missing privilege
+/// or tool is a broken CI machine) it fails naming `why`; elsewhere it
+/// prints `SKIPPED: why` and the caller returns. Returns false.
+pub fn cannot_run(why: &str) -> bool {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "cannot run under CI=true: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// Whether the namespace tests can run: as root with util-linux, else
+/// [`cannot_run`].
 pub fn can_run() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: namespace tests need root (CI runs them as root)");
-        return false;
+        return cannot_run("namespace tests need root (CI runs them as root)");
     }
     for tool in ["unshare", "nsenter"] {
         if Command::new(tool).arg("--version").output().is_err() {
-            eprintln!("SKIPPED: {tool} (util-linux) is not installed");
-            return false;
+            return cannot_run(&format!("{tool} (util-linux) is not installed"));
         }
     }
     true
