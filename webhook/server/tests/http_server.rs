@@ -1081,23 +1081,9 @@ async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
     // Poll a second large body until it is shed (the first one's bytes reach
     // the server meanwhile), bounded.
     let big = vec![b' '; 400 * 1024];
-    let mut shed = false;
-    for _ in 0..100 {
-        let r = server
-            .client()
-            .post(server.url("/mutate"))
-            .body(big.clone())
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 503 {
-            shed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let shed = post_until(&server, &big, |status| status == 503).await;
     assert!(
-        shed,
+        shed.is_some(),
         "a second large body was never shed while the first was held"
     );
     // An ordinary review gets its answer meanwhile.
@@ -1124,23 +1110,33 @@ async fn large_bodies_in_flight_are_shed_and_ordinary_reviews_still_answered() {
     drop(send);
     drop(held);
     drop(client);
-    let mut fits = false;
+    let fits = post_until(&server, &big, |status| status != 503).await;
+    assert_eq!(
+        fits,
+        Some(400),
+        "the budget was not released, or a large non-review body was not read and refused"
+    );
+    drop(declared_only);
+    drop(idle);
+}
+
+/// POSTs `body` to `/mutate` every 20 ms, at most 100 times, until `done`
+/// holds for the answer's status; that status, or `None`.
+async fn post_until(server: &TestServer, body: &[u8], done: impl Fn(u16) -> bool) -> Option<u16> {
     for _ in 0..100 {
-        let r = server
+        let status = server
             .client()
             .post(server.url("/mutate"))
-            .body(big.clone())
+            .body(body.to_vec())
             .send()
             .await
-            .unwrap();
-        if r.status() != 503 {
-            assert_eq!(r.status(), 400, "a large non-review body, read and refused");
-            fits = true;
-            break;
+            .unwrap()
+            .status()
+            .as_u16();
+        if done(status) {
+            return Some(status);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(fits, "the budget was not released");
-    drop(declared_only);
-    drop(idle);
+    None
 }
