@@ -249,22 +249,26 @@ pub struct SearchStats {
     /// (created in the runtime's namespace and unshared after, as youki
     /// does), followed into their own ([`PENDING_FOLLOW_AGE`]).
     pub candidates_moved: u64,
+    /// Parentless processes first seen already exited (zombies), whose
+    /// container cannot be told any more.
+    pub zombies_unseen: u64,
     /// Longest time between two consecutive [`Scanner::step`]s: how long the
     /// watcher went without a look (CPU starvation shows here).
     pub longest_pause: Duration,
 }
 
 impl std::fmt::Display for SearchStats {
-    /// `listings=N candidates=N candidates_lost=N candidates_lost_pivoted=N candidates_moved=N longest_pause=N.NNNs`
+    /// `listings=N candidates=N candidates_lost=N candidates_lost_pivoted=N candidates_moved=N zombies_unseen=N longest_pause=N.NNNs`
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "listings={} candidates={} candidates_lost={} candidates_lost_pivoted={} candidates_moved={} longest_pause={:.3}s",
+            "listings={} candidates={} candidates_lost={} candidates_lost_pivoted={} candidates_moved={} zombies_unseen={} longest_pause={:.3}s",
             self.listings,
             self.candidates,
             self.candidates_lost,
             self.candidates_lost_pivoted,
             self.candidates_moved,
+            self.zombies_unseen,
             self.longest_pause.as_secs_f64()
         )
     }
@@ -568,6 +572,25 @@ impl Scanner {
         None
     }
 
+    /// A process first seen already exited (a zombie its parent has not
+    /// reaped yet). Its mount table can no longer be read (the kernel drops
+    /// a task's namespaces in `do_exit`, before the zombie state: Linux
+    /// `kernel/exit.c`, `exit_task_namespaces`, v6.18), so whether it was
+    /// the watched container cannot be told. A parentless one is counted in
+    /// [`SearchStats::zombies_unseen`], which the watcher's "never seen" and
+    /// "search ended" lines show, and logged once: never dropped silently.
+    fn first_seen_exited(&mut self, pid: i32, stat: &procfs::Stat) {
+        if stat.ppid != 0 || pid == self.own_pid {
+            return;
+        }
+        self.stats.zombies_unseen += 1;
+        crate::log!(
+            "warning: pid={pid} (started at tick {}) was first seen already exited, so it cannot be identified; if it was the watched container, its hook cannot run (the watcher was not scheduled during its whole life)",
+            stat.start_time
+        );
+        self.known.insert(pid, (stat.start_time, Class::NotOurs));
+    }
+
     /// Whether a young pending process's mount table, opened afresh, is no
     /// longer the one `hold` shows (first mount ID `first_mount` at its
     /// open): it moved to another mount namespace, or `pivot_root`ed, or
@@ -623,6 +646,7 @@ impl Scanner {
                     continue;
                 };
                 if stat.state == b'Z' {
+                    self.first_seen_exited(pid, &stat);
                     continue;
                 }
                 if let Some(class) = self.classify(pid, stat.start_time, stat.ppid, now) {
@@ -736,5 +760,90 @@ mod tests {
         let mut s = Scanner::new(proc_root, mp);
         assert_eq!(s.step(Instant::now()).unwrap(), None);
         assert_eq!(s.step(Instant::now()).unwrap(), None);
+    }
+
+    /// A fake procfs: `loadavg` as given, and one process per call to
+    /// [`FakeProc::add`] with the identifying mount.
+    struct FakeProc(PathBuf);
+
+    const POINT: &str = "/.kube-prestop-id/main";
+
+    impl FakeProc {
+        fn new(name: &str, loadavg: &str) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("kps-fakeproc-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("loadavg"), loadavg).unwrap();
+            Self(dir)
+        }
+
+        /// A parentless process with the identifying mount.
+        fn add(&self, pid: i32, start: u64) {
+            self.add_in_state(pid, start, 'S');
+        }
+
+        fn add_in_state(&self, pid: i32, start: u64, state: char) {
+            let d = self.0.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            let stat = format!(
+                "{pid} (main) {state} 0 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
+            );
+            std::fs::write(d.join("stat"), stat).unwrap();
+            let mountinfo = format!("700 600 0:50 /id/main {POINT} ro - tmpfs tmpfs rw\n");
+            std::fs::write(d.join("mountinfo"), mountinfo).unwrap();
+        }
+    }
+
+    impl Drop for FakeProc {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn point() -> IdMount {
+        IdMount {
+            point: POINT.to_owned(),
+            source: None,
+        }
+    }
+
+    #[test]
+    fn without_a_last_pid_field_every_tick_lists_and_a_later_container_is_found() {
+        // gVisor's /proc/loadavg never changes: before, the first listing
+        // was the last, and a container that started later was never found.
+        let p = FakeProc::new("gvisor", "0.00 0.00 0.00 0/0 0\n");
+        let mut s = Scanner::new(&p.0, point());
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        p.add(42, procfs::now_ticks());
+        let found = s.step(Instant::now()).unwrap();
+        assert_eq!(found.map(|i| i.pid), Some(42));
+        assert_eq!(s.stats().listings, 3);
+    }
+
+    #[test]
+    fn with_a_last_pid_field_an_unchanged_field_skips_the_listing() {
+        let p = FakeProc::new("linux", "0.00 0.01 0.05 1/123 4567\n");
+        let mut s = Scanner::new(&p.0, point());
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        assert_eq!(s.stats().listings, 1);
+        // A new process moves the field on a real kernel.
+        p.add(43, procfs::now_ticks());
+        std::fs::write(p.0.join("loadavg"), "0.00 0.01 0.05 1/124 4568\n").unwrap();
+        assert_eq!(s.step(Instant::now()).unwrap().map(|i| i.pid), Some(43));
+        assert_eq!(s.stats().listings, 2);
+    }
+
+    #[test]
+    fn a_parentless_zombie_seen_first_is_counted_not_dropped() {
+        let p = FakeProc::new("zombie", "0.00 0.00 0.00 0/0 0\n");
+        let mut s = Scanner::new(&p.0, point());
+        p.add_in_state(44, procfs::now_ticks(), 'Z');
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        assert_eq!(s.step(Instant::now()).unwrap(), None);
+        assert_eq!(s.stats().zombies_unseen, 1, "counted once");
+        assert!(s.stats().to_string().contains(" zombies_unseen=1 "));
     }
 }

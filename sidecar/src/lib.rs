@@ -15,7 +15,8 @@
 //! - [`termination`]: the sidecar's termination message (a summary of the pod's hook runs);
 //! - [`hook`]: running the hook command as a child in its own process group;
 //! - [`recovery`]: what a restarted watcher does about a previous run's records (pure);
-//! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`);
+//! - [`lifecycle`]: the watcher's decisions, events in and actions out (pure);
+//! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`), the I/O shell around [`lifecycle`];
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
 //! - [`poststart`]: the sidecar's postStart handler, which waits until the watcher is armed;
@@ -30,6 +31,7 @@ pub mod exit_info;
 pub mod finder;
 pub mod hook;
 pub mod install;
+pub mod lifecycle;
 pub mod poststart;
 pub mod procfs;
 pub mod recovery;

@@ -328,14 +328,21 @@ impl LastPid {
     }
 }
 
-/// The fifth field of `/proc/loadavg` (`0.00 0.01 0.05 1/123 4567`).
+/// The fifth field of `/proc/loadavg` (`0.00 0.01 0.05 1/123 4567`), or
+/// `None` when the file does not maintain it: malformed, or a total of 0
+/// tasks or a last PID of 0, which a real kernel never shows to a running
+/// reader (Linux `fs/proc/loadavg.c`, v6.18: `nr_threads` counts the reader
+/// itself, and the reader's own PID was allocated in its namespace).
+/// gVisor's sentry prints `0.00 0.00 0.00 0/0 0` always (`loadavgData.Generate`
+/// in `pkg/sentry/fsimpl/proc/tasks_files.go`, "TODO(b/62345059): Include
+/// real data in fields"), so a field that never changes would hide every
+/// process created after the first listing: without the field the scanner
+/// lists `/proc` on every tick instead.
 pub fn parse_loadavg_last_pid(content: &[u8]) -> Option<u64> {
-    std::str::from_utf8(content)
-        .ok()?
-        .split_ascii_whitespace()
-        .nth(4)?
-        .parse()
-        .ok()
+    let mut fields = std::str::from_utf8(content).ok()?.split_ascii_whitespace();
+    let (_, total) = fields.nth(3)?.split_once('/')?;
+    let last: u64 = fields.next()?.parse().ok()?;
+    (total.parse::<u64>().ok()? > 0 && last > 0).then_some(last)
 }
 
 /// Opens a pidfd for `pid` (`pidfd_open(2)`, Linux 5.3; allowed by the
@@ -519,6 +526,10 @@ mod tests {
             Some(4567)
         );
         assert_eq!(parse_loadavg_last_pid(b"0.00"), None);
+        // gVisor's /proc/loadavg: no last PID, so no fast path.
+        assert_eq!(parse_loadavg_last_pid(b"0.00 0.00 0.00 0/0 0\n"), None);
+        assert_eq!(parse_loadavg_last_pid(b"0.00 0.01 0.05 1/123 0\n"), None);
+        assert_eq!(parse_loadavg_last_pid(b"0.00 0.01 0.05 123 45\n"), None);
         let mut l = LastPid::open(Path::new(PROC_ROOT)).unwrap();
         let a = l.read().unwrap();
         std::process::Command::new("true").status().unwrap();

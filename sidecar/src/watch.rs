@@ -1,4 +1,7 @@
-//! `watch`: the native sidecar's main loop (`docs/ARCHITECTURE.md` §4, "The watcher").
+//! `watch`: the native sidecar's main loop (`docs/ARCHITECTURE.md` §4, "The watcher"),
+//! the I/O shell around [`crate::lifecycle::Lifecycle`], which decides
+//! whether and when each exit's hook runs; this module observes, holds,
+//! spawns and writes what it says.
 //!
 //! One thread, one `ppoll(2)` over a signalfd (`SIGTERM`, `SIGINT`, `SIGCHLD`)
 //! and, while the watched container runs, a pidfd of its process. While the
@@ -33,7 +36,7 @@
 //! The loop never returns before `SIGTERM`/`SIGINT` (the kubelet restarts a
 //! native sidecar that exits): every error is logged and waited out.
 
-use std::collections::VecDeque;
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -55,10 +58,10 @@ use crate::container_root::{self, HeldRoot};
 use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
 use crate::hook::{self, Chroot, HookContext, RunningHook};
+use crate::lifecycle::{Action, Event, Lifecycle};
 use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
-use crate::run_on::{self, RunDecision};
 use crate::state::{self, StateStore};
 use crate::termination;
 
@@ -140,27 +143,34 @@ struct Watched {
     root: RootHold,
 }
 
-/// A queued run and the root held for it (released when it ends).
-#[derive(Debug)]
-struct PendingRun {
-    run: QueuedHookRun,
-    root: RootHold,
-}
-
+/// The watcher's shell around [`Lifecycle`]: the I/O it asks for, and the
+/// events it observes.
 struct Watcher {
     cfg: WatchConfig,
     store: StateStore,
     scanner: Scanner,
+    life: Lifecycle,
+    /// The instance [`Action::Watch`] names: pidfd and root held.
     watched: Option<Watched>,
-    hook: Option<(RunningHook, PendingRun)>,
-    queue: VecDeque<PendingRun>,
+    /// The root held for an instance whose exit is being reported, until
+    /// [`Action::Retire`] moves it into `roots` (dropped if ignored).
+    incoming: Option<(Instance, RootHold)>,
+    /// Roots held for exited instances whose hook has not run yet.
+    roots: HashMap<Instance, RootHold>,
+    /// The running hook, its instance and the root it uses.
+    hook: Option<(RunningHook, Instance, RootHold)>,
     /// `Err(why)` when the kernel cannot report exit statuses.
     exit_status: Result<(), String>,
     /// This process's PID in `proc_root` (for `KUBE_PRESTOP_ROOT`).
     own_pid: Option<i32>,
     /// The termination message could not be written (logged once).
     termination_error_logged: bool,
-    terminating: Option<Instant>,
+    /// The signal that stopped the watcher.
+    stop_signal: Option<Signal>,
+    /// The stop came while searching (for the "search ended" line).
+    stopped_searching: bool,
+    /// The process exit status, once [`Action::Exit`] came.
+    exit: Option<i32>,
     armed: bool,
     arm_retry_at: Instant,
     arm_backoff: Duration,
@@ -168,8 +178,6 @@ struct Watcher {
     next_wait_log: Instant,
     wait_log_interval: Duration,
     last_scan_error: Option<Instant>,
-    /// An instance of the container was found (or recovered) in this run.
-    ever_found: bool,
 }
 
 fn secs(d: Duration) -> String {
@@ -215,11 +223,15 @@ pub fn run(cfg: WatchConfig) -> i32 {
     let mut w = Watcher {
         store: StateStore::new(&cfg.target.root, &cfg.target.container),
         scanner: Scanner::new(&cfg.proc_root, mount_point.clone()).infer_unseen(cfg.sole_container),
+        life: Lifecycle::new(cfg.run_on),
         cfg,
         watched: None,
+        incoming: None,
+        roots: HashMap::new(),
         hook: None,
-        queue: VecDeque::new(),
-        terminating: None,
+        stop_signal: None,
+        stopped_searching: false,
+        exit: None,
         armed: false,
         arm_retry_at: now,
         arm_backoff: Duration::from_secs(1),
@@ -227,7 +239,6 @@ pub fn run(cfg: WatchConfig) -> i32 {
         next_wait_log: now + Duration::from_secs(10),
         wait_log_interval: Duration::from_secs(10),
         last_scan_error: None,
-        ever_found: false,
         exit_status,
         own_pid: None,
         termination_error_logged: false,
@@ -277,18 +288,15 @@ impl Watcher {
 
     fn main_loop(&mut self, sfd: &SignalFd) -> i32 {
         loop {
+            if let Some(code) = self.exit {
+                return code;
+            }
             let now = Instant::now();
-            if !self.armed && now >= self.arm_retry_at && self.terminating.is_none() {
+            let terminating = self.life.terminating();
+            if !self.armed && now >= self.arm_retry_at && !terminating {
                 self.arm();
             }
-            self.start_next_hook();
-            if self.terminating.is_some() && self.hook.is_none() && self.queue.is_empty() {
-                let _ = self.store.remove(contract::ARMED_FILE);
-                self.update_termination_message(None);
-                log!("exiting container={} status=0", self.container());
-                return 0;
-            }
-            if self.watched.is_none() && self.terminating.is_none() {
+            if self.life.searching() {
                 self.search(now);
             }
             self.try_hold_root();
@@ -297,7 +305,7 @@ impl Watcher {
             let mut min_to = |d: Duration| {
                 timeout = Some(timeout.map_or(d, |t: Duration| t.min(d)));
             };
-            if self.terminating.is_none() {
+            if !terminating {
                 match &self.watched {
                     None => {
                         min_to(search_tick(now.duration_since(self.searching_since)));
@@ -333,7 +341,7 @@ impl Watcher {
                 let mut pending_pids = Vec::new();
                 if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
-                } else if self.watched.is_none() && self.terminating.is_none() {
+                } else if self.life.searching() {
                     // Placeholder keeps index 1 for the watched pidfd.
                     fds.push(PollFd::new(sfd.as_fd(), PollFlags::empty()));
                     for (pid, fd, ev) in self.scanner.wait_fds() {
@@ -364,15 +372,148 @@ impl Watcher {
             if !fired.is_empty() {
                 self.scanner.note_events(&fired);
             }
-            let x_gone = x_ready
-                || matches!(&self.watched, Some(Watched { pidfd: None, instance, .. })
-                    if !instance.is_alive(&self.cfg.proc_root));
-            if x_gone {
+            if x_ready || self.watched_gone_without_pidfd() {
                 self.on_container_exit();
             }
             if sig_ready {
                 self.on_signals(sfd);
             }
+        }
+    }
+
+    /// Without a pidfd the watched process is checked by its `/proc` entry.
+    fn watched_gone_without_pidfd(&self) -> bool {
+        matches!(&self.watched, Some(Watched { pidfd: None, instance, .. })
+            if !instance.is_alive(&self.cfg.proc_root))
+    }
+
+    /// Gives `event` to the state machine and carries out what it says.
+    fn feed(&mut self, event: Event) {
+        for action in self.life.handle(event) {
+            self.act(action);
+        }
+    }
+
+    fn act(&mut self, action: Action) {
+        match action {
+            Action::WriteSeen(inst) => {
+                let seen = SeenRecord {
+                    pid: inst.pid,
+                    start_time_ticks: inst.start_time,
+                };
+                if let Err(e) = self
+                    .store
+                    .write(&RecordKind::Seen.file_name(&inst.id()), &seen.to_string())
+                {
+                    log!("error: {e} (an exit while the sidecar is down may go unnoticed)");
+                }
+            }
+            Action::Watch(inst) => self.watch(inst),
+            Action::Retire(inst) => {
+                self.scanner.retire(inst);
+                if let Some((i, root)) = self.incoming.take() {
+                    if i == inst {
+                        self.roots.entry(i).or_insert(root);
+                    } else {
+                        self.incoming = Some((i, root));
+                    }
+                }
+                self.searching_since = Instant::now();
+                self.wait_log_interval = Duration::from_secs(10);
+                self.next_wait_log = self.searching_since + self.wait_log_interval;
+            }
+            Action::Ignored { instance, why } => log!(
+                "warning: container={} instance={} ignored: {why}; its hook runs at most once",
+                self.container(),
+                instance.id()
+            ),
+            Action::CheckMark(run) => {
+                let id = run.instance.id();
+                let prestop = self.store.exists(&RecordKind::Prestop.file_name(&id));
+                self.feed(Event::Marked {
+                    instance: run.instance,
+                    prestop,
+                });
+            }
+            Action::RunHook {
+                run,
+                unknown_despite_run_on,
+            } => self.run_hook(run, unknown_despite_run_on),
+            Action::Done {
+                run,
+                outcome,
+                status,
+                duration,
+            } => self.done(run, outcome, status, duration),
+            Action::FinalLook { watching } => {
+                match watching {
+                    Some(_) => {
+                        // The kubelet stops the sidecar only after the watched
+                        // container exited; take that exit if the poll that
+                        // saw the signal raced it.
+                        if self.watched_has_exited() {
+                            self.on_container_exit();
+                        }
+                    }
+                    None => self.search(Instant::now()),
+                }
+                self.feed(Event::FinalLookDone);
+            }
+            Action::StopWatching(inst) => {
+                self.watched = None;
+                self.incoming = None;
+                log!(
+                    "{} received while container={} instance={} still runs; not waiting for it",
+                    self.signal_name(),
+                    self.container(),
+                    inst.id()
+                );
+            }
+            Action::ReportMiss => {
+                let stats = self.scanner.stats();
+                log!(
+                    "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={} {stats}",
+                    self.container(),
+                    stats.longest_pause.as_secs_f64(),
+                    secs(self.searching_since.elapsed()),
+                );
+            }
+            Action::TerminationMessage { cut } => {
+                self.update_termination_message(cut.map(|i| i.id()).as_deref());
+                self.log_stop();
+                if self.stopped_searching && self.life.ever_found() {
+                    log!(
+                        "search ended container={} searched_for={} {}",
+                        self.container(),
+                        secs(self.searching_since.elapsed()),
+                        self.scanner.stats()
+                    );
+                }
+            }
+            Action::Exit => {
+                let _ = self.store.remove(contract::ARMED_FILE);
+                self.update_termination_message(None);
+                log!("exiting container={} status=0", self.container());
+                self.exit = Some(0);
+            }
+        }
+    }
+
+    fn signal_name(&self) -> String {
+        self.stop_signal
+            .map_or_else(|| "stop".to_owned(), |s| s.to_string())
+    }
+
+    /// Whether the watched instance's pidfd is readable now (it exited), or,
+    /// without a pidfd, its `/proc` entry is gone.
+    fn watched_has_exited(&self) -> bool {
+        match &self.watched {
+            Some(Watched { pidfd: Some(p), .. }) => {
+                let mut fds = [PollFd::new(p.as_fd(), PollFlags::POLLIN)];
+                matches!(ppoll(&mut fds, Some(TimeSpec::from_duration(Duration::ZERO)), None), Ok(n) if n > 0)
+            }
+            Some(_) => self.watched_gone_without_pidfd(),
+            None => false,
         }
     }
 
@@ -421,7 +562,8 @@ impl Watcher {
         }
     }
 
-    /// Reconciles the records of a previous run (see the module docs).
+    /// Reconciles the records of a previous run (see the module docs): logs
+    /// what [`recovery::plan`] found, and gives it to the state machine.
     fn recover(&mut self) {
         let names = match self.store.list() {
             Ok(n) => n,
@@ -433,47 +575,23 @@ impl Watcher {
             }
         };
         let groups = state::group_by_instance(&self.store, &names);
-        self.ever_found |= !groups.is_empty();
         let proc_root = &self.cfg.proc_root;
         let now_ticks = procfs::now_ticks();
         let actions = recovery::plan(&groups, |i| i.is_alive(proc_root), now_ticks);
-        let down = ExitKnowledge::Unknown(Unknown::SidecarDown);
         for action in &actions {
             match action {
                 RecoveryAction::StillRunning { id } => log!(
                     "recovered container={} instance={id} still running; watching it again",
                     self.container()
                 ),
-                RecoveryAction::SkippedPrestop { id } => {
-                    log!(
-                        "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
-                        self.container()
-                    );
-                    self.write_done(
-                        id,
-                        Outcome::Skipped(SkipReason::Prestop),
-                        None,
-                        0,
-                        None,
-                        now_ticks,
-                        down,
-                    );
-                }
-                RecoveryAction::Abandon { id, attempt } => {
-                    log!(
-                        "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
-                        self.container()
-                    );
-                    self.write_done(
-                        id,
-                        Outcome::Abandoned,
-                        None,
-                        *attempt,
-                        None,
-                        now_ticks,
-                        down,
-                    );
-                }
+                RecoveryAction::SkippedPrestop { id } => log!(
+                    "recovered container={} instance={id} exited while the sidecar was down; the kubelet ran its preStop, nothing to do",
+                    self.container()
+                ),
+                RecoveryAction::Abandon { id, attempt } => log!(
+                    "error: container={} instance={id} hook was interrupted twice (attempt {attempt}); not retrying again",
+                    self.container()
+                ),
                 RecoveryAction::Retry { run } => log!(
                     "recovered container={} instance={} hook was interrupted by a sidecar restart (attempt {}); retrying once",
                     self.container(),
@@ -487,24 +605,11 @@ impl Watcher {
                 ),
             }
         }
-        self.queue.extend(
-            recovery::runs_in_start_order(&actions)
-                .into_iter()
-                .map(|run| PendingRun {
-                    run,
-                    root: RootHold::Missing(
-                        "the container exited while the sidecar was not running".to_owned(),
-                    ),
-                }),
-        );
-        if actions.iter().any(|a| {
-            matches!(
-                a,
-                RecoveryAction::SkippedPrestop { .. } | RecoveryAction::Abandon { .. }
-            )
-        }) {
-            self.update_termination_message(None);
-        }
+        self.feed(Event::Recovered {
+            actions,
+            had_records: !groups.is_empty(),
+            now_ticks,
+        });
     }
 
     fn search(&mut self, now: Instant) {
@@ -523,21 +628,11 @@ impl Watcher {
         }
     }
 
-    /// Holds a pidfd on a found instance, or handles its exit right away if
-    /// it is already gone (a container that lived only milliseconds).
+    /// A found instance: holds a pidfd and its root, and tells the state
+    /// machine whether it still runs (a container that lived only
+    /// milliseconds may be gone already).
     fn attach(&mut self, inst: Instance) {
         let id = inst.id();
-        let seen = SeenRecord {
-            pid: inst.pid,
-            start_time_ticks: inst.start_time,
-        };
-        if let Err(e) = self
-            .store
-            .write(&RecordKind::Seen.file_name(&id), &seen.to_string())
-        {
-            log!("error: {e} (an exit while the sidecar is down may go unnoticed)");
-        }
-        self.ever_found = true;
         let waited = secs(self.searching_since.elapsed());
         let stats = self.scanner.stats();
         let pidfd = match pidfd_open(inst.pid) {
@@ -561,12 +656,15 @@ impl Watcher {
                 self.container()
             );
             let exit = self.exit_of(pidfd.as_ref());
-            self.instance_exited(
+            self.incoming = Some((
                 inst,
-                procfs::now_ticks(),
-                exit,
                 RootHold::Missing("the container had exited when it was found".to_owned()),
-            );
+            ));
+            self.feed(Event::Found {
+                instance: inst,
+                exit: Some((procfs::now_ticks(), exit)),
+            });
+            self.incoming = None;
             return;
         }
         let root = self.hold_root(inst);
@@ -583,7 +681,12 @@ impl Watcher {
                 )),
                 r => r,
             };
-            self.instance_exited(inst, procfs::now_ticks(), exit, root);
+            self.incoming = Some((inst, root));
+            self.feed(Event::Found {
+                instance: inst,
+                exit: Some((procfs::now_ticks(), exit)),
+            });
+            self.incoming = None;
             return;
         }
         log!(
@@ -591,13 +694,33 @@ impl Watcher {
             self.container(),
             inst.pid
         );
-        self.scanner.attached(inst);
         self.watched = Some(Watched {
             instance: inst,
             pidfd,
             since: Instant::now(),
             root,
         });
+        self.feed(Event::Found {
+            instance: inst,
+            exit: None,
+        });
+        if self.life.watching() != Some(inst) {
+            // Ignored, or left to the kubelet at a stop: not held.
+            self.watched = None;
+        }
+    }
+
+    /// [`Action::Watch`]: the instance [`Watcher::attach`] holds is now the
+    /// watched one.
+    fn watch(&mut self, inst: Instance) {
+        match &self.watched {
+            Some(w) if w.instance == inst => self.scanner.attached(inst),
+            _ => log!(
+                "error: container={} instance={} to be watched is not held",
+                self.container(),
+                inst.id()
+            ),
+        }
     }
 
     /// One attempt to hold `inst`'s root ([`HeldRoot::hold`]).
@@ -664,30 +787,13 @@ impl Watcher {
             RootHold::Pending(why) => RootHold::Missing(format!("{why}, until the process exited")),
             r => r,
         };
-        self.instance_exited(w.instance, exit_ticks, exit, root);
-    }
-
-    fn instance_exited(
-        &mut self,
-        inst: Instance,
-        exit_ticks: u64,
-        exit: ExitKnowledge,
-        root: RootHold,
-    ) {
-        self.scanner.retire(inst);
-        self.searching_since = Instant::now();
-        self.wait_log_interval = Duration::from_secs(10);
-        self.next_wait_log = self.searching_since + self.wait_log_interval;
-        self.queue.push_back(PendingRun {
-            run: QueuedHookRun {
-                instance: inst,
-                attempt: 1,
-                exit_ticks,
-                exit,
-            },
-            root,
+        self.incoming = Some((w.instance, root));
+        self.feed(Event::Exited {
+            instance: w.instance,
+            exit_ticks,
+            exit,
         });
-        self.start_next_hook();
+        self.incoming = None;
     }
 
     /// Rewrites the termination message from the records of every watched
@@ -715,205 +821,170 @@ impl Watcher {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn write_done(
-        &self,
-        id: &str,
+    /// [`Action::Done`]: logs a skip, writes `done-<id>`, releases the root
+    /// held for the run and rewrites the termination message.
+    fn done(
+        &mut self,
+        run: QueuedHookRun,
         outcome: Outcome,
         status: Option<HookStatus>,
-        attempt: u32,
         dur: Option<Duration>,
-        exit_ticks: u64,
-        exit: ExitKnowledge,
     ) {
+        let id = run.instance.id();
+        // Recovery's own skips (attempt 0) and abandons were logged by it.
+        match outcome {
+            Outcome::Skipped(SkipReason::Prestop) if run.attempt > 0 => log!(
+                "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
+                self.container(),
+                RecordKind::Prestop.file_name(&id)
+            ),
+            Outcome::Skipped(SkipReason::RunOn) => log!(
+                "not running hook container={} instance={id}: run-on={} and the container ended with {}",
+                self.container(),
+                self.cfg.run_on.as_str(),
+                run.exit.describe()
+            ),
+            _ => {}
+        }
+        self.roots.remove(&run.instance);
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let rec = DoneRecord::new(
             outcome,
-            attempt,
+            run.attempt,
             status,
             dur.map(ms),
-            exit_ticks,
-            exit.token(),
+            run.exit_ticks,
+            run.exit.token(),
         );
         if let Err(e) = self
             .store
-            .write(&RecordKind::Done.file_name(id), &rec.to_string())
+            .write(&RecordKind::Done.file_name(&id), &rec.to_string())
         {
             log!("error: {e} (a restarted sidecar may run this hook again)");
         }
+        self.update_termination_message(None);
     }
 
-    fn start_next_hook(&mut self) {
-        while self.hook.is_none() {
-            let Some(pending) = self.queue.pop_front() else {
-                return;
+    /// [`Action::RunHook`]: writes `running-<id>` and spawns the hook in the
+    /// held root, or reports that it could not start.
+    fn run_hook(&mut self, run: QueuedHookRun, unknown_despite_run_on: bool) {
+        let id = run.instance.id();
+        if unknown_despite_run_on {
+            let why = match run.exit {
+                ExitKnowledge::Unknown(u) => u.describe(),
+                ExitKnowledge::Known(_) => String::new(),
             };
-            let run = pending.run;
-            let id = run.instance.id();
-            let prestop_mark = RecordKind::Prestop.file_name(&id);
-            if self.store.exists(&prestop_mark) {
+            log!(
+                "running hook container={} instance={id} although run-on={}: the exit status is unknown ({why})",
+                self.container(),
+                self.cfg.run_on.as_str()
+            );
+        } else if let ExitKnowledge::Unknown(u) = run.exit
+            && u != Unknown::Kernel
+        {
+            log!(
+                "hook env: KUBE_PRESTOP_EXIT_CODE/KUBE_PRESTOP_EXIT_SIGNAL unset container={} instance={id}: {}",
+                self.container(),
+                u.describe()
+            );
+        }
+        let root = self.roots.remove(&run.instance).unwrap_or_else(|| {
+            RootHold::Missing("the container exited while the sidecar was not running".to_owned())
+        });
+        let root_path = match (&root, self.own_pid) {
+            (RootHold::Held(h), Some(pid)) => Some(h.hook_path(&self.cfg.proc_root, pid)),
+            (RootHold::Held(_), None) => {
                 log!(
-                    "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {prestop_mark})",
+                    "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot read {}/self",
                     self.container(),
+                    self.cfg.proc_root.display()
                 );
-                drop(pending);
-                self.write_done(
-                    &id,
-                    Outcome::Skipped(SkipReason::Prestop),
-                    None,
+                None
+            }
+            (RootHold::Missing(why), _) => {
+                log!(
+                    "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot hold the container's root: {why}",
+                    self.container()
+                );
+                None
+            }
+            (RootHold::Pending(_), _) => None,
+        };
+        let chroot = match (&root, self.cfg.hook_root) {
+            (RootHold::Held(h), HookRoot::Container) => {
+                if container_root::can_chroot(&self.cfg.proc_root) {
+                    let cwd = std::env::current_dir()
+                        .ok()
+                        .and_then(|d| CString::new(d.as_os_str().as_encoded_bytes()).ok())
+                        .unwrap_or_else(|| c"/".to_owned());
+                    Some(Chroot {
+                        root_fd: h.root_fd(),
+                        cwd,
+                    })
+                } else {
+                    log!(
+                        "hook-root=container not applied container={} instance={id}: the container has no CAP_SYS_CHROOT; the hook runs in the sidecar's root, KUBE_PRESTOP_ROOT points at the container's files",
+                        self.container()
+                    );
+                    None
+                }
+            }
+            (_, HookRoot::Container) => {
+                log!(
+                    "hook-root=container not applied container={} instance={id}: the container's root is not held; the hook runs in the sidecar's root",
+                    self.container()
+                );
+                None
+            }
+            _ => None,
+        };
+        let rec = RunningRecord::new(run.attempt, run.exit_ticks, run.exit.token());
+        if let Err(e) = self
+            .store
+            .write(&RecordKind::Running.file_name(&id), &rec.to_string())
+        {
+            log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
+        }
+        let chrooted = chroot.is_some();
+        let ctx = HookContext {
+            container: &self.cfg.target.container,
+            instance: &id,
+            attempt: run.attempt,
+            exit: run.exit,
+            root: root_path.as_deref(),
+            chroot,
+        };
+        match hook::spawn(&self.cfg.hook, &ctx) {
+            Ok(h) => {
+                log!(
+                    "hook started container={} instance={id} attempt={} pid={} command={:?} container_exit={} root={}",
+                    self.container(),
                     run.attempt,
-                    None,
-                    run.exit_ticks,
-                    run.exit,
+                    h.pid,
+                    self.cfg.hook,
+                    run.exit.token(),
+                    match (&root_path, chrooted) {
+                        (Some(_), true) => "chroot".to_owned(),
+                        (Some(p), false) => p.display().to_string(),
+                        (None, _) => "-".to_owned(),
+                    }
                 );
-                self.update_termination_message(None);
-                continue;
+                self.hook = Some((h, run.instance, root));
             }
-            match run_on::decide(self.cfg.run_on, run.exit) {
-                RunDecision::Skip => {
-                    log!(
-                        "not running hook container={} instance={id}: run-on={} and the container ended with {}",
-                        self.container(),
-                        self.cfg.run_on.as_str(),
-                        run.exit.describe()
-                    );
-                    drop(pending);
-                    self.write_done(
-                        &id,
-                        Outcome::Skipped(SkipReason::RunOn),
-                        None,
-                        run.attempt,
-                        Some(Duration::ZERO),
-                        run.exit_ticks,
-                        run.exit,
-                    );
-                    self.update_termination_message(None);
-                    continue;
-                }
-                RunDecision::RunUnknown => {
-                    let why = match run.exit {
-                        ExitKnowledge::Unknown(u) => u.describe(),
-                        ExitKnowledge::Known(_) => String::new(),
-                    };
-                    log!(
-                        "running hook container={} instance={id} although run-on={}: the exit status is unknown ({why})",
-                        self.container(),
-                        self.cfg.run_on.as_str()
-                    );
-                }
-                RunDecision::Run => {
-                    if let ExitKnowledge::Unknown(u) = run.exit
-                        && u != Unknown::Kernel
-                    {
-                        log!(
-                            "hook env: KUBE_PRESTOP_EXIT_CODE/KUBE_PRESTOP_EXIT_SIGNAL unset container={} instance={id}: {}",
-                            self.container(),
-                            u.describe()
-                        );
-                    }
-                }
-            }
-            let root_path = match (&pending.root, self.own_pid) {
-                (RootHold::Held(h), Some(pid)) => Some(h.hook_path(&self.cfg.proc_root, pid)),
-                (RootHold::Held(_), None) => {
-                    log!(
-                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot read {}/self",
-                        self.container(),
-                        self.cfg.proc_root.display()
-                    );
-                    None
-                }
-                (RootHold::Missing(why), _) => {
-                    log!(
-                        "hook env: KUBE_PRESTOP_ROOT unset container={} instance={id}: cannot hold the container's root: {why}",
-                        self.container()
-                    );
-                    None
-                }
-                (RootHold::Pending(_), _) => None,
-            };
-            let chroot = match (&pending.root, self.cfg.hook_root) {
-                (RootHold::Held(h), HookRoot::Container) => {
-                    if container_root::can_chroot(&self.cfg.proc_root) {
-                        let cwd = std::env::current_dir()
-                            .ok()
-                            .and_then(|d| CString::new(d.as_os_str().as_encoded_bytes()).ok())
-                            .unwrap_or_else(|| c"/".to_owned());
-                        Some(Chroot {
-                            root_fd: h.root_fd(),
-                            cwd,
-                        })
-                    } else {
-                        log!(
-                            "hook-root=container not applied container={} instance={id}: the container has no CAP_SYS_CHROOT; the hook runs in the sidecar's root, KUBE_PRESTOP_ROOT points at the container's files",
-                            self.container()
-                        );
-                        None
-                    }
-                }
-                (_, HookRoot::Container) => {
-                    log!(
-                        "hook-root=container not applied container={} instance={id}: the container's root is not held; the hook runs in the sidecar's root",
-                        self.container()
-                    );
-                    None
-                }
-                _ => None,
-            };
-            let rec = RunningRecord::new(run.attempt, run.exit_ticks, run.exit.token());
-            if let Err(e) = self
-                .store
-                .write(&RecordKind::Running.file_name(&id), &rec.to_string())
-            {
-                log!("error: {e} (a restarted sidecar cannot tell this run was interrupted)");
-            }
-            let chrooted = chroot.is_some();
-            let ctx = HookContext {
-                container: &self.cfg.target.container,
-                instance: &id,
-                attempt: run.attempt,
-                exit: run.exit,
-                root: root_path.as_deref(),
-                chroot,
-            };
-            match hook::spawn(&self.cfg.hook, &ctx) {
-                Ok(h) => {
-                    log!(
-                        "hook started container={} instance={id} attempt={} pid={} command={:?} container_exit={} root={}",
-                        self.container(),
-                        run.attempt,
-                        h.pid,
-                        self.cfg.hook,
-                        run.exit.token(),
-                        match (&root_path, chrooted) {
-                            (Some(_), true) => "chroot".to_owned(),
-                            (Some(p), false) => p.display().to_string(),
-                            (None, _) => "-".to_owned(),
-                        }
-                    );
-                    self.hook = Some((h, pending));
-                }
-                Err((status, e)) => {
-                    log!(
-                        "hook failed to start container={} instance={id} attempt={} command={:?} error=\"{e}\" status={} exit_status={}",
-                        self.container(),
-                        run.attempt,
-                        self.cfg.hook,
-                        status,
-                        status.code()
-                    );
-                    drop(pending);
-                    self.write_done(
-                        &id,
-                        Outcome::Ran,
-                        Some(status),
-                        run.attempt,
-                        Some(Duration::ZERO),
-                        run.exit_ticks,
-                        run.exit,
-                    );
-                    self.update_termination_message(None);
-                }
+            Err((status, e)) => {
+                log!(
+                    "hook failed to start container={} instance={id} attempt={} command={:?} error=\"{e}\" status={} exit_status={}",
+                    self.container(),
+                    run.attempt,
+                    self.cfg.hook,
+                    status,
+                    status.code()
+                );
+                drop(root);
+                self.feed(Event::HookFailedToStart {
+                    instance: run.instance,
+                    status,
+                });
             }
         }
     }
@@ -945,18 +1016,17 @@ impl Watcher {
     }
 
     fn reap(&mut self) {
-        let status = hook::reap(self.hook.as_ref().map(|(h, _)| h.pid));
+        let status = hook::reap(self.hook.as_ref().map(|(h, _, _)| h.pid));
         let Some(status) = status else { return };
-        let Some((h, pending)) = self.hook.take() else {
+        let Some((h, inst, root)) = self.hook.take() else {
             return;
         };
         hook::kill_group(h.pid);
         let dur = h.started.elapsed();
-        let run = pending.run;
         // Release the container's root and mount namespace at once: the
         // kubelet's volume teardown must not find them held.
-        let released = matches!(pending.root, RootHold::Held(_));
-        drop(pending);
+        let released = matches!(root, RootHold::Held(_));
+        drop(root);
         log!(
             "hook finished container={} instance={} attempt={} status=\"{}\" exit_status={} duration={}",
             self.container(),
@@ -966,15 +1036,6 @@ impl Watcher {
             status.code(),
             secs(dur)
         );
-        self.write_done(
-            &h.instance,
-            Outcome::Ran,
-            Some(status),
-            h.attempt,
-            Some(dur),
-            run.exit_ticks,
-            run.exit,
-        );
         if released {
             log!(
                 "released the root of container={} instance={}",
@@ -982,76 +1043,52 @@ impl Watcher {
                 h.instance
             );
         }
-        self.update_termination_message(None);
+        self.feed(Event::HookEnded {
+            instance: inst,
+            status,
+            duration: dur,
+        });
         // Reap whatever the group kill left behind.
         let _ = hook::reap(None);
     }
 
     fn on_term(&mut self, sig: Signal) {
-        if self.terminating.is_some() {
+        if self.life.terminating() {
             log!("{sig} received again; still waiting for the hook");
             return;
         }
-        self.terminating = Some(Instant::now());
-        let searching = self.watched.is_none();
-        // The kubelet stops the sidecar only after the watched container
-        // exited; take that exit if the poll that saw the signal raced it.
-        if let Some(Watched { pidfd: Some(p), .. }) = &self.watched {
-            let mut fds = [PollFd::new(p.as_fd(), PollFlags::POLLIN)];
-            let ready = matches!(ppoll(&mut fds, Some(TimeSpec::from_duration(Duration::ZERO)), None), Ok(n) if n > 0);
-            if ready {
-                self.on_container_exit();
-            }
-        }
-        if let Some(w) = self.watched.take() {
-            log!(
-                "{sig} received while container={} instance={} still runs; not waiting for it",
-                self.container(),
-                w.instance.id()
-            );
-        }
+        self.stop_signal = Some(sig);
+        self.stopped_searching = self.life.searching();
+        self.feed(Event::Terminate);
+    }
+
+    /// The stop's log line: what still runs or waits when `SIGTERM` came.
+    fn log_stop(&self) {
+        let sig = self.signal_name();
         let grace = self
             .cfg
             .grace_seconds
             .map_or_else(|| "unknown".to_owned(), |g| format!("{g}s"));
-        let running = self.hook.as_ref().map(|(h, _)| h.instance.clone());
-        self.update_termination_message(running.as_deref());
-        if let Some((h, _)) = &self.hook {
+        if let Some((h, _, _)) = &self.hook {
             log!(
                 "{sig} received while hook runs container={} instance={} pid={} running_for={} queued={}; grace period {grace}; the hook keeps running until it ends or the kubelet's SIGKILL",
                 self.container(),
                 h.instance,
                 h.pid,
                 secs(h.started.elapsed()),
-                self.queue.len()
+                self.life.queued()
             );
-        } else if !self.queue.is_empty() {
+        } else if self.life.queued() > 0 {
             log!(
                 "{sig} received container={} with {} hook(s) still to run; grace period {grace}; running them until the kubelet's SIGKILL",
                 self.container(),
-                self.queue.len()
+                self.life.queued()
             );
         } else {
             log!(
                 "{sig} received container={}; no hook running",
                 self.container()
             );
-        }
-        if searching {
-            let stats = self.scanner.stats();
-            let since = secs(self.searching_since.elapsed());
-            if self.ever_found {
-                log!(
-                    "search ended container={} searched_for={since} {stats}",
-                    self.container()
-                );
-            } else {
-                log!(
-                    "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={since} {stats}",
-                    self.container(),
-                    stats.longest_pause.as_secs_f64()
-                );
-            }
         }
     }
 }

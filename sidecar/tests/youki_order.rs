@@ -31,15 +31,21 @@ fn late_unsharing_true_containers_each_get_their_hook() {
     for i in 0..N {
         let (gate, mut m) = pod.spawn_late_unsharing_main(&["true"]);
         let pid = ns_pid(m.pid);
-        wait_for("the watcher to hold the candidate's mount table", T, || {
-            holds_mountinfo_of(sc.pid, pid)
-        });
+        wait_for_or_show(
+            "the watcher to hold the candidate's mount table",
+            T,
+            || sc.log_text(),
+            || holds_mountinfo_of(sc.pid, pid),
+        );
         pod.open_gate(&gate);
         m.start();
         assert_eq!(code(m.wait(T)), 0);
-        wait_for(&format!("hook {}", i + 1), T, || {
-            pod.records("done-").len() > i
-        });
+        wait_for_or_show(
+            &format!("hook {}", i + 1),
+            T,
+            || sc.log_text(),
+            || pod.records("done-").len() > i,
+        );
     }
     let lines = pod.lines("hooks");
     assert_eq!(lines.len(), N, "{lines:?}\n{}", sc.log_text());
