@@ -80,8 +80,9 @@ lint: ## cargo fmt --check, cargo clippy -D warnings, the engine pure and portab
 	scripts/actionlint.sh
 
 .PHONY: unit
-unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster)
+unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster; the namespace tests as root, scripts/privileged-tests.sh)
 	cargo test --workspace --exclude kube-prestop-e2e --exclude kube-prestop-cluster-bench
+	scripts/privileged-tests.sh
 
 .PHONY: chart-test
 chart-test: ## helm lint, helm template per mode and cluster version, kubeconform, golden renders

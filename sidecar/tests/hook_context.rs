@@ -46,6 +46,7 @@ fn holds_mnt_ns(pid: i32) -> bool {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_code_and_signal_reach_the_hook() {
     if !can_run() {
         return;
@@ -88,6 +89,7 @@ fn exit_code_and_signal_reach_the_hook() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn run_on_failure_skips_a_success_and_runs_on_a_failure() {
     if !can_run() {
         return;
@@ -131,6 +133,7 @@ fn run_on_failure_skips_a_success_and_runs_on_a_failure() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn run_on_success_runs_on_a_success_and_skips_a_failure() {
     if !can_run() {
         return;
@@ -161,6 +164,7 @@ fn run_on_success_runs_on_a_success_and_skips_a_failure() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn the_hook_reads_the_containers_own_files_and_they_are_released() {
     if !can_run() {
         return;
@@ -201,6 +205,7 @@ fn the_hook_reads_the_containers_own_files_and_they_are_released() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hook_root_container_runs_the_hook_chrooted_into_the_containers_files() {
     if !can_run() {
         return;
@@ -232,6 +237,7 @@ fn hook_root_container_runs_the_hook_chrooted_into_the_containers_files() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_hook_cut_by_sigkill_says_so_in_the_termination_message() {
     if !can_run() {
         return;
@@ -262,6 +268,7 @@ fn a_hook_cut_by_sigkill_says_so_in_the_termination_message() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
     if !can_run() {
         return;

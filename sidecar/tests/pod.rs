@@ -30,6 +30,7 @@ fn expect_hooks(pod: &Pod, n: usize) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_zero_runs_the_hook_once_with_its_env() {
     if !can_run() {
         return;
@@ -74,6 +75,7 @@ fn exit_zero_runs_the_hook_once_with_its_env() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_three_runs_the_hook_and_records_its_status() {
     if !can_run() {
         return;
@@ -96,6 +98,7 @@ fn exit_three_runs_the_hook_and_records_its_status() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sigkill_runs_the_hook_once() {
     if !can_run() {
         return;
@@ -113,6 +116,7 @@ fn sigkill_runs_the_hook_once() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn kubelet_prestop_via_wrapper_means_no_second_run() {
     if !can_run() {
         return;
@@ -147,6 +151,7 @@ fn kubelet_prestop_via_wrapper_means_no_second_run() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn three_restarts_three_hooks() {
     if !can_run() {
         return;
@@ -161,6 +166,7 @@ fn three_restarts_three_hooks() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sidecar_killed_mid_watch_still_exactly_once() {
     if !can_run() {
         return;
@@ -185,6 +191,7 @@ fn sidecar_killed_mid_watch_still_exactly_once() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
     if !can_run() {
         return;
@@ -233,6 +240,7 @@ fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_while_sidecar_down_is_still_handled_once() {
     if !can_run() {
         return;
@@ -262,6 +270,7 @@ fn exit_while_sidecar_down_is_still_handled_once() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn interrupted_hook_is_retried_at_most_once() {
     if !can_run() {
         return;
@@ -299,6 +308,7 @@ fn interrupted_hook_is_retried_at_most_once() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sigterm_during_a_long_hook_lets_it_finish() {
     if !can_run() {
         return;
@@ -330,6 +340,7 @@ fn sigterm_during_a_long_hook_lets_it_finish() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn missing_hook_command_records_127_and_stays_up() {
     if !can_run() {
         return;
@@ -354,6 +365,7 @@ fn missing_hook_command_records_127_and_stays_up() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hook_process_group_is_cleaned_up() {
     if !can_run() {
         return;
@@ -379,6 +391,7 @@ fn hook_process_group_is_cleaned_up() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn idle_watch_has_no_wakeups_and_small_rss() {
     if !can_run() {
         return;
@@ -423,6 +436,7 @@ fn idle_watch_has_no_wakeups_and_small_rss() {
 }
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
     if !can_run() {
         return;

@@ -9,6 +9,7 @@ mod common;
 use common::*;
 
 #[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hundred_true_containers_hundred_hooks() {
     if !can_run() {
         return;
