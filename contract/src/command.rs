@@ -73,6 +73,13 @@ pub const FLAG_HOOK_ROOT: &str = "--hook-root";
 /// Flag of `watch`: where to write the termination message (tests; default
 /// [`TERMINATION_MESSAGE_PATH`](crate::TERMINATION_MESSAGE_PATH)).
 pub const FLAG_TERMINATION_MESSAGE: &str = "--termination-message";
+/// Flag of `watch`: how many containers and init containers the pod has,
+/// the injected ones included, so that the termination message fits the
+/// kubelet's share for each
+/// ([`termination_message_budget`](crate::termination_message_budget)).
+/// Left out when 0 (unknown: the watcher then writes up to
+/// [`TERMINATION_MESSAGE_MAX_BYTES`](crate::TERMINATION_MESSAGE_MAX_BYTES)).
+pub const FLAG_POD_CONTAINERS: &str = "--pod-containers";
 /// Separates the flags from the hook command, which is passed verbatim.
 pub const COMMAND_SEPARATOR: &str = "--";
 
@@ -149,6 +156,8 @@ pub struct WatchOptions {
     pub run_on: RunOn,
     /// [`FLAG_HOOK_ROOT`]; left out when [`HookRoot::Sidecar`].
     pub hook_root: HookRoot,
+    /// [`FLAG_POD_CONTAINERS`]; left out when 0.
+    pub pod_containers: usize,
 }
 
 fn with_hook(mut head: Vec<String>, hook: &[String]) -> Vec<String> {
@@ -185,7 +194,7 @@ pub fn watch_command(container: &str, started_after: &[String], hook: &[String])
 }
 
 /// [`watch_command`] with all options:
-/// `... watch --container X [--started-after A,B] [--run-on V] [--hook-root V] -- HOOK...`;
+/// `... watch --container X [--started-after A,B] [--run-on V] [--hook-root V] [--pod-containers N] -- HOOK...`;
 /// each flag is left out at its default, so pods that use none of them get
 /// the same command line as before the flags existed.
 pub fn watch_command_with(container: &str, opts: &WatchOptions, hook: &[String]) -> Vec<String> {
@@ -217,6 +226,10 @@ pub fn watch_command_at(
     if opts.hook_root != HookRoot::default() {
         cmd.push(FLAG_HOOK_ROOT.to_owned());
         cmd.push(opts.hook_root.as_str().to_owned());
+    }
+    if opts.pod_containers > 0 {
+        cmd.push(FLAG_POD_CONTAINERS.to_owned());
+        cmd.push(opts.pod_containers.to_string());
     }
     with_hook(cmd, hook)
 }
@@ -446,6 +459,7 @@ mod tests {
                     started_after: s(&["main"]),
                     run_on: RunOn::Failure,
                     hook_root: HookRoot::Container,
+                    pod_containers: 3,
                 },
                 &hook
             ),
@@ -460,6 +474,8 @@ mod tests {
                 "failure",
                 "--hook-root",
                 "container",
+                "--pod-containers",
+                "3",
                 "--",
                 "true"
             ])

@@ -32,6 +32,24 @@ pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 /// reads the file's last `kubecontainer.MaxContainerTerminationMessageLength`
 /// (4 KiB) bytes. The watcher keeps its message within it (newest runs last).
 pub const TERMINATION_MESSAGE_MAX_BYTES: usize = 4096;
+/// The kubelet's limit on the termination messages of one pod (bytes), split
+/// evenly among its containers and init containers: `normalizeStatus` in
+/// `pkg/kubelet/status/status_manager.go` (v1.37) keeps the *first*
+/// `MaxPodTerminationMessageLogLength / (len(containers) +
+/// len(initContainers))` bytes of each message
+/// (`pkg/kubelet/container/runtime.go`: `MaxPodTerminationMessageLogLength
+/// = 1024 * 12`).
+pub const POD_TERMINATION_MESSAGES_MAX_BYTES: usize = 12 * 1024;
+
+/// The bytes of its termination message that the kubelet keeps for one
+/// container of a pod with `pod_containers` containers and init containers
+/// (the injected ones included): the lesser of
+/// [`TERMINATION_MESSAGE_MAX_BYTES`] and an even share of
+/// [`POD_TERMINATION_MESSAGES_MAX_BYTES`]. 4,096 for up to 3 containers,
+/// 3,072 for 4, 1,228 for 10; `0` counts as 1.
+pub fn termination_message_budget(pod_containers: usize) -> usize {
+    (POD_TERMINATION_MESSAGES_MAX_BYTES / pod_containers.max(1)).min(TERMINATION_MESSAGE_MAX_BYTES)
+}
 
 /// The `hook=` value of a [`RunLine`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,6 +295,16 @@ mod tests {
             .collect();
         let m = render(&many, TERMINATION_MESSAGE_MAX_BYTES);
         assert!(m.len() <= TERMINATION_MESSAGE_MAX_BYTES);
+        // A pod of 10 containers: the kubelet keeps 1,228 bytes of each.
+        let budget = termination_message_budget(10);
+        assert_eq!(budget, 1228);
+        let m = render(&many, budget);
+        assert!(m.len() <= budget, "{}", m.len());
+        assert!(
+            m.starts_with("kube-prestop hook runs, oldest first ("),
+            "{m}"
+        );
+        assert!(m.ends_with("container=main instance=199-199 container_exit=exit:3 hook=exit:0 duration_ms=12 grace_cut=false\n"), "{m}");
         // The newest is kept, the oldest left out and counted.
         assert!(m.contains("instance=199-199 "));
         assert!(!m.contains("instance=0-0 "));

@@ -499,6 +499,12 @@ pub fn build(
         });
     }
     let host_pid = spec.host_pid == Some(true);
+    // Every container and init container of the patched pod: the kubelet
+    // splits its termination-message budget among them (`--pod-containers`).
+    let pod_containers = spec.containers.len()
+        + spec.init_containers.as_ref().map_or(0, Vec::len)
+        + init_containers.len()
+        + sidecars.len();
     for (k, (x, hook, name)) in sidecars.iter().enumerate() {
         // With hostPID every pod's containers are visible: no inference.
         let started_after: Vec<String> = if host_pid {
@@ -518,6 +524,7 @@ pub fn build(
                 started_after,
                 run_on: overrides.run_on_for(&x.name),
                 hook_root: overrides.hook_root_for(&x.name),
+                pod_containers,
             },
             (binary, &volume),
             grace,

@@ -21,8 +21,8 @@ use std::path::PathBuf;
 
 use kube_prestop_contract::{
     self as contract, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_HOOK_ROOT,
-    FLAG_ID_ROOT, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER, FLAG_TERMINATION_MESSAGE,
-    FLAG_TIMEOUT, HookRoot, RunOn,
+    FLAG_ID_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
+    FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
 };
 use std::time::Duration;
 
@@ -80,6 +80,8 @@ pub enum Cli {
         /// [`FLAG_TERMINATION_MESSAGE`] (default
         /// [`contract::TERMINATION_MESSAGE_PATH`]).
         termination_message: PathBuf,
+        /// [`FLAG_POD_CONTAINERS`], when given (a positive count).
+        pod_containers: Option<usize>,
         /// The hook command.
         hook: Vec<String>,
     },
@@ -136,6 +138,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             FLAG_RUN_ON,
             FLAG_HOOK_ROOT,
             FLAG_TERMINATION_MESSAGE,
+            FLAG_POD_CONTAINERS,
             FLAG_ROOT,
             FLAG_ID_ROOT,
         ],
@@ -285,12 +288,21 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         let termination_message = get(FLAG_TERMINATION_MESSAGE)
             .unwrap_or_else(|| contract::TERMINATION_MESSAGE_PATH.to_owned())
             .into();
+        let pod_containers = match get(FLAG_POD_CONTAINERS) {
+            None => None,
+            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                UsageError(format!(
+                    "{FLAG_POD_CONTAINERS} {v:?} is not a positive whole number"
+                ))
+            })?),
+        };
         Ok(Cli::Watch {
             target,
             started_after,
             run_on,
             hook_root,
             termination_message,
+            pod_containers,
             hook,
         })
     } else {
@@ -324,16 +336,34 @@ mod tests {
                 started_after: vec![],
                 run_on: RunOn::Failure,
                 hook_root: HookRoot::Container,
+                pod_containers: 5,
             },
             &s(&["true"]),
         );
         let Cli::Watch {
-            run_on, hook_root, ..
+            run_on,
+            hook_root,
+            pod_containers,
+            ..
         } = parse(&w[1..]).unwrap()
         else {
             unreachable!()
         };
         assert_eq!((run_on, hook_root), (RunOn::Failure, HookRoot::Container));
+        assert_eq!(pod_containers, Some(5));
+        let bad = parse(&s(&[
+            "watch",
+            "--container",
+            "m",
+            "--pod-containers",
+            "many",
+            "--",
+            "x",
+        ]));
+        assert!(
+            bad.unwrap_err().0.contains("--pod-containers \"many\""),
+            "names the flag and the value"
+        );
         let bad = parse(&s(&[
             "watch",
             "--container",
@@ -385,10 +415,12 @@ mod tests {
             run_on,
             hook_root,
             termination_message,
+            pod_containers,
         } = parse(&w[1..]).unwrap()
         else {
             unreachable!()
         };
+        assert_eq!(pod_containers, None);
         assert_eq!(run_on, RunOn::Always);
         assert_eq!(hook_root, HookRoot::Sidecar);
         assert_eq!(

@@ -132,6 +132,7 @@ fn main() {
             run_on,
             hook_root,
             termination_message,
+            pod_containers,
             hook,
         } => {
             let grace_seconds = std::env::var(contract::ENV_GRACE_PERIOD_SECONDS)
@@ -147,6 +148,10 @@ fn main() {
                 run_on,
                 hook_root,
                 termination_message,
+                termination_message_max: pod_containers.map_or(
+                    contract::TERMINATION_MESSAGE_MAX_BYTES,
+                    contract::termination_message_budget,
+                ),
             })
         }
     };

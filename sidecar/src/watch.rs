@@ -118,6 +118,10 @@ pub struct WatchConfig {
     /// Where the termination message goes
     /// ([`kube_prestop_contract::FLAG_TERMINATION_MESSAGE`]).
     pub termination_message: PathBuf,
+    /// Its size limit in bytes: the kubelet's share for this container
+    /// ([`contract::termination_message_budget`] of
+    /// [`kube_prestop_contract::FLAG_POD_CONTAINERS`]).
+    pub termination_message_max: usize,
 }
 
 use crate::procfs::pidfd_open;
@@ -809,7 +813,7 @@ impl Watcher {
                 }
             }
         }
-        let msg = contract::termination::render(&runs, contract::TERMINATION_MESSAGE_MAX_BYTES);
+        let msg = contract::termination::render(&runs, self.cfg.termination_message_max);
         if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
             && !self.termination_error_logged
         {
