@@ -20,7 +20,8 @@ use nix::unistd::execvp;
 use crate::cli::Target;
 use crate::finder::{self, Instance};
 use crate::log;
-use crate::procfs::PROC_ROOT;
+use crate::poststart;
+use crate::procfs::{self, PROC_ROOT};
 use crate::state::StateStore;
 use kube_prestop_contract as contract;
 
@@ -32,6 +33,18 @@ pub enum MarkError {
         "no process of container {0} found (no parentless process with its identifying mount {1})"
     )]
     NotFound(String, String),
+    /// The container's instance `id`, which the watcher found, has exited:
+    /// it ended on its own as the kubelet began its preStop, and the watcher
+    /// runs the hook for that exit.
+    #[error(
+        "container {container} instance {id} has exited; the watcher found it and runs the hook for that exit"
+    )]
+    ExitedFirst {
+        /// The watched container.
+        container: String,
+        /// The exited instance.
+        id: String,
+    },
     /// `/proc` could not be listed.
     #[error("cannot scan /proc: {0}")]
     Scan(std::io::Error),
@@ -40,13 +53,87 @@ pub enum MarkError {
     State(#[from] crate::state::StateError),
 }
 
-/// Finds `target`'s current instance and writes its `prestop-<id>` mark.
+/// Which instance the kubelet's preStop run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Mark this instance.
+    Mark(Instance),
+    /// The newest instance the watcher found has exited and nothing newer
+    /// runs: the container ended on its own while the wrapper looked, and
+    /// the watcher takes that exit.
+    ExitedFirst(Instance),
+    /// Nothing to mark.
+    NotFound,
+}
+
+/// Decides which instance to mark, pure: `found` is the oldest parentless
+/// process with the identifying mount ([`finder::find_oldest`]), `me` this
+/// wrapper (which has the mount and no parent in the namespace too, so once
+/// the container's process is gone `found` is the wrapper itself or a
+/// younger process), `seen` the instances the watcher recorded
+/// (`seen-<id>`), `alive` whether an instance still runs.
+///
+/// Before, a wrapper that looked just after the container exited marked
+/// its own id, and both the kubelet's preStop and the hook ran.
+pub fn choose(
+    found: Option<Instance>,
+    me: Option<Instance>,
+    seen: &[Instance],
+    alive: impl Fn(&Instance) -> bool,
+) -> Choice {
+    let older_than_me =
+        |i: &Instance| me.is_none_or(|m| (i.start_time, i.pid) < (m.start_time, m.pid));
+    let found = found.filter(older_than_me);
+    let newest_seen = seen
+        .iter()
+        .copied()
+        .filter(older_than_me)
+        .max_by_key(|i| (i.start_time, i.pid));
+    match (newest_seen, found) {
+        (Some(s), _) if alive(&s) => Choice::Mark(s),
+        (Some(s), Some(f)) if (f.start_time, f.pid) > (s.start_time, s.pid) => Choice::Mark(f),
+        (Some(s), _) => Choice::ExitedFirst(s),
+        (None, Some(f)) => Choice::Mark(f),
+        (None, None) => Choice::NotFound,
+    }
+}
+
+/// Finds `target`'s current instance ([`choose`]) and writes its
+/// `prestop-<id>` mark.
 pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
     let mp = finder::id_mount(proc_root, &target.root, &target.id_root, &target.container);
-    let inst = finder::find_oldest(proc_root, &mp)
-        .map_err(MarkError::Scan)?
-        .ok_or_else(|| MarkError::NotFound(target.container.clone(), mp.to_string()))?;
+    let found = finder::find_oldest(proc_root, &mp).map_err(MarkError::Scan)?;
+    let me = procfs::self_pid(proc_root).ok().and_then(|pid| {
+        procfs::read_stat(proc_root, pid).ok().map(|st| Instance {
+            pid,
+            start_time: st.start_time,
+        })
+    });
     let store = StateStore::new(&target.root, &target.container);
+    let seen: Vec<Instance> = store
+        .list()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| match contract::RecordKind::parse_file_name(n) {
+            Some((contract::RecordKind::Seen, id)) => Instance::from_id(id),
+            _ => None,
+        })
+        .collect();
+    let inst = match choose(found, me, &seen, |i| i.is_alive(proc_root)) {
+        Choice::Mark(i) => i,
+        Choice::ExitedFirst(i) => {
+            return Err(MarkError::ExitedFirst {
+                container: target.container.clone(),
+                id: i.id(),
+            });
+        }
+        Choice::NotFound => {
+            return Err(MarkError::NotFound(
+                target.container.clone(),
+                mp.to_string(),
+            ));
+        }
+    };
     store.ensure_dir()?;
     let record = contract::PrestopRecord {
         wrapper_pid: std::process::id(),
@@ -56,6 +143,24 @@ pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
         &record.to_string(),
     )?;
     Ok(inst)
+}
+
+/// Writes `line` where an operator sees it: this process's stderr (which the
+/// kubelet discards for a preStop handler that succeeds) and the log of the
+/// container's watcher, found through its `armed` mark
+/// ([`poststart::write_to_watcher_log`]), best effort.
+fn report(target: &Target, proc_root: &Path, line: &str) {
+    log!("{line}");
+    let store = StateStore::new(&target.root, &target.container);
+    if let poststart::Mark::Live { pid } =
+        poststart::check_mark(&store.path(contract::ARMED_FILE), proc_root)
+    {
+        let _ = poststart::write_to_watcher_log(
+            proc_root,
+            pid,
+            &format!("{} {line}\n", crate::LOG_PREFIX),
+        );
+    }
 }
 
 /// Replaces this process with `hook` (`execvp`). Returns only on failure,
@@ -90,13 +195,73 @@ pub fn exec(hook: &[String]) -> i32 {
     }
 }
 
-/// The whole `prestop` subcommand: mark (best effort), then exec.
+/// The whole `prestop` subcommand: mark (best effort), then exec; a
+/// failure is reported into the watcher's log too. When the container ended
+/// on its own as the kubelet began its preStop ([`MarkError::ExitedFirst`]),
+/// the command is not run: the watcher runs the hook for that exit, once.
 pub fn run(target: &Target, hook: &[String]) -> i32 {
-    if let Err(e) = mark(target, Path::new(PROC_ROOT)) {
-        log!(
-            "prestop: could not record the kubelet's preStop run for container {}: {e}; running the preStop command anyway",
-            target.container
-        );
+    let proc_root = Path::new(PROC_ROOT);
+    match mark(target, proc_root) {
+        Ok(_) => {}
+        Err(e @ MarkError::ExitedFirst { .. }) => {
+            report(
+                target,
+                proc_root,
+                &format!("prestop: {e}; the kubelet's preStop run does not run it a second time"),
+            );
+            return 0;
+        }
+        Err(e) => report(
+            target,
+            proc_root,
+            &format!(
+                "error: prestop: could not record the kubelet's preStop run for container {}: {e}; running the preStop command anyway (the hook may run twice for this exit)",
+                target.container
+            ),
+        ),
     }
     exec(hook)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn i(pid: i32, start: u64) -> Instance {
+        Instance {
+            pid,
+            start_time: start,
+        }
+    }
+
+    #[test]
+    fn the_running_instance_the_watcher_found_is_marked() {
+        let x = i(10, 100);
+        let me = Some(i(50, 500));
+        assert_eq!(choose(Some(x), me, &[x], |_| true), Choice::Mark(x));
+        // Found by the wrapper only (the watcher has not written seen yet).
+        assert_eq!(choose(Some(x), me, &[], |_| true), Choice::Mark(x));
+        // A restart the watcher has not seen yet.
+        let old = i(7, 70);
+        assert_eq!(choose(Some(x), me, &[old], |i| *i == x), Choice::Mark(x));
+    }
+
+    #[test]
+    fn a_container_that_exited_while_the_wrapper_looked_is_left_to_the_watcher() {
+        // Before: the wrapper found itself and marked its own id.
+        let x = i(10, 100);
+        let me = i(50, 500);
+        assert_eq!(
+            choose(Some(me), Some(me), &[x], |i| *i == me),
+            Choice::ExitedFirst(x)
+        );
+        // A younger process (another exec) is not the container either.
+        let younger = i(60, 600);
+        assert_eq!(
+            choose(Some(younger), Some(me), &[x], |i| *i != x),
+            Choice::ExitedFirst(x)
+        );
+        assert_eq!(choose(Some(me), Some(me), &[], |_| true), Choice::NotFound);
+        assert_eq!(choose(None, Some(me), &[], |_| true), Choice::NotFound);
+    }
 }

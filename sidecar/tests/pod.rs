@@ -152,6 +152,74 @@ fn kubelet_prestop_via_wrapper_means_no_second_run() {
 
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_container_that_exits_as_the_kubelets_prestop_starts_gets_one_run() {
+    // The kubelet's exec has entered the container, then the container
+    // exits on its own before the wrapper looks: the wrapper used to find
+    // itself, mark its own id, and run the command while the watcher also
+    // ran the hook.
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("wrapper-race");
+    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    let id = pod.records("seen-")[0]
+        .trim_start_matches("seen-")
+        .to_owned();
+    let gate = pod.out("gate");
+    let kubelet = format!("echo kubelet >> {}", pod.out("kubelet").display());
+    let entered = pod.out("entered");
+    let script = format!(
+        ": > {entered}; while [ ! -e {gate} ]; do sleep 0.01; done; exec \"$0\" \"$@\"",
+        entered = entered.display(),
+        gate = gate.display()
+    );
+    let mut wrapper = std::process::Command::new("nsenter")
+        .arg(format!("--target={}", m.pid))
+        .args(["--pid", "--mount", "--", "sh", "-c", &script])
+        .arg(bin())
+        .args(["prestop", "--container", "main", "--root"])
+        .arg(pod.vol())
+        .arg("--id-root")
+        .arg(pod.idroot())
+        .args(["--", "sh", "-c", &kubelet])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::fs::File::create(pod.out("wrapper-stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the kubelet's exec to enter the container", T, || {
+        entered.exists()
+    });
+    // The container ends on its own; the watcher takes the exit.
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    wait_for("the sidecar's run", T, || !pod.records("done-").is_empty());
+    std::fs::write(&gate, "").unwrap();
+    let st = wait_exit(&mut wrapper, T);
+    let stderr = std::fs::read_to_string(pod.out("wrapper-stderr")).unwrap_or_default();
+    assert_eq!(code(st), 0, "wrapper: {stderr}\nsidecar: {}", sc.log_text());
+    assert!(
+        pod.lines("kubelet").is_empty(),
+        "the preStop ran a second time"
+    );
+    assert!(!pod.records("prestop-").iter().any(|r| !r.ends_with(&id)));
+    assert_eq!(done_fields(&pod, &id)["outcome"], "ran");
+    expect_hooks(&pod, 1);
+    wait_for_or_show(
+        "the wrapper's line in the sidecar's log",
+        T,
+        || sc.log_text(),
+        || sc.log_text().contains("does not run it a second time"),
+    );
+    assert!(sc.alive());
+}
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn three_restarts_three_hooks() {
     if !can_run() {
         return;
