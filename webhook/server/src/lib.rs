@@ -120,6 +120,7 @@ impl ServerConfig {
                 handshake_timeout: Duration::from_secs(10),
                 header_read_timeout: Duration::from_secs(10),
                 http2_keep_alive: Duration::from_secs(30),
+                idle_timeout: Duration::from_secs(90),
             },
         }
     }

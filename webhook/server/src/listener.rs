@@ -1,21 +1,27 @@
 //! The accept loops of both ports, one loop with two ways to serve a
-//! connection: connection limit and graceful shutdown for both; on the
-//! HTTPS port the TLS handshake timeout and HTTP/1.1 and HTTP/2 on one port
-//! (ALPN); on the metrics port plain HTTP/1.1.
+//! connection: connection limit, idle timeout and graceful shutdown for
+//! both; on the HTTPS port the TLS handshake timeout and HTTP/1.1 and HTTP/2
+//! on one port (ALPN); on the metrics port plain HTTP/1.1.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
+
+/// Stop signal of an accept loop, seen by each of its connections.
+type Stop = watch::Receiver<bool>;
 
 /// Limits applied to every connection.
 #[derive(Debug, Clone, Copy)]
@@ -29,16 +35,66 @@ pub struct ConnLimits {
     /// HTTP/2: keep-alive ping interval (a dead peer is dropped after one
     /// unanswered ping of the same length).
     pub http2_keep_alive: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// gracefully (HTTP/2 `GOAWAY`, or HTTP/1.1 closed after its last
+    /// response): an idle client, however well it answers keep-alive pings,
+    /// does not hold a connection slot for ever. The API server opens a new
+    /// connection on its next call.
+    pub idle_timeout: Duration,
+}
+
+/// Requests in flight on one connection, and when the last one ended.
+#[derive(Debug)]
+struct Activity {
+    in_flight: AtomicUsize,
+    last: Mutex<Instant>,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            in_flight: AtomicUsize::new(0),
+            last: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn touch(&self) {
+        if let Ok(mut last) = self.last.lock() {
+            *last = Instant::now();
+        }
+    }
+
+    /// When the connection would become idle for `timeout` if nothing
+    /// happens: `None` while a request is in flight.
+    fn idle_at(&self, timeout: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        self.last.lock().ok().map(|last| *last + timeout)
+    }
+}
+
+/// Counts a request in flight on its connection's [`Activity`] from its
+/// start until its response is produced.
+async fn track(activity: Arc<Activity>, req: Request, next: Next) -> axum::response::Response {
+    activity.in_flight.fetch_add(1, Ordering::AcqRel);
+    activity.touch();
+    let response = next.run(req).await;
+    activity.touch();
+    activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+    response
 }
 
 /// Serves one connection's requests with `router` until it ends: HTTP/2 when
-/// `h2` (from ALPN), else HTTP/1.1 with `limits.header_read_timeout`.
+/// `h2` (from ALPN), else HTTP/1.1 with `limits.header_read_timeout`. Closes
+/// it gracefully when `stop` fires or when it has been idle (no request in
+/// flight) for `limits.idle_timeout`.
 async fn serve_connection<I>(
     io: I,
     h2: bool,
     router: Router,
     limits: ConnLimits,
-    watcher: Watcher,
+    mut stop: Stop,
     peer: SocketAddr,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -63,10 +119,38 @@ async fn serve_connection<I>(
     } else {
         builder.http1_only()
     };
-    let service = TowerToHyperService::new(router);
-    let conn = builder.serve_connection(io, service);
-    if let Err(e) = watcher.watch(conn).await {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    let activity = Activity::new();
+    let tracked = activity.clone();
+    let router = router.layer(middleware::from_fn(move |req: Request, next: Next| {
+        track(tracked.clone(), req, next)
+    }));
+    let conn = builder.serve_connection(io, TowerToHyperService::new(router));
+    tokio::pin!(conn);
+    let mut closing = false;
+    loop {
+        // While a request is in flight, look again after a full timeout.
+        let idle_at = activity
+            .idle_at(limits.idle_timeout)
+            .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+        tokio::select! {
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            _ = stop.changed(), if !closing => {
+                closing = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            () = tokio::time::sleep_until(idle_at), if !closing => {
+                if activity.idle_at(limits.idle_timeout).is_some_and(|at| at <= Instant::now()) {
+                    tracing::debug!(%peer, idle_timeout = ?limits.idle_timeout, "closing an idle connection");
+                    closing = true;
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
     }
 }
 
@@ -88,10 +172,10 @@ pub async fn serve_plain(
         limits,
         stop,
         grace,
-        move |tcp, peer, watcher| {
+        move |tcp, peer, stop| {
             let router = router.clone();
             async move {
-                serve_connection(TokioIo::new(tcp), false, router, limits, watcher, peer).await;
+                serve_connection(TokioIo::new(tcp), false, router, limits, stop, peer).await;
             }
         },
     )
@@ -114,7 +198,7 @@ pub async fn serve_tls(
         limits,
         stop,
         grace,
-        move |tcp, peer, watcher| {
+        move |tcp, peer, stop| {
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let router = router.clone();
@@ -132,7 +216,7 @@ pub async fn serve_tls(
                     }
                 };
                 let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-                serve_connection(TokioIo::new(tls), h2, router, limits, watcher, peer).await;
+                serve_connection(TokioIo::new(tls), h2, router, limits, stop, peer).await;
             }
         },
     )
@@ -142,8 +226,9 @@ pub async fn serve_tls(
 /// The accept loop both ports share: takes a connection slot (at most
 /// `limits.max_connections`; further clients wait in the accept queue),
 /// accepts, and spawns `serve` on the connection holding the slot, until
-/// `stop` resolves; then lets in-flight requests finish for at most `grace`.
-/// `port` names the listener in its log lines.
+/// `stop` resolves; then tells every connection to close gracefully and
+/// waits for all of them (every slot back) for at most `grace`. `port`
+/// names the listener in its log lines.
 async fn accept_loop<F, Fut>(
     port: &'static str,
     listener: TcpListener,
@@ -152,11 +237,12 @@ async fn accept_loop<F, Fut>(
     grace: Duration,
     serve: F,
 ) where
-    F: Fn(TcpStream, SocketAddr, Watcher) -> Fut,
+    F: Fn(TcpStream, SocketAddr, Stop) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = limits.max_connections.max(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let permits = Arc::new(Semaphore::new(slots));
     tokio::pin!(stop);
     loop {
         let next = async {
@@ -177,7 +263,7 @@ async fn accept_loop<F, Fut>(
                 continue;
             }
         };
-        let connection = serve(tcp, peer, graceful.watcher());
+        let connection = serve(tcp, peer, stop_rx.clone());
         tokio::spawn(async move {
             let _permit = permit;
             connection.await;
@@ -188,10 +274,9 @@ async fn accept_loop<F, Fut>(
         port,
         "stopped accepting connections; waiting for in-flight requests"
     );
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let _ = stop_tx.send(true);
+    let all_closed = permits.acquire_many(u32::try_from(slots).unwrap_or(u32::MAX));
+    if tokio::time::timeout(grace, all_closed).await.is_err() {
         tracing::warn!(port, ?grace, "in-flight connections did not finish in time");
     }
 }

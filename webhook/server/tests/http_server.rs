@@ -1140,3 +1140,78 @@ async fn post_until(server: &TestServer, body: &[u8], done: impl Fn(u16) -> bool
     }
     None
 }
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_and_frees_its_slot() {
+    // Before, a client that answered HTTP/2 keep-alive pings but sent no
+    // request held its connection slot for ever: with every slot held so,
+    // the API server's reviews waited in the accept queue.
+    let server = TestServer::start(|c| {
+        c.conn_limits.max_connections = 1;
+        c.conn_limits.idle_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let tls = tls_with_alpn(&server, b"h2").await;
+    let (client, connection) = h2::client::handshake(tls).await.unwrap();
+    let closed = tokio::spawn(connection);
+    let _idle = client;
+    let ended = tokio::time::timeout(Duration::from_secs(10), closed).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the server closes the idle connection gracefully: {ended:?}"
+    );
+    // The slot is free again: a review is answered.
+    let body = review("uid-idle", "pods", "CREATE", job_pod()).to_string();
+    let (status, _) = tokio::time::timeout(Duration::from_secs(10), server.mutate(body))
+        .await
+        .expect("the freed slot serves the next client");
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_busy_connection_is_not_closed_as_idle() {
+    let server = TestServer::start(|c| {
+        c.conn_limits.idle_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let client = server.client();
+    let body = review("uid-busy", "pods", "CREATE", job_pod()).to_string();
+    // Requests closer together than the idle timeout reuse one connection.
+    for _ in 0..5 {
+        let r = client
+            .post(server.url("/mutate"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_idle_http1_keep_alive_connection_is_closed() {
+    let server = TestServer::start(|c| {
+        c.conn_limits.idle_timeout = Duration::from_millis(300);
+        c.conn_limits.header_read_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let mut tcp = tokio::net::TcpStream::connect(server.metrics)
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Read the response, then the close: read returns 0 at end of stream.
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "an idle keep-alive connection is closed");
+}
