@@ -19,7 +19,7 @@ mod golden_common;
 mod http_common;
 
 use base64::Engine as _;
-use golden_common::{Context, cases, config, read_expected, read_yaml};
+use golden_common::{Context, cases, read_expected, read_yaml};
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -108,7 +108,7 @@ async fn webhook_patch_gives_the_golden_output() {
             cache = cache.with_image_volume_probe(ImageVolumeProbe::fixed(Support::Yes));
         }
 
-        let config = config();
+        let config = context.engine_config().unwrap();
         let admit = |uid: &str, pod: &Value| {
             review(
                 &body(uid, &namespace, pod),
