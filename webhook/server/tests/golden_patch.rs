@@ -68,6 +68,9 @@ async fn webhook_patch_gives_the_golden_output() {
         let expected = read_expected(&dir.join("expected.yaml"));
         let context = Context::of_case(&dir).unwrap();
         let namespace = context.namespace();
+        let config = context
+            .engine_config()
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
         let (store, mut writer) = reflector::store::<LimitRange>();
         for mut lr in context.limit_ranges {
             lr.metadata.namespace = Some(namespace.clone());
@@ -108,7 +111,6 @@ async fn webhook_patch_gives_the_golden_output() {
             cache = cache.with_image_volume_probe(ImageVolumeProbe::fixed(Support::Yes));
         }
 
-        let config = context.engine_config().unwrap();
         let admit = |uid: &str, pod: &Value| {
             review(
                 &body(uid, &namespace, pod),
