@@ -148,3 +148,76 @@ fn tekton_steps_cannot_have_a_prestop_so_the_pod_is_skipped() {
     assert_eq!(names(&spec["initContainers"]), ["prepare"]);
     assert!(stderr.contains("not injected"), "{stderr}");
 }
+
+/// `inject` with these extra arguments on `stdin` (a manifest).
+fn inject_stdin(args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(BIN)
+        .arg("inject")
+        .args(["-f", "-", "-o", "json"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("KUBE_PRESTOP_WORKLOAD_KINDS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The Argo fixture without its opt-in annotation: what Argo renders for a
+/// Workflow that names no kube-prestop annotation.
+fn argo_without_annotation() -> String {
+    let text = std::fs::read_to_string(fixture("argo-workflows.yaml")).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim() != "kube-prestop.io/inject: \"true\"")
+        .collect();
+    assert_eq!(kept.len() + 1, text.lines().count(), "one annotation line");
+    kept.join("\n")
+}
+
+#[test]
+fn argo_workflows_by_kind_needs_no_annotation() {
+    let manifest = argo_without_annotation();
+    // Default kinds (job): left alone, as before.
+    let out = inject_stdin(&[], &manifest);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(watched(pod_spec(&doc)).is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("not of an enabled workload kind"),
+        "{stderr}"
+    );
+    // With the kind: main watched, wait not.
+    let out = inject_stdin(&["--workload-kinds", "job,argo-workflows"], &manifest);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(watched(pod_spec(&doc)), ["main"]);
+    assert_eq!(wrapped(pod_spec(&doc)), ["main"]);
+}
+
+#[test]
+fn an_unknown_workload_kind_names_the_value_and_the_accepted_ones() {
+    let out = inject_stdin(
+        &["--workload-kinds", "job,argo"],
+        &argo_without_annotation(),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("invalid value 'argo'"), "{stderr}");
+    assert!(
+        stderr
+            .contains("[possible values: job, argo-workflows, volcano, spark, armada, kueue-pod]"),
+        "{stderr}"
+    );
+}
