@@ -1,11 +1,14 @@
 //! Engine configuration: what the operator chooses for every pod (the server
 //! and the `inject` command fill it from flags).
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::EngineError;
 use super::delivery::{SHIPPED_ARCHITECTURES, SidecarBinarySource};
 use super::quantity;
+use super::workload::WorkloadKind;
 
 /// Install image used when none is configured:
 /// `ghcr.io/kube-prestop/kube-prestop-sidecar:<crate version>`.
@@ -99,7 +102,8 @@ impl ResourceDefaults {
 /// `EngineConfig::default()` is usable as is: the default install image, pull
 /// policy `IfNotPresent`, webhook namespace `kube-prestop`, the default
 /// resources of [`ResourceDefaults::sidecar`] and [`ResourceDefaults::install`],
-/// binary source `auto` and the shipped architectures `amd64`, `arm64`.
+/// binary source `auto`, the shipped architectures `amd64`, `arm64` and the
+/// workload kinds [`WorkloadKind::DEFAULT`] (Job only).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Image of the install init container (must hold the static sidecar
@@ -122,6 +126,10 @@ pub struct EngineConfig {
     /// has a binary for; a pod whose node architecture is known and not
     /// among them is an [`EngineError::UnsupportedArchitecture`].
     pub shipped_architectures: Vec<String>,
+    /// The kinds of workload whose pods are injected without an opt-in
+    /// (`engine::workload`); a pod of no enabled kind is injected only with
+    /// `kube-prestop.io/inject: "true"`. Must not be empty.
+    pub workload_kinds: BTreeSet<WorkloadKind>,
 }
 
 impl Default for EngineConfig {
@@ -137,6 +145,7 @@ impl Default for EngineConfig {
                 .iter()
                 .map(|a| (*a).to_owned())
                 .collect(),
+            workload_kinds: WorkloadKind::DEFAULT.into_iter().collect(),
         }
     }
 }
@@ -146,7 +155,8 @@ impl EngineConfig {
     /// fast; [`super::inject`] calls it on every pod as well.
     ///
     /// Errors: [`EngineError::InvalidConfig`] for an empty install image, an
-    /// unknown pull policy or invalid resources.
+    /// unknown pull policy, invalid resources, no shipped architecture or no
+    /// workload kind.
     pub fn validate(&self) -> Result<(), EngineError> {
         if self.install_image.trim().is_empty() {
             return Err(EngineError::InvalidConfig(
@@ -168,6 +178,12 @@ impl EngineConfig {
             return Err(EngineError::InvalidConfig(
                 "no shipped architectures".to_owned(),
             ));
+        }
+        if self.workload_kinds.is_empty() {
+            return Err(EngineError::InvalidConfig(format!(
+                "no workload kinds; name at least one of: {}",
+                WorkloadKind::names()
+            )));
         }
         Ok(())
     }
@@ -198,5 +214,22 @@ mod tests {
         assert!(matches!(c.validate(), Err(EngineError::InvalidConfig(m)) if m.contains("exceed")));
         c.sidecar_resources.cpu_request = Quantity("lots".into());
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn default_kinds_are_job_only_and_none_is_an_error() {
+        let mut c = EngineConfig::default();
+        assert_eq!(
+            c.workload_kinds.iter().collect::<Vec<_>>(),
+            [&WorkloadKind::Job]
+        );
+        c.workload_kinds.clear();
+        match c.validate() {
+            Err(EngineError::InvalidConfig(m)) => assert_eq!(
+                m,
+                "no workload kinds; name at least one of: job, argo-workflows, volcano, spark, armada, kueue-pod"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

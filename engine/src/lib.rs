@@ -15,6 +15,7 @@
 //!   inject the pods created from it.
 //!
 //! Modules, one job each: [`select`] (which pods and containers),
+//! [`workload`] (the batch systems' pods, by how each marks them),
 //! [`annotations`] (per-pod settings, status), [`names`] (names of what we
 //! add), [`resources`] (QoS class, LimitRanges), [`mutate`] (the mutation),
 //! [`patch`] (the mutation as a JSON Patch), [`delivery`] (where the
@@ -34,6 +35,7 @@ pub mod quantity;
 pub mod resources;
 pub mod select;
 pub mod verdict;
+pub mod workload;
 
 pub use config::{EngineConfig, ResourceDefaults};
 pub use delivery::{BinaryFacts, Delivery, NodeArchitectures, SidecarBinarySource, Support};
@@ -41,6 +43,7 @@ pub use mutate::Mutation;
 pub use resources::QosClass;
 pub use select::SkipReason;
 pub use verdict::{Verdict, Warning};
+pub use workload::WorkloadKind;
 
 /// Everything the engine needs to know about the cluster, gathered by the
 /// caller (from a reflector cache in the server, from flags in `inject`).
@@ -94,10 +97,12 @@ pub enum TemplateDecision {
 pub enum OwnerHint {
     /// A `batch/v1` Job (a Job's or a CronJob's `jobTemplate`'s pod
     /// template): at admission the Job controller's pods carry an
-    /// ownerReference to the Job, so they count as Job-owned.
+    /// ownerReference to the Job, so they count as
+    /// [`WorkloadKind::Job`]'s (when that kind is enabled).
     Job,
-    /// No known owner: only the template's own ownerReferences and the
-    /// opt-in annotation count (a bare Pod, a Deployment's template, ...).
+    /// No known owner: only the template's own ownerReferences and labels
+    /// ([`workload::matching`]) and the opt-in annotation count (a bare Pod,
+    /// a Deployment's template, ...).
     Unowned,
 }
 
@@ -195,7 +200,7 @@ impl EngineError {
 
 fn decide(
     pod: &Pod,
-    owned_by_job: bool,
+    kinds: &[WorkloadKind],
     cluster: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<Plan, EngineError> {
@@ -211,7 +216,7 @@ fn decide(
     let input = select::SelectInput {
         namespace,
         webhook_namespace: &config.webhook_namespace,
-        owned_by_job,
+        kinds,
     };
     match select::select(pod, spec, input)? {
         select::Selection::Skip(reason) => Ok(Plan::Skip(reason)),
@@ -254,9 +259,23 @@ pub fn review_template(
     config: &EngineConfig,
 ) -> (Pod, Verdict) {
     let pod = template_pod(template);
-    let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
-    let verdict = Verdict::new(&pod, decide(&pod, owned, cluster, config));
+    let kinds = template_kinds(&pod, owner, config);
+    let verdict = Verdict::new(&pod, decide(&pod, &kinds, cluster, config));
     (pod, verdict)
+}
+
+/// The enabled workload kinds the pods of a template will be of: those its
+/// metadata matches, and [`WorkloadKind::Job`] for a Job's template when
+/// that kind is enabled.
+fn template_kinds(pod: &Pod, owner: OwnerHint, config: &EngineConfig) -> Vec<WorkloadKind> {
+    let mut kinds = workload::matching(&pod.metadata, &config.workload_kinds);
+    if owner == OwnerHint::Job
+        && config.workload_kinds.contains(&WorkloadKind::Job)
+        && !kinds.contains(&WorkloadKind::Job)
+    {
+        kinds.insert(0, WorkloadKind::Job);
+    }
+    kinds
 }
 
 /// A pod template as the Pod the controller will create from it.
@@ -279,15 +298,17 @@ pub fn plan(
     cluster: &ClusterContext,
     config: &EngineConfig,
 ) -> Result<Plan, EngineError> {
-    decide(pod, select::owned_by_job(pod), cluster, config)
+    let kinds = workload::matching(&pod.metadata, &config.workload_kinds);
+    decide(pod, &kinds, cluster, config)
 }
 
 /// Decides whether to inject `pod` (a Pod at admission, CREATE) and builds
 /// the mutated pod.
 ///
-/// The pod counts as Job-owned when an ownerReference has `kind: Job`,
-/// `apiVersion: batch/v1`. The pod's name is never used (pods from
-/// `generateName` have none at admission).
+/// The pod is injected without an opt-in when it is of a workload kind of
+/// `config.workload_kinds` ([`workload`]; by default a Job's: an
+/// ownerReference `kind: Job`, `apiVersion: batch/v1`). The pod's name is
+/// never used (pods from `generateName` have none at admission).
 ///
 /// Errors: see [`EngineError`]; every variant is a property of the input, never
 /// a transient condition.
@@ -312,8 +333,8 @@ pub fn inject_template(
     config: &EngineConfig,
 ) -> Result<TemplateDecision, EngineError> {
     let pod = template_pod(template);
-    let owned = owner == OwnerHint::Job || select::owned_by_job(&pod);
-    Ok(match apply(&pod, decide(&pod, owned, cluster, config)?) {
+    let kinds = template_kinds(&pod, owner, config);
+    Ok(match apply(&pod, decide(&pod, &kinds, cluster, config)?) {
         Decision::Skip(reason) => TemplateDecision::Skip(reason),
         Decision::Inject(pod) => {
             let pod = *pod;
@@ -407,6 +428,32 @@ mod tests {
             .unwrap(),
             TemplateDecision::Skip(SkipReason::NotJobOwned)
         ));
+    }
+
+    /// A Job's template counts as a Job's only while that kind is enabled;
+    /// a template marked as another system's pods counts when that is.
+    #[test]
+    fn template_kinds_follow_the_enabled_set() {
+        let mut config = EngineConfig::default();
+        let injected = |t: &PodTemplateSpec, owner, config: &EngineConfig| {
+            matches!(
+                inject_template(t, owner, &cluster(), config).unwrap(),
+                TemplateDecision::Inject(_)
+            )
+        };
+        assert!(injected(&template(), OwnerHint::Job, &config));
+        let mut spark = template();
+        spark.metadata = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            labels: Some([("spark-role".to_owned(), "driver".to_owned())].into()),
+            ..Default::default()
+        });
+        assert!(!injected(&spark, OwnerHint::Unowned, &config));
+        config.workload_kinds = [WorkloadKind::Spark].into();
+        assert!(injected(&spark, OwnerHint::Unowned, &config));
+        assert!(!injected(&template(), OwnerHint::Job, &config));
+        config.workload_kinds.clear();
+        let e = inject_template(&spark, OwnerHint::Unowned, &cluster(), &config).unwrap_err();
+        assert_eq!(e.as_str(), "invalid_config");
     }
 
     #[test]

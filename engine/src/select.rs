@@ -8,6 +8,7 @@ use kube_prestop_contract as contract;
 
 use super::EngineError;
 use super::annotations::{self, PodOverrides};
+use super::workload::{self, WorkloadKind};
 
 /// Namespace never injected, whatever its labels: `kube-system`.
 pub const KUBE_SYSTEM: &str = "kube-system";
@@ -19,8 +20,10 @@ pub enum SkipReason {
     NamespaceExcluded,
     /// Annotation `kube-prestop.io/inject: "false"`.
     OptedOut,
-    /// Not owned by a `batch/v1` Job and not opted in with
-    /// `kube-prestop.io/inject: "true"`.
+    /// Not a pod of an enabled workload kind (`engine::workload`; by
+    /// default a `batch/v1` Job's) and not opted in with
+    /// `kube-prestop.io/inject: "true"`. The label keeps its first name,
+    /// `not_job_owned`.
     NotJobOwned,
     /// `restartPolicy` is `Always` or unset (the API default is `Always`):
     /// containers are restarted, never "exit on their own" for good.
@@ -70,7 +73,7 @@ impl fmt::Display for SkipReason {
             }
             Self::OptedOut => "the pod is opted out with kube-prestop.io/inject: \"false\"",
             Self::NotJobOwned => {
-                "the pod is not owned by a Job and not opted in with kube-prestop.io/inject: \"true\""
+                "the pod is not of an enabled workload kind (by default: owned by a Job) and not opted in with kube-prestop.io/inject: \"true\""
             }
             Self::RestartPolicyAlways => {
                 "the pod's restartPolicy is Always (or unset), not Never or OnFailure"
@@ -121,15 +124,6 @@ pub fn exec_prestop(c: &Container) -> Option<&[String]> {
         .filter(|cmd| !cmd.is_empty())
 }
 
-/// Whether an ownerReference names a `batch/v1` Job.
-pub fn owned_by_job(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "Job" && o.api_version == "batch/v1")
-}
-
 /// Whether the pod is a Windows pod: `spec.os.name: windows`, or a node
 /// selector `kubernetes.io/os: windows`.
 pub fn is_windows(spec: &PodSpec) -> bool {
@@ -148,8 +142,9 @@ pub struct SelectInput<'a> {
     pub namespace: &'a str,
     /// The webhook's own namespace.
     pub webhook_namespace: &'a str,
-    /// The pod is (or will be) owned by a Job.
-    pub owned_by_job: bool,
+    /// The enabled workload kinds the pod is (or will be) of
+    /// ([`workload::matching`]); empty: none.
+    pub kinds: &'a [WorkloadKind],
 }
 
 /// The outcome of selection.
@@ -163,13 +158,16 @@ pub enum Selection {
 }
 
 /// Applies the selection rules in this order: namespace excluded, already
-/// injected, annotations parsed (errors here), opted out, Windows, owner,
-/// restartPolicy, exec preStop.
+/// injected, annotations parsed (errors here), opted out, Windows, workload
+/// kind, restartPolicy, exec preStop. In a pod of an enabled workload kind
+/// the system's own containers ([`WorkloadKind::never_watched`], e.g. Argo's
+/// `wait`) are never watched, whatever preStop they declare.
 ///
 /// Errors: [`EngineError::InvalidAnnotation`] for a malformed annotation,
 /// when `kube-prestop.io/containers` names a container that is not a
-/// regular container with an exec preStop, or when `kube-prestop.io/run-on`
-/// or `kube-prestop.io/hook-root` names a container that is not watched.
+/// regular container with an exec preStop or is one the system never lets
+/// be watched, or when `kube-prestop.io/run-on` or
+/// `kube-prestop.io/hook-root` names a container that is not watched.
 pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selection, EngineError> {
     if input.namespace == KUBE_SYSTEM
         || (!input.webhook_namespace.is_empty() && input.namespace == input.webhook_namespace)
@@ -192,7 +190,7 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
     if is_windows(spec) {
         return Ok(Selection::Skip(SkipReason::WindowsPod));
     }
-    if !input.owned_by_job && inject != Some(true) {
+    if input.kinds.is_empty() && inject != Some(true) {
         return Ok(Selection::Skip(SkipReason::NotJobOwned));
     }
     if !matches!(spec.restart_policy.as_deref(), Some("Never" | "OnFailure")) {
@@ -202,7 +200,9 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
         .containers
         .iter()
         .enumerate()
-        .filter(|(_, c)| exec_prestop(c).is_some())
+        .filter(|(_, c)| {
+            exec_prestop(c).is_some() && workload::owning_system(input.kinds, &c.name).is_none()
+        })
         .map(|(i, _)| i)
         .collect();
     if candidates.is_empty() {
@@ -217,12 +217,19 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
                     .iter()
                     .any(|&i| spec.containers.get(i).is_some_and(|c| &c.name == *n))
             }) {
+                let reason = match workload::owning_system(input.kinds, missing) {
+                    Some(kind) => format!(
+                        "{missing:?} belongs to {} itself and is never watched",
+                        kind.title()
+                    ),
+                    None => format!(
+                        "{missing:?} is not a regular container with a lifecycle.preStop.exec command"
+                    ),
+                };
                 return Err(EngineError::InvalidAnnotation {
                     annotation: annotations::CONTAINERS.to_owned(),
                     value: names.join(","),
-                    reason: format!(
-                        "{missing:?} is not a regular container with a lifecycle.preStop.exec command"
-                    ),
+                    reason,
                 });
             }
             candidates
@@ -330,13 +337,19 @@ mod tests {
     }
 
     fn run_ns(pod: &Pod, ns: &str) -> Result<Selection, EngineError> {
+        run_with(pod, ns, &WorkloadKind::DEFAULT)
+    }
+
+    /// Selection with these workload kinds enabled.
+    fn run_with(pod: &Pod, ns: &str, enabled: &[WorkloadKind]) -> Result<Selection, EngineError> {
+        let kinds = workload::matching(&pod.metadata, &enabled.iter().copied().collect());
         select(
             pod,
             pod.spec.as_ref().unwrap(),
             SelectInput {
                 namespace: ns,
                 webhook_namespace: "kube-prestop",
-                owned_by_job: owned_by_job(pod),
+                kinds: &kinds,
             },
         )
     }
@@ -404,6 +417,92 @@ mod tests {
             run(&pod),
             Err(EngineError::InvalidAnnotation { .. })
         ));
+    }
+
+    /// An Argo Workflows step's pod: owned by its Workflow, labelled with
+    /// it, `wait` (Argo's) before `main` (the user's), both with a preStop.
+    fn argo_pod() -> Pod {
+        let mut pod = job_pod(vec![
+            exec_container("wait", &["argoexec", "x"]),
+            exec_container("main", &["upload"]),
+        ]);
+        pod.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "argoproj.io/v1alpha1".into(),
+            kind: "Workflow".into(),
+            name: "wf".into(),
+            uid: "u".into(),
+            ..Default::default()
+        }]);
+        pod.metadata.labels =
+            Some([(workload::ARGO_WORKFLOW_LABEL.to_owned(), "wf".to_owned())].into());
+        pod
+    }
+
+    #[test]
+    fn a_kind_not_enabled_behaves_as_before() {
+        let argo = argo_pod();
+        assert_eq!(skip(&argo), SkipReason::NotJobOwned);
+        // Opted in without the kind enabled: as before, every container
+        // with an exec preStop, wait included.
+        let mut opted = argo.clone();
+        annotate(&mut opted, annotations::INJECT, "true");
+        match run(&opted).unwrap() {
+            Selection::Watch(w, _) => assert_eq!(w, vec![0, 1]),
+            other => panic!("{other:?}"),
+        }
+        // A Volcano Job's pod is not a batch/v1 Job's.
+        let mut volcano = job_pod(vec![exec_container("a", &["x"])]);
+        volcano.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "batch.volcano.sh/v1alpha1".into();
+        assert_eq!(skip(&volcano), SkipReason::NotJobOwned);
+        let enabled = [WorkloadKind::Job, WorkloadKind::Volcano];
+        assert!(matches!(
+            run_with(&volcano, "default", &enabled).unwrap(),
+            Selection::Watch(..)
+        ));
+        // Job not enabled: a Job's pod needs the opt-in.
+        let job = job_pod(vec![exec_container("a", &["x"])]);
+        match run_with(&job, "default", &[WorkloadKind::Spark]).unwrap() {
+            Selection::Skip(r) => assert_eq!(r, SkipReason::NotJobOwned),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn argo_wait_is_never_watched_when_argo_is_enabled() {
+        let enabled = [WorkloadKind::Job, WorkloadKind::ArgoWorkflows];
+        let pod = argo_pod();
+        assert_eq!(
+            run_with(&pod, "default", &enabled).unwrap(),
+            Selection::Watch(vec![1], Box::default())
+        );
+        // Only wait has a preStop: nothing to watch.
+        let mut only_wait = pod.clone();
+        only_wait.spec.as_mut().unwrap().containers[1].lifecycle = None;
+        match run_with(&only_wait, "default", &enabled).unwrap() {
+            Selection::Skip(r) => assert_eq!(r, SkipReason::NoExecPreStop),
+            other => panic!("{other:?}"),
+        }
+        // Naming wait is an error that says why.
+        let mut named = pod.clone();
+        annotate(&mut named, annotations::CONTAINERS, "main,wait");
+        match run_with(&named, "default", &enabled) {
+            Err(EngineError::InvalidAnnotation { value, reason, .. }) => {
+                assert_eq!(value, "main,wait");
+                assert_eq!(
+                    reason,
+                    "\"wait\" belongs to Argo Workflows itself and is never watched"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // An artifact-plugin sidecar is Argo's too.
+        let mut plugin = pod;
+        plugin.spec.as_mut().unwrap().containers[0].name = "artifact-plugin-s3".into();
+        assert_eq!(
+            run_with(&plugin, "default", &enabled).unwrap(),
+            Selection::Watch(vec![1], Box::default())
+        );
     }
 
     /// A malformed sidecar annotation matters only on a pod that would be

@@ -3,8 +3,10 @@
 //! Each folder under `tests/golden/<case>/` holds:
 //! * `input.yaml`: a Pod as the apiserver sends it at admission (canonical:
 //!   it must survive a round trip through the k8s-openapi `Pod` unchanged);
-//! * `context.yaml` (optional): `namespace` (default `default`) and
-//!   `limitRanges` (a list of LimitRange objects);
+//! * `context.yaml` (optional): `namespace` (default `default`),
+//!   `limitRanges` (a list of LimitRange objects), the binary-delivery facts
+//!   and `workloadKinds` (the `--workload-kinds` the case enables; default
+//!   `[job]`);
 //! * `expected.yaml`: the injected Pod, or `{skip: <label>, reason: <text>}`,
 //!   or `{error: <label>, message: <text>}`.
 //!
@@ -14,7 +16,15 @@
 //! `Skip(AlreadyInjected)` (empty patch), that the QoS class is not lowered,
 //! that every container and volume name is a unique DNS label, that the
 //! install container and (for pods that complied) the whole pod comply with
-//! Pod Security `restricted`.
+//! Pod Security `restricted`. A case that enables workload kinds other than
+//! Job is also run with the default kinds, where its pod must be left
+//! untouched (`not_job_owned`): a kind the operator does not enable changes
+//! nothing.
+//!
+//! The batch systems' cases (`argo-workflows*`, `volcano-job`,
+//! `spark-driver`, `spark-executor`, `armada`, `kueue-pod`) are pods as those
+//! systems' controllers create them; each `input.yaml` names its source and
+//! version (see `tests/golden/README.md`).
 //!
 //! The expected files hold `<version>` where the output has this build's
 //! version (the `kube-prestop.io/version` annotation), so that a version
@@ -32,8 +42,7 @@ use std::fs;
 use std::path::Path;
 
 use golden_common::{
-    Context, VERSION_PLACEHOLDER, VERSION_POINTER, cases, config, read_expected, read_yaml,
-    to_expected,
+    Context, VERSION_PLACEHOLDER, VERSION_POINTER, cases, read_expected, read_yaml, to_expected,
 };
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use kube_prestop_contract as contract;
@@ -80,6 +89,13 @@ const REQUIRED: &[&str] = &[
     "config-map-single-arch-cluster",
     "mixed-cluster-unpinned",
     "unsupported-architecture",
+    "argo-workflows",
+    "argo-workflows-wait-prestop",
+    "volcano-job",
+    "spark-driver",
+    "spark-executor",
+    "armada",
+    "kueue-pod",
 ];
 
 fn outcome(decision: &Result<Decision, engine::EngineError>) -> Value {
@@ -181,13 +197,27 @@ fn run_case(dir: &Path, update: bool) -> Result<(), String> {
         ));
     }
     let context = Context::of_case(dir).map_err(|e| format!("{case}: {e}"))?;
+    let config = context
+        .engine_config()
+        .map_err(|e| format!("{case}: context.yaml: {e}"))?;
+    let other_kinds = context.enables_other_kinds();
     let cluster = ClusterContext {
         namespace: context.namespace(),
         binary: context.binary_facts(),
         limit_ranges: context.limit_ranges,
     };
-    let config = config();
     let decision = engine::inject(&pod, &cluster, &config);
+    // A kind the operator does not enable changes nothing.
+    if other_kinds {
+        match engine::inject(&pod, &cluster, &golden_common::config()) {
+            Ok(Decision::Skip(SkipReason::NotJobOwned)) => {}
+            other => {
+                return Err(format!(
+                    "{case}: with the default workload kinds the pod should be left alone (not_job_owned), got {other:?}"
+                ));
+            }
+        }
+    }
     let actual = outcome(&decision);
 
     let expected_path = dir.join("expected.yaml");

@@ -209,6 +209,10 @@ expect_refused "a NetworkPolicy with hostNetwork" -f "${here}/values-networkpoli
 expect_refused "a malformed NetworkPolicy CIDR" --set networkPolicy.enabled=true --set 'networkPolicy.apiServer.cidrs={10.0.0.0}'
 expect_refused "an unknown NetworkPolicy peer field" -f "${here}/values-networkpolicy.yaml" --set 'networkPolicy.apiServer.peers[0].ipBlock.cidr=10.0.0.0/8'
 expect_refused "an unknown validatingAdmissionPolicy value" --set validatingAdmissionPolicy.unknownKey=1
+expect_refused "an unknown workload kind" --set 'webhook.workloadKinds={job,argo}'
+expect_refused "a workload kind in another spelling" --set 'webhook.workloadKinds={Job}'
+expect_refused "no workload kind" --set-json 'webhook.workloadKinds=[]'
+expect_refused "a workload kind twice" --set 'webhook.workloadKinds={job,job}'
 
 # Facts the renders must show.
 check_render() {
@@ -265,6 +269,8 @@ check_render "install container only: no namespace selector" custom-k8s1.34 "nam
 check_render "install container only: no Namespace permission" custom-k8s1.34 'resources: \["namespaces"\]' 0
 check_render "install container only: no side effects" custom-k8s1.34 "sideEffects: None$" 1
 check_render "default render: helm assumes Kubernetes >= 1.30 (matchConditions)" default "^    matchConditions:" 1
+check_render "workload kinds: Job only by default" selfmanaged-k8s1.34 "            - --workload-kinds=job$" 1
+check_render "workload kinds: every batch system, as listed" custom-k8s1.34 "            - --workload-kinds=job,argo-workflows,volcano,spark,armada,kueue-pod$" 1
 check_render "pod network by default: no hostNetwork" selfmanaged-k8s1.34 "hostNetwork: true" 0
 check_render "hostNetwork: on the node's network" hostnetwork-k8s1.34 "      hostNetwork: true" 1
 check_render "hostNetwork: cluster DNS kept" hostnetwork-k8s1.34 "      dnsPolicy: ClusterFirstWithHostNet" 1

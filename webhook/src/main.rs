@@ -216,6 +216,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         None => ClusterCache::disconnected(),
     };
     tracing::info!(%source, architectures = %engine.shipped_architectures.join(","), "sidecar binary delivery");
+    let kinds: Vec<&str> = engine.workload_kinds.iter().map(|k| k.as_str()).collect();
+    tracing::info!(workload_kinds = %kinds.join(","), "pods of these workload kinds are injected without the opt-in annotation");
     let server = Server::bind_with_metrics(config, cache, metrics).await?;
     // Machine-readable for scripts that start with port 0.
     println!(

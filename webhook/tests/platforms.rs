@@ -18,15 +18,23 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn inject(name: &str) -> (Value, String) {
-    let out: Output = Command::new(BIN)
+/// `inject -f <file> -o json` with these extra arguments, as a user runs it
+/// (no kube-prestop variable of the environment).
+fn run_inject(file: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
         .arg("inject")
         .arg("-f")
-        .arg(fixture(name))
+        .arg(file)
         .args(["-o", "json"])
+        .args(args)
         .env_remove("RUST_LOG")
+        .env_remove("KUBE_PRESTOP_WORKLOAD_KINDS")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn inject(name: &str) -> (Value, String) {
+    let out = run_inject(&fixture(name), &[]);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(out.status.success(), "inject {name} failed: {stderr}");
     let doc: Value = serde_json::from_slice(&out.stdout)
@@ -147,4 +155,57 @@ fn tekton_steps_cannot_have_a_prestop_so_the_pod_is_skipped() {
     assert!(doc["metadata"]["annotations"]["kube-prestop.io/status"].is_null());
     assert_eq!(names(&spec["initContainers"]), ["prepare"]);
     assert!(stderr.contains("not injected"), "{stderr}");
+}
+
+/// The Argo fixture without its opt-in annotation (what Argo renders for a
+/// Workflow that names no kube-prestop annotation), as a file of its own
+/// for each `test` (tests run at once).
+fn argo_without_annotation(test: &str) -> PathBuf {
+    let text = std::fs::read_to_string(fixture("argo-workflows.yaml")).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim() != "kube-prestop.io/inject: \"true\"")
+        .collect();
+    assert_eq!(kept.len() + 1, text.lines().count(), "one annotation line");
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("argo-workflows-no-annotation-{test}.yaml"));
+    std::fs::write(&path, kept.join("\n")).unwrap();
+    path
+}
+
+#[test]
+fn argo_workflows_by_kind_needs_no_annotation() {
+    let manifest = argo_without_annotation("by-kind");
+    // Default kinds (job): left alone, as before.
+    let out = run_inject(&manifest, &[]);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(watched(pod_spec(&doc)).is_empty());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("not of an enabled workload kind"),
+        "{stderr}"
+    );
+    // With the kind: main watched, wait not.
+    let out = run_inject(&manifest, &["--workload-kinds", "job,argo-workflows"]);
+    assert!(out.status.success());
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(watched(pod_spec(&doc)), ["main"]);
+    assert_eq!(wrapped(pod_spec(&doc)), ["main"]);
+}
+
+#[test]
+fn an_unknown_workload_kind_names_the_value_and_the_accepted_ones() {
+    let out = run_inject(
+        &argo_without_annotation("unknown-kind"),
+        &["--workload-kinds", "job,argo"],
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("invalid value 'argo'"), "{stderr}");
+    assert!(
+        stderr
+            .contains("[possible values: job, argo-workflows, volcano, spark, armada, kueue-pod]"),
+        "{stderr}"
+    );
 }

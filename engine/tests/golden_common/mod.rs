@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::LimitRange;
-use kube_prestop_engine::{BinaryFacts, EngineConfig, NodeArchitectures, Support};
+use kube_prestop_engine::{BinaryFacts, EngineConfig, NodeArchitectures, Support, WorkloadKind};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -18,7 +18,8 @@ use serde_json::Value;
 /// `configMaps` (architecture → the ConfigMap holding that binary there),
 /// `nodeArchitectures` (every node's; absent: not known) and `imageVolumes`
 /// (whether they work; default not). The default: the install init
-/// container.
+/// container. `workloadKinds` (names as `--workload-kinds` takes them;
+/// absent: the default, Job only) are the kinds the case enables.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Context {
@@ -30,6 +31,7 @@ pub struct Context {
     pub node_architectures: Option<Vec<String>>,
     #[serde(default)]
     pub image_volumes: bool,
+    pub workload_kinds: Option<Vec<String>>,
 }
 
 impl Context {
@@ -56,6 +58,28 @@ impl Context {
                 Support::default()
             },
         }
+    }
+
+    /// The engine configuration of the case: [`config`], with the case's
+    /// workload kinds. Errors: a kind name the engine does not accept.
+    pub fn engine_config(&self) -> Result<EngineConfig, String> {
+        let mut config = config();
+        if let Some(kinds) = &self.workload_kinds {
+            config.workload_kinds = kinds
+                .iter()
+                .map(|k| k.parse::<WorkloadKind>().map_err(|e| e.to_string()))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(config)
+    }
+
+    /// Whether the case enables workload kinds other than the default ones.
+    pub fn enables_other_kinds(&self) -> bool {
+        self.workload_kinds.as_ref().is_some_and(|kinds| {
+            kinds
+                .iter()
+                .any(|k| !WorkloadKind::DEFAULT.iter().any(|d| d.as_str() == k))
+        })
     }
 
     /// The namespace, `default` when not given.

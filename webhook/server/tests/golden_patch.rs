@@ -19,7 +19,7 @@ mod golden_common;
 mod http_common;
 
 use base64::Engine as _;
-use golden_common::{Context, cases, config, read_expected, read_yaml};
+use golden_common::{Context, cases, read_expected, read_yaml};
 use k8s_openapi::api::core::v1::LimitRange;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -68,6 +68,9 @@ async fn webhook_patch_gives_the_golden_output() {
         let expected = read_expected(&dir.join("expected.yaml"));
         let context = Context::of_case(&dir).unwrap();
         let namespace = context.namespace();
+        let config = context
+            .engine_config()
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
         let (store, mut writer) = reflector::store::<LimitRange>();
         for mut lr in context.limit_ranges {
             lr.metadata.namespace = Some(namespace.clone());
@@ -108,7 +111,6 @@ async fn webhook_patch_gives_the_golden_output() {
             cache = cache.with_image_volume_probe(ImageVolumeProbe::fixed(Support::Yes));
         }
 
-        let config = config();
         let admit = |uid: &str, pod: &Value| {
             review(
                 &body(uid, &namespace, pod),

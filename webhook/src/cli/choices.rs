@@ -1,5 +1,6 @@
 //! The values of the enumerated flags (`--log-format`, `--failure-mode`,
-//! `-o/--output`) as clap sees them, and their one mapping onto the domain
+//! `--sidecar-binary-source`, `--workload-kinds`, `-o/--output`) as clap
+//! sees them, and their one mapping onto the domain
 //! types, which know nothing of the command line.
 //!
 //! Each variant's doc comment is the help text of that value
@@ -7,7 +8,7 @@
 
 use clap::ValueEnum;
 
-use kube_prestop_engine::SidecarBinarySource;
+use kube_prestop_engine::{SidecarBinarySource, WorkloadKind};
 
 use crate::logging::LogFormat;
 use kube_prestop_server::FailureMode;
@@ -84,6 +85,39 @@ impl From<SidecarBinarySourceFlag> for SidecarBinarySource {
     }
 }
 
+/// Values of `--workload-kinds`; see [`WorkloadKind`] (how each system's
+/// pods are recognised, with sources: docs/platforms.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadKindFlag {
+    /// Pods owned by a batch/v1 Job (CronJobs, JobSets, ... included).
+    Job,
+    /// Argo Workflows step pods (owner Workflow, label
+    /// workflows.argoproj.io/workflow); Argo's wait container is never
+    /// watched.
+    ArgoWorkflows,
+    /// Pods owned by a Volcano Job (batch.volcano.sh).
+    Volcano,
+    /// Spark driver and executor pods (label spark-role).
+    Spark,
+    /// Armada executor pods (label armada_job_id).
+    Armada,
+    /// Plain pods managed by Kueue (label kueue.x-k8s.io/managed=true).
+    KueuePod,
+}
+
+impl From<WorkloadKindFlag> for WorkloadKind {
+    fn from(flag: WorkloadKindFlag) -> Self {
+        match flag {
+            WorkloadKindFlag::Job => Self::Job,
+            WorkloadKindFlag::ArgoWorkflows => Self::ArgoWorkflows,
+            WorkloadKindFlag::Volcano => Self::Volcano,
+            WorkloadKindFlag::Spark => Self::Spark,
+            WorkloadKindFlag::Armada => Self::Armada,
+            WorkloadKindFlag::KueuePod => Self::KueuePod,
+        }
+    }
+}
+
 /// Values of `inject -o/--output`; see [`OutputFormat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum OutputFormatFlag {
@@ -143,6 +177,15 @@ mod tests {
                 name.as_deref(),
                 Some(SidecarBinarySource::from(*flag).as_str())
             );
+        }
+        // Every kind has a flag value, named as the engine names it.
+        assert_eq!(
+            WorkloadKindFlag::value_variants().len(),
+            WorkloadKind::ALL.len()
+        );
+        for flag in WorkloadKindFlag::value_variants() {
+            let name = flag.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(WorkloadKind::from(*flag).as_str()));
         }
         for flag in OutputFormatFlag::value_variants() {
             let name = flag.to_possible_value().map(|v| v.get_name().to_owned());

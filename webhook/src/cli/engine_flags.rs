@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use kube_prestop_engine::{EngineConfig, EngineError};
 
-use super::choices::SidecarBinarySourceFlag;
+use super::choices::{SidecarBinarySourceFlag, WorkloadKindFlag};
 
 /// Engine flags; an unset flag keeps the value of [`EngineConfig::default`].
 #[derive(Debug, Clone, Default, Args)]
@@ -45,6 +45,17 @@ pub struct EngineArgs {
     /// injected (failure mode applies). Default: amd64,arm64.
     #[arg(long, value_delimiter = ',', env = "KUBE_PRESTOP_ARCHITECTURES")]
     pub architectures: Option<Vec<String>>,
+    /// Workload kinds (comma-separated) whose pods are injected without the
+    /// kube-prestop.io/inject: "true" annotation, each recognised the way
+    /// that system marks its pods (docs/platforms.md); a kind not named
+    /// here needs the annotation. Default: job.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        env = "KUBE_PRESTOP_WORKLOAD_KINDS"
+    )]
+    pub workload_kinds: Option<Vec<WorkloadKindFlag>>,
 }
 
 fn set(target: &mut String, value: Option<&String>) {
@@ -63,7 +74,7 @@ impl EngineArgs {
     /// The engine configuration these flags describe, validated.
     ///
     /// Errors: [`EngineError::InvalidConfig`] for an empty image, an
-    /// unknown pull policy or invalid resources.
+    /// unknown pull policy, invalid resources or no workload kind.
     pub fn engine_config(&self) -> Result<EngineConfig, EngineError> {
         let mut config = EngineConfig::default();
         set(&mut config.install_image, self.install_image.as_ref());
@@ -95,6 +106,9 @@ impl EngineArgs {
                 .map(|a| a.trim().to_owned())
                 .filter(|a| !a.is_empty())
                 .collect();
+        }
+        if let Some(kinds) = &self.workload_kinds {
+            config.workload_kinds = kinds.iter().map(|k| (*k).into()).collect();
         }
         config.validate()?;
         Ok(config)

@@ -16,7 +16,9 @@ use clap::{Args, Parser, Subcommand};
 
 pub use cert_flags::CertArgs;
 pub use check_args::CheckArgs;
-pub use choices::{FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinarySourceFlag};
+pub use choices::{
+    FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinarySourceFlag, WorkloadKindFlag,
+};
 pub use duration::parse_duration;
 pub use engine_flags::EngineArgs;
 
