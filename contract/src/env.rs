@@ -31,6 +31,12 @@ pub const ENV_HOOK_EXIT_SIGNAL: &str = "KUBE_PRESTOP_EXIT_SIGNAL";
 /// when the hook runs chrooted there ([`crate::HookRoot::Container`]). Unset
 /// when the watcher could not hold it (the log says why).
 pub const ENV_HOOK_ROOT: &str = "KUBE_PRESTOP_ROOT";
+/// Environment variable given to the hook: `cut` when the kubelet had
+/// started the container's preStop (pod deletion, eviction, a failed
+/// liveness probe) and the container then exited before that preStop ended,
+/// which cut it short (the runtime kills the container's processes with it);
+/// the hook then runs for that exit. Unset otherwise.
+pub const ENV_HOOK_KUBELET_PRESTOP: &str = "KUBE_PRESTOP_KUBELET_PRESTOP";
 
 /// Environment variable of the sidecar container: when set (to anything),
 /// the watcher logs how it classifies every process it looks at
@@ -54,6 +60,7 @@ mod tests {
                 ENV_HOOK_EXIT_CODE,
                 ENV_HOOK_EXIT_SIGNAL,
                 ENV_HOOK_ROOT,
+                ENV_HOOK_KUBELET_PRESTOP,
                 ENV_DEBUG,
             ],
             [
@@ -64,6 +71,7 @@ mod tests {
                 "KUBE_PRESTOP_EXIT_CODE",
                 "KUBE_PRESTOP_EXIT_SIGNAL",
                 "KUBE_PRESTOP_ROOT",
+                "KUBE_PRESTOP_KUBELET_PRESTOP",
                 "KUBE_PRESTOP_DEBUG",
             ]
         );

@@ -230,6 +230,30 @@ impl fmt::Display for PrestopRecord {
     }
 }
 
+/// Content of `prestop-ended-<id>`, written by the `prestop` wrapper once
+/// the kubelet's preStop command ended: `exit_status=N\n`, the status as a
+/// shell reports it (`128 + signal` for a signal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrestopEndedRecord {
+    /// The preStop command's status.
+    pub exit_status: i32,
+}
+
+impl PrestopEndedRecord {
+    /// Parses a record's content; `None` when the field is missing or
+    /// malformed.
+    pub fn parse(text: &str) -> Option<Self> {
+        let exit_status = fields(text).get(KEY_EXIT_STATUS)?.parse().ok()?;
+        Some(Self { exit_status })
+    }
+}
+
+impl fmt::Display for PrestopEndedRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        line(f, KEY_EXIT_STATUS, &self.exit_status)
+    }
+}
+
 /// How a hook ended: the `status` of a [`DoneRecord`], `exit 3`,
 /// `signal 9`, `command not found` or `command not executable`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -720,5 +744,14 @@ mod tests {
             "oom".parse::<ContainerEnd>().map_err(|e| e.to_string()),
             Err("unknown container exit \"oom\"".to_owned())
         );
+    }
+
+    #[test]
+    fn prestop_ended_record_is_pinned() {
+        let r = PrestopEndedRecord { exit_status: 137 };
+        assert_eq!(r.to_string(), "exit_status=137\n");
+        assert_eq!(PrestopEndedRecord::parse("exit_status=137\n"), Some(r));
+        assert_eq!(PrestopEndedRecord::parse("exit_status=x\n"), None);
+        assert_eq!(PrestopEndedRecord::parse(""), None);
     }
 }

@@ -55,6 +55,13 @@ pub enum RecordKind {
     /// `prestop-<id>`: the kubelet started the container's preStop, the
     /// wrapper's mark ([`crate::PrestopRecord`]).
     Prestop,
+    /// `prestop-ended-<id>`: the kubelet's preStop command ended, written by
+    /// the wrapper after it ([`crate::PrestopEndedRecord`]). A `prestop-<id>`
+    /// without it, whose wrapper is gone, is a preStop cut short: the
+    /// runtime killed it with the container (containerd's shim kills every
+    /// process of a container that shares the pod's PID namespace when its
+    /// init process exits).
+    PrestopEnded,
     /// `running-<id>`: our hook run for the instance started
     /// ([`crate::RunningRecord`]; retry bookkeeping).
     Running,
@@ -65,13 +72,22 @@ pub enum RecordKind {
 
 impl RecordKind {
     /// Every kind.
-    pub const ALL: [Self; 4] = [Self::Seen, Self::Prestop, Self::Running, Self::Done];
+    pub const ALL: [Self; 5] = [
+        Self::Seen,
+        Self::Prestop,
+        Self::PrestopEnded,
+        Self::Running,
+        Self::Done,
+    ];
 
-    /// The file name prefix: `seen-`, `prestop-`, `running-`, `done-`.
+    /// The file name prefix: `seen-`, `prestop-`, `prestop-ended-`,
+    /// `running-`, `done-` (`prestop-ended-<id>` is never taken for a
+    /// `prestop-` record: `ended-<id>` is no instance id).
     pub const fn prefix(self) -> &'static str {
         match self {
             Self::Seen => "seen-",
             Self::Prestop => "prestop-",
+            Self::PrestopEnded => "prestop-ended-",
             Self::Running => "running-",
             Self::Done => "done-",
         }
@@ -96,7 +112,8 @@ impl RecordKind {
 }
 
 impl fmt::Display for RecordKind {
-    /// The prefix without its `-`: `seen`, `prestop`, `running`, `done`.
+    /// The prefix without its last `-`: `seen`, `prestop`, `prestop-ended`,
+    /// `running`, `done`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.prefix().trim_end_matches('-'))
     }

@@ -65,6 +65,9 @@ pub struct HookContext<'a> {
     /// Run chrooted there ([`contract::HookRoot::Container`], with
     /// `CAP_SYS_CHROOT`).
     pub chroot: Option<Chroot>,
+    /// The kubelet's own preStop for this exit was cut short
+    /// ([`contract::ENV_HOOK_KUBELET_PRESTOP`] is `cut`).
+    pub after_cut_prestop: bool,
 }
 
 /// A hook process that was started.
@@ -94,6 +97,7 @@ pub fn spawn(
         .env_remove(contract::ENV_HOOK_EXIT_CODE)
         .env_remove(contract::ENV_HOOK_EXIT_SIGNAL)
         .env_remove(contract::ENV_HOOK_ROOT)
+        .env_remove(contract::ENV_HOOK_KUBELET_PRESTOP)
         .env(contract::ENV_HOOK_CONTAINER, ctx.container)
         .env(contract::ENV_HOOK_INSTANCE, ctx.instance)
         .env(contract::ENV_HOOK_ATTEMPT, ctx.attempt.to_string())
@@ -107,6 +111,9 @@ pub fn spawn(
             cmd.env(contract::ENV_HOOK_EXIT_SIGNAL, sig.to_string());
         }
         ExitKnowledge::Unknown(_) => {}
+    }
+    if ctx.after_cut_prestop {
+        cmd.env(contract::ENV_HOOK_KUBELET_PRESTOP, "cut");
     }
     match (&ctx.chroot, ctx.root) {
         (Some(_), _) => {
@@ -200,6 +207,7 @@ mod tests {
             exit: ExitKnowledge::Unknown(crate::exit_info::Unknown::Kernel),
             root: None,
             chroot: None,
+            after_cut_prestop: false,
         };
         let e = spawn(&["/nonexistent/kube-prestop-hook".into()], &ctx).unwrap_err();
         assert_eq!(e.0, HookStatus::NotFound);

@@ -73,13 +73,14 @@ pub enum Event {
         /// How it ended.
         exit: ExitKnowledge,
     },
-    /// Answer to [`Action::CheckMark`]: whether `prestop-<id>` exists (the
-    /// kubelet ran the container's preStop through the wrapper).
+    /// Answer to [`Action::CheckMark`]: what the kubelet's own preStop run
+    /// for the instance came to (the wrapper's `prestop-<id>` and
+    /// `prestop-ended-<id>`).
     Marked {
         /// The instance asked about.
         instance: Instance,
-        /// The mark exists.
-        prestop: bool,
+        /// The kubelet's run.
+        kubelet: KubeletRun,
     },
     /// Answer to [`Action::RunHook`] when the hook could not be spawned:
     /// recorded as a run with this status (127 or 126, as a shell).
@@ -103,6 +104,22 @@ pub enum Event {
     Terminate,
     /// The [`Action::FinalLook`] is complete.
     FinalLookDone,
+}
+
+/// The kubelet's own run of the container's preStop for one instance, as
+/// the wrapper's records and process tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeletRun {
+    /// No `prestop-<id>`: the kubelet did not start the preStop.
+    None,
+    /// The preStop ended (`prestop-ended-<id>`), or still runs after the
+    /// container's exit: the kubelet's run stands, ours is skipped.
+    Ran,
+    /// `prestop-<id>` without `prestop-ended-<id>`, and the wrapper is gone:
+    /// the container's exit cut the preStop short (the runtime killed it
+    /// with the container), so the hook runs for that exit, told so
+    /// ([`kube_prestop_contract::ENV_HOOK_KUBELET_PRESTOP`]).
+    Cut,
 }
 
 /// What the shell does, in order.
@@ -135,6 +152,8 @@ pub enum Action {
         run: QueuedHookRun,
         /// Runs although `--run-on` might have excluded it.
         unknown_despite_run_on: bool,
+        /// The kubelet's own preStop for this exit was cut short.
+        after_cut_prestop: bool,
     },
     /// Write `done-<id>` and update the termination message.
     Done {
@@ -268,7 +287,7 @@ impl Lifecycle {
                     });
                 }
             }
-            Event::Marked { instance, prestop } => self.marked(instance, prestop, &mut out),
+            Event::Marked { instance, kubelet } => self.marked(instance, kubelet, &mut out),
             Event::HookFailedToStart { instance, status } => {
                 self.hook_ended(instance, status, Duration::ZERO, &mut out);
             }
@@ -401,7 +420,7 @@ impl Lifecycle {
         }
     }
 
-    fn marked(&mut self, instance: Instance, prestop: bool, out: &mut Vec<Action>) {
+    fn marked(&mut self, instance: Instance, kubelet: KubeletRun, out: &mut Vec<Action>) {
         let Some(run) = self.deciding.filter(|r| r.instance == instance) else {
             out.push(Action::Ignored {
                 instance,
@@ -410,7 +429,7 @@ impl Lifecycle {
             return;
         };
         self.deciding = None;
-        if prestop {
+        if kubelet == KubeletRun::Ran {
             out.push(Action::Done {
                 run,
                 outcome: Outcome::Skipped(SkipReason::Prestop),
@@ -431,6 +450,7 @@ impl Lifecycle {
                 out.push(Action::RunHook {
                     run,
                     unknown_despite_run_on: d == RunDecision::RunUnknown,
+                    after_cut_prestop: kubelet == KubeletRun::Cut,
                 });
             }
         }

@@ -145,6 +145,7 @@ mod tests {
         InstanceRecords {
             seen,
             prestop,
+            prestop_ended: prestop,
             running_attempt: running,
             done,
         }

@@ -159,6 +159,8 @@ pub struct InstanceRecords {
     pub seen: bool,
     /// `prestop-<id>` exists: the kubelet ran the preStop itself.
     pub prestop: bool,
+    /// `prestop-ended-<id>` exists: that preStop command ended.
+    pub prestop_ended: bool,
     /// `running-<id>`'s `attempt`, if the record exists (0 if unreadable).
     pub running_attempt: Option<u32>,
     /// `done-<id>` exists.
@@ -179,6 +181,7 @@ pub fn group_by_instance(
         match kind {
             RecordKind::Seen => r.seen = true,
             RecordKind::Prestop => r.prestop = true,
+            RecordKind::PrestopEnded => r.prestop_ended = true,
             RecordKind::Running => {
                 r.running_attempt = Some(
                     store

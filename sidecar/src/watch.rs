@@ -49,8 +49,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use kube_prestop_contract::{
-    self as contract, DoneRecord, HookRoot, HookStatus, HookToken, Outcome, RecordKind, RunOn,
-    RunningRecord, SeenRecord, SkipReason,
+    self as contract, DoneRecord, HookRoot, HookStatus, HookToken, Outcome, PrestopRecord,
+    RecordKind, RunOn, RunningRecord, SeenRecord, SkipReason,
 };
 
 use crate::cli::Target;
@@ -58,7 +58,7 @@ use crate::container_root::{self, HeldRoot};
 use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
 use crate::hook::{self, Chroot, HookContext, RunningHook};
-use crate::lifecycle::{Action, Event, Lifecycle};
+use crate::lifecycle::{Action, Event, KubeletRun, Lifecycle};
 use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
@@ -90,6 +90,10 @@ const NO_PIDFD_TICK: Duration = Duration::from_millis(50);
 /// makes the exit status readable. The shim reaps at once; past this the
 /// hook runs without the status (logged).
 pub const REAP_WAIT_MAX: Duration = Duration::from_millis(100);
+/// How long the watcher waits, after the container's exit, for a preStop
+/// wrapper without `prestop-ended-<id>` to end: the runtime kills it with
+/// the container within milliseconds (`docs/facts.md` R5).
+pub const WRAPPER_WAIT_MAX: Duration = Duration::from_secs(2);
 /// How long after finding an instance the watcher keeps trying to hold its
 /// root (every [`TICK`]) while the process has not entered its root file
 /// system yet (found before `pivot_root`).
@@ -432,17 +436,17 @@ impl Watcher {
                 instance.id()
             ),
             Action::CheckMark(run) => {
-                let id = run.instance.id();
-                let prestop = self.store.exists(&RecordKind::Prestop.file_name(&id));
+                let kubelet = self.kubelet_run(run.instance);
                 self.feed(Event::Marked {
                     instance: run.instance,
-                    prestop,
+                    kubelet,
                 });
             }
             Action::RunHook {
                 run,
                 unknown_despite_run_on,
-            } => self.run_hook(run, unknown_despite_run_on),
+                after_cut_prestop,
+            } => self.run_hook(run, unknown_despite_run_on, after_cut_prestop),
             Action::Done {
                 run,
                 outcome,
@@ -500,6 +504,61 @@ impl Watcher {
                 log!("exiting container={} status=0", self.container());
                 self.exit = Some(0);
             }
+        }
+    }
+
+    /// What the kubelet's own preStop run for `inst` came to
+    /// ([`KubeletRun`]): none without `prestop-<id>`; ran with
+    /// `prestop-ended-<id>`; else the wrapper's process decides: once it is
+    /// gone without having ended the command, the preStop was cut short
+    /// (containerd's shim kills every process of a container that shares
+    /// the pod's PID namespace when its init process exits:
+    /// `ShouldKillAllOnExit`, `cmd/containerd-shim-runc-v2/runc/util.go`,
+    /// v2.x; `docs/facts.md` R5). The watcher waits for that at most
+    /// [`WRAPPER_WAIT_MAX`]; a wrapper still running then is a preStop the
+    /// runtime did not kill, which stands as the kubelet's run.
+    fn kubelet_run(&self, inst: Instance) -> KubeletRun {
+        let id = inst.id();
+        let Some(mark) = self.store.read(&RecordKind::Prestop.file_name(&id)) else {
+            return if self.store.exists(&RecordKind::Prestop.file_name(&id)) {
+                KubeletRun::Ran
+            } else {
+                KubeletRun::None
+            };
+        };
+        let ended = || self.store.exists(&RecordKind::PrestopEnded.file_name(&id));
+        if ended() {
+            return KubeletRun::Ran;
+        }
+        let wrapper = PrestopRecord::parse(&mark)
+            .and_then(|r| i32::try_from(r.wrapper_pid).ok())
+            .and_then(|pid| pidfd_open(pid).ok());
+        if let Some(fd) = &wrapper {
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            let _ = ppoll(
+                &mut fds,
+                Some(TimeSpec::from_duration(WRAPPER_WAIT_MAX)),
+                None,
+            );
+            let gone = fds[0].revents().is_some_and(|r| !r.is_empty());
+            if !gone && !ended() {
+                log!(
+                    "container={} instance={id}: the kubelet's preStop still runs {} after the container's exit; it stands as the kubelet's run",
+                    self.container(),
+                    secs(WRAPPER_WAIT_MAX)
+                );
+                return KubeletRun::Ran;
+            }
+        }
+        if ended() {
+            KubeletRun::Ran
+        } else {
+            log!(
+                "container={} instance={id}: the container exited while the kubelet's preStop ran, which cut it short (the runtime killed it with the container); running the hook with {}=cut",
+                self.container(),
+                contract::ENV_HOOK_KUBELET_PRESTOP
+            );
+            KubeletRun::Cut
         }
     }
 
@@ -871,7 +930,12 @@ impl Watcher {
 
     /// [`Action::RunHook`]: writes `running-<id>` and spawns the hook in the
     /// held root, or reports that it could not start.
-    fn run_hook(&mut self, run: QueuedHookRun, unknown_despite_run_on: bool) {
+    fn run_hook(
+        &mut self,
+        run: QueuedHookRun,
+        unknown_despite_run_on: bool,
+        after_cut_prestop: bool,
+    ) {
         let id = run.instance.id();
         if unknown_despite_run_on {
             let why = match run.exit {
@@ -957,6 +1021,7 @@ impl Watcher {
             exit: run.exit,
             root: root_path.as_deref(),
             chroot,
+            after_cut_prestop,
         };
         match hook::spawn(&self.cfg.hook, &ctx) {
             Ok(h) => {

@@ -7,9 +7,11 @@
 //! watcher (the container process is the oldest parentless process with the
 //! identifying mount; the wrapper itself is younger), writes
 //! `prestop-<instance>` so the watcher does not run the hook a second time
-//! when the container then exits, and `execvp`s the original command: same
-//! process, arguments, environment and exit status. Failing to write the mark
-//! never stops the original command from running.
+//! when the container then exits, runs the original command as its child
+//! (same arguments, environment, streams and exit status) and writes
+//! `prestop-ended-<instance>` once it ended: a mark without it, whose
+//! wrapper is gone, is a preStop that the container's own exit cut short.
+//! Failing to write the mark never stops the original command from running.
 
 use std::ffi::CString;
 use std::path::Path;
@@ -163,6 +165,54 @@ fn report(target: &Target, proc_root: &Path, line: &str) {
     }
 }
 
+/// Runs `hook` as a child (same arguments, environment, standard streams,
+/// and `PATH` lookup as `execvp`), waits for it, and writes
+/// `prestop-ended-<id>` for `inst` with its status, so that the watcher can
+/// tell a preStop that ended from one the container's exit cut short (the
+/// runtime then kills this wrapper too, and the record is never written).
+/// Returns the command's status as a shell reports it: its exit code,
+/// `128 + signal`, 127 when it does not exist, 126 when it cannot be
+/// executed.
+fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], inst: Instance) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    let Some((prog, args)) = hook.split_first() else {
+        return contract::EXIT_COMMAND_NOT_FOUND;
+    };
+    let status = match std::process::Command::new(prog).args(args).status() {
+        Ok(st) => st
+            .code()
+            .or_else(|| st.signal().map(|s| 128 + s))
+            .unwrap_or(contract::EXIT_COMMAND_NOT_EXECUTABLE),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            log!("prestop: {prog}: command not found");
+            contract::EXIT_COMMAND_NOT_FOUND
+        }
+        Err(e) => {
+            log!("prestop: {prog}: cannot execute: {e}");
+            contract::EXIT_COMMAND_NOT_EXECUTABLE
+        }
+    };
+    let store = StateStore::new(&target.root, &target.container);
+    let record = contract::PrestopEndedRecord {
+        exit_status: status,
+    };
+    if let Err(e) = store.write(
+        &contract::RecordKind::PrestopEnded.file_name(&inst.id()),
+        &record.to_string(),
+    ) {
+        report(
+            target,
+            proc_root,
+            &format!(
+                "error: prestop: cannot record that the kubelet's preStop of container {} instance {} ended: {e}; the watcher may take it for one cut short and run the hook too",
+                target.container,
+                inst.id()
+            ),
+        );
+    }
+    status
+}
+
 /// Replaces this process with `hook` (`execvp`). Returns only on failure,
 /// with the shell's status: 127 when the command does not exist, 126 when it
 /// cannot be executed.
@@ -195,14 +245,16 @@ pub fn exec(hook: &[String]) -> i32 {
     }
 }
 
-/// The whole `prestop` subcommand: mark (best effort), then exec; a
-/// failure is reported into the watcher's log too. When the container ended
+/// The whole `prestop` subcommand: mark, then run the command and record
+/// that it ended ([`run_and_record`]); when the mark cannot be written, exec
+/// the command (best effort), and report the failure into the watcher's log
+/// too. When the container ended
 /// on its own as the kubelet began its preStop ([`MarkError::ExitedFirst`]),
 /// the command is not run: the watcher runs the hook for that exit, once.
 pub fn run(target: &Target, hook: &[String]) -> i32 {
     let proc_root = Path::new(PROC_ROOT);
     match mark(target, proc_root) {
-        Ok(_) => {}
+        Ok(inst) => return run_and_record(target, proc_root, hook, inst),
         Err(e @ MarkError::ExitedFirst { .. }) => {
             report(
                 target,

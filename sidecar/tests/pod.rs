@@ -136,6 +136,11 @@ fn kubelet_prestop_via_wrapper_means_no_second_run() {
     assert_eq!(code(st), 7);
     assert_eq!(pod.lines("kubelet"), vec!["kubelet"]);
     assert!(pod.records("prestop-").contains(&format!("prestop-{id}")));
+    assert!(
+        pod.records("prestop-ended-")
+            .contains(&format!("prestop-ended-{id}")),
+        "the wrapper records that the preStop ended"
+    );
     // A preStop command that does not exist: 127, like a shell; mark still written.
     assert_eq!(code(pod.prestop(&m, &["/nonexistent/cmd"])), 127);
     // Then the kubelet stops the container.
@@ -215,6 +220,75 @@ fn a_container_that_exits_as_the_kubelets_prestop_starts_gets_one_run() {
         || sc.log_text(),
         || sc.log_text().contains("does not run it a second time"),
     );
+    assert!(sc.alive());
+}
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_kubelet_prestop_cut_short_by_the_containers_exit_gets_the_hook() {
+    // containerd's shim kills every process of a container that shares the
+    // pod's PID namespace when its init process exits, the kubelet's preStop
+    // exec included; the test kills the wrapper itself, as the shim would.
+    // Before, the mark alone meant "the kubelet ran the preStop".
+    if !can_run() {
+        return;
+    }
+    let mut pod = Pod::new("wrapper-cut");
+    let hook = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "echo \"$KUBE_PRESTOP_INSTANCE ${{KUBE_PRESTOP_KUBELET_PRESTOP-unset}}\" >> {}",
+            pod.out("hooks").display()
+        ),
+    ];
+    let mut sc = pod.sidecar(&hook, &[]);
+    let mut m = pod.create_main(&["sleep", "1000"]);
+    m.start();
+    wait_for("the sidecar to see the main container", T, || {
+        !pod.records("seen-").is_empty()
+    });
+    let id = pod.records("seen-")[0]
+        .trim_start_matches("seen-")
+        .to_owned();
+    let started = pod.out("prestop-started");
+    let kubelet = format!(": > {}; exec sleep 1000", started.display());
+    let mut wrapper = std::process::Command::new("nsenter")
+        .arg(format!("--target={}", m.pid))
+        .args(["--pid", "--mount", "--"])
+        .arg(bin())
+        .args(["prestop", "--container", "main", "--root"])
+        .arg(pod.vol())
+        .arg("--id-root")
+        .arg(pod.idroot())
+        .args(["--", "sh", "-c", &kubelet])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the kubelet's preStop to start", T, || started.exists());
+    assert!(pod.records("prestop-").contains(&format!("prestop-{id}")));
+    // The container exits on its own; the runtime kills the preStop with it.
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    let wrapper_pid = child_of(i32::try_from(wrapper.id()).unwrap());
+    let command_pid = child_of(wrapper_pid);
+    kill(wrapper_pid, libc::SIGKILL);
+    kill(command_pid, libc::SIGKILL);
+    let _ = wait_exit(&mut wrapper, T);
+    wait_for_or_show(
+        "the hook",
+        T,
+        || sc.log_text(),
+        || !pod.lines("hooks").is_empty(),
+    );
+    assert_eq!(pod.lines("hooks"), vec![format!("{id} cut")]);
+    assert!(
+        !pod.records("prestop-ended-")
+            .iter()
+            .any(|r| r.ends_with(&id))
+    );
+    assert_eq!(done_fields(&pod, &id)["outcome"], "ran");
+    assert!(sc.log_text().contains("cut it short"), "{}", sc.log_text());
     assert!(sc.alive());
 }
 

@@ -47,13 +47,14 @@ fn a_watched_exit_runs_the_hook_once() {
     assert_eq!(a, [Action::Retire(inst(0)), Action::CheckMark(run(0, OK))]);
     let a = m.handle(Event::Marked {
         instance: inst(0),
-        prestop: false,
+        kubelet: KubeletRun::None,
     });
     assert_eq!(
         a,
         [Action::RunHook {
             run: run(0, OK),
-            unknown_despite_run_on: false
+            unknown_despite_run_on: false,
+            after_cut_prestop: false,
         }]
     );
     assert!(m.searching(), "the search resumes while the hook runs");
@@ -109,7 +110,7 @@ fn the_kubelets_mark_skips_the_hook() {
     });
     let a = m.handle(Event::Marked {
         instance: inst(0),
-        prestop: true,
+        kubelet: KubeletRun::Ran,
     });
     assert_eq!(
         a,
@@ -131,7 +132,7 @@ fn run_on_skips_and_an_unknown_status_runs() {
     });
     let a = m.handle(Event::Marked {
         instance: inst(0),
-        prestop: false,
+        kubelet: KubeletRun::None,
     });
     assert!(
         matches!(
@@ -150,13 +151,14 @@ fn run_on_skips_and_an_unknown_status_runs() {
     });
     let a = m.handle(Event::Marked {
         instance: inst(1),
-        prestop: false,
+        kubelet: KubeletRun::None,
     });
     assert_eq!(
         a,
         [Action::RunHook {
             run: run(1, unknown),
-            unknown_despite_run_on: true
+            unknown_despite_run_on: true,
+            after_cut_prestop: false,
         }]
     );
 }
@@ -188,7 +190,7 @@ fn a_stop_while_searching_takes_a_last_look_first() {
     );
     m.handle(Event::Marked {
         instance: inst(0),
-        prestop: false,
+        kubelet: KubeletRun::None,
     });
     let a = m.handle(Event::HookEnded {
         instance: inst(0),
@@ -222,7 +224,7 @@ fn a_stop_during_a_hook_cuts_its_line_and_waits_for_it() {
     });
     m.handle(Event::Marked {
         instance: inst(0),
-        prestop: false,
+        kubelet: KubeletRun::None,
     });
     m.handle(Event::Terminate);
     let a = m.handle(Event::FinalLookDone);
@@ -321,11 +323,21 @@ const N: usize = 2;
 enum Life {
     NotStarted,
     Running,
-    /// Exited; `own`: on its own (not stopped by the kubelet, which runs the
-    /// preStop through the wrapper and leaves the mark).
+    /// Exited, and how.
     Exited {
-        own: bool,
+        end: End,
     },
+}
+
+/// How an instance ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// On its own.
+    Own,
+    /// Stopped by the kubelet after its preStop ran through the wrapper.
+    Kubelet,
+    /// On its own while the kubelet's preStop ran, which cut it short.
+    DuringPrestop,
 }
 
 #[derive(Debug, Clone)]
@@ -377,13 +389,28 @@ impl World {
             match a {
                 Action::CheckMark(run) => {
                     let k = Self::k(run.instance);
-                    let prestop = matches!(self.life[k], Life::Exited { own: false });
+                    let kubelet = match self.life[k] {
+                        Life::Exited { end: End::Kubelet } => KubeletRun::Ran,
+                        Life::Exited {
+                            end: End::DuringPrestop,
+                        } => KubeletRun::Cut,
+                        _ => KubeletRun::None,
+                    };
                     self.feed(Event::Marked {
                         instance: run.instance,
-                        prestop,
+                        kubelet,
                     });
                 }
-                Action::RunHook { run, .. } => {
+                Action::RunHook {
+                    run,
+                    after_cut_prestop,
+                    ..
+                } => {
+                    let cut = self.life[Self::k(run.instance)]
+                        == (Life::Exited {
+                            end: End::DuringPrestop,
+                        });
+                    assert_eq!(after_cut_prestop, cut, "{:?}", self.steps);
                     assert!(self.hook.is_none(), "two hooks at once: {:?}", self.steps);
                     self.hook = Some(run.instance);
                 }
@@ -447,10 +474,10 @@ impl World {
                     v.push(Move::Start(k));
                 }
                 Life::Running => {
-                    for own in [true, false] {
+                    for end in [End::Own, End::Kubelet, End::DuringPrestop] {
                         for visible in [true, false] {
                             if visible || !self.found[k] {
-                                v.push(Move::Exit { k, own, visible });
+                                v.push(Move::Exit { k, end, visible });
                             }
                         }
                     }
@@ -489,8 +516,8 @@ impl World {
         self.steps.push(format!("{mv:?}"));
         match mv {
             Move::Start(k) => self.life[k] = Life::Running,
-            Move::Exit { k, own, visible } => {
-                self.life[k] = Life::Exited { own };
+            Move::Exit { k, end, visible } => {
+                self.life[k] = Life::Exited { end };
                 self.visible[k] = visible;
                 self.exited_before_stop[k] = !self.stopped;
             }
@@ -574,14 +601,14 @@ impl World {
                 })
                 .collect();
             assert!(runs <= 1, "instance {k} ran {runs} times\n{}", ctx());
-            let Life::Exited { own } = self.life[k] else {
+            let Life::Exited { end } = self.life[k] else {
                 assert!(done.is_empty() && runs == 0, "{}", ctx());
                 continue;
             };
             let taken = self.found[k] && self.actions.contains(&Action::Retire(i));
             if taken {
                 assert_eq!(done.len(), 1, "instance {k}: one outcome\n{}", ctx());
-                let expect = if !own {
+                let expect = if end == End::Kubelet {
                     Outcome::Skipped(SkipReason::Prestop)
                 } else if run_on::decide(run_on, self.exit_of(k)) == RunDecision::Skip {
                     Outcome::Skipped(SkipReason::RunOn)
@@ -596,7 +623,10 @@ impl World {
                 // it must report when nothing else was ever found (a restart
                 // missed after an earlier instance was found is the documented
                 // gap: the sidecar cannot know the kubelet restarted it).
-                if own && self.exited_before_stop[k] && !self.found.iter().any(|f| *f) {
+                if end != End::Kubelet
+                    && self.exited_before_stop[k]
+                    && !self.found.iter().any(|f| *f)
+                {
                     assert!(miss, "instance {k} missed silently\n{}", ctx());
                 }
             }
@@ -609,7 +639,7 @@ enum Move {
     Start(usize),
     Exit {
         k: usize,
-        own: bool,
+        end: End,
         visible: bool,
     },
     Find(usize),
