@@ -668,11 +668,28 @@ impl Watcher {
                 ),
             }
         }
+        let still_running: Vec<Instance> = actions
+            .iter()
+            .filter_map(|a| match a {
+                RecoveryAction::StillRunning { id } => Instance::from_id(id),
+                _ => None,
+            })
+            .collect();
         self.feed(Event::Recovered {
             actions,
             had_records: !groups.is_empty(),
             now_ticks,
         });
+        // Hold a running instance at once rather than leave it to the
+        // search: one that exits between the liveness check above and the
+        // search's look would no longer be found (a gone process has no
+        // mount table), and its exit would be lost without a word. Attached
+        // now, it is watched, or, if it just exited, its hook runs.
+        for inst in still_running {
+            if self.life.searching() {
+                self.attach(inst);
+            }
+        }
     }
 
     fn search(&mut self, now: Instant) {
