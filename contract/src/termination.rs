@@ -16,7 +16,8 @@
 //! sidecar's hook, still running when this message was written) or `cut`:
 //! this sidecar's own hook was still running when SIGTERM came and the
 //! message was not rewritten afterwards, i.e. the grace period's SIGKILL
-//! ended it (`grace_cut=true`). The watcher rewrites the message after each
+//! ended it (`grace_cut=true`); or `missed`, instance `-`: the sidecar was
+//! stopped without ever having seen its container run. The watcher rewrites the message after each
 //! run and on SIGTERM; the kubelet reads it when the sidecar has stopped.
 
 use std::fmt;
@@ -64,6 +65,10 @@ pub enum HookToken {
     Running,
     /// `cut`: this sidecar's hook was running when SIGTERM came.
     Cut,
+    /// `missed`: the sidecar was stopped without ever having seen the
+    /// container run (it may not have run; if it did, its hook did not
+    /// run). The line's instance is `-`.
+    Missed,
     /// `unknown`: a `done-<id>` record without an outcome, or `ran` without
     /// a status.
     Unknown,
@@ -105,6 +110,7 @@ impl HookToken {
             (Some(s), _) => Self::Ended(s),
             (None, "running") => Self::Running,
             (None, "cut") => Self::Cut,
+            (None, "missed") => Self::Missed,
             (None, "unknown") => Self::Unknown,
             (None, "abandoned") => Self::Abandoned,
             (None, _) => match text.parse::<Outcome>() {
@@ -131,6 +137,7 @@ impl fmt::Display for HookToken {
             Self::Abandoned => Outcome::Abandoned.fmt(f),
             Self::Running => f.write_str("running"),
             Self::Cut => f.write_str("cut"),
+            Self::Missed => f.write_str("missed"),
             Self::Unknown => f.write_str("unknown"),
             Self::Verbatim(s) => f.write_str(s),
         }
@@ -385,6 +392,7 @@ mod tests {
             HookToken::Abandoned,
             HookToken::Running,
             HookToken::Cut,
+            HookToken::Missed,
             HookToken::Unknown,
         ] {
             assert_eq!(HookToken::parse(&t.to_string()), t);

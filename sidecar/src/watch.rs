@@ -49,8 +49,8 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::time::TimeSpec;
 
 use kube_prestop_contract::{
-    self as contract, DoneRecord, HookRoot, HookStatus, HookToken, Outcome, PrestopRecord,
-    RecordKind, RunOn, RunningRecord, SeenRecord, SkipReason,
+    self as contract, ContainerEnd, DoneRecord, HookRoot, HookRun, HookStatus, HookToken, Outcome,
+    Parsed, PrestopRecord, RecordKind, RunLine, RunOn, RunningRecord, SeenRecord, SkipReason,
 };
 
 use crate::cli::Target;
@@ -177,6 +177,8 @@ struct Watcher {
     stop_signal: Option<Signal>,
     /// The stop came while searching (for the "search ended" line).
     stopped_searching: bool,
+    /// [`Action::ReportMiss`] came: the termination message says so.
+    missed: bool,
     /// The process exit status, once [`Action::Exit`] came.
     exit: Option<i32>,
     armed: bool,
@@ -239,6 +241,7 @@ pub fn run(cfg: WatchConfig) -> i32 {
         hook: None,
         stop_signal: None,
         stopped_searching: false,
+        missed: false,
         exit: None,
         armed: false,
         arm_retry_at: now,
@@ -478,6 +481,7 @@ impl Watcher {
                 );
             }
             Action::ReportMiss => {
+                self.missed = true;
                 let stats = self.scanner.stats();
                 log!(
                     "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={} {stats}",
@@ -881,6 +885,19 @@ impl Watcher {
     /// came (shown as `hook=cut grace_cut=true` until a later rewrite).
     fn update_termination_message(&mut self, cut: Option<&str>) {
         let mut runs = termination::collect(&self.cfg.target.root);
+        if self.missed {
+            runs.push(HookRun {
+                line: RunLine {
+                    container: self.cfg.target.container.clone(),
+                    instance: "-".to_owned(),
+                    container_exit: Parsed::Known(ContainerEnd::Unknown),
+                    hook: HookToken::Missed,
+                    duration_ms: None,
+                    grace_cut: false,
+                },
+                exit_ticks: procfs::now_ticks(),
+            });
+        }
         if let Some(id) = cut {
             for r in &mut runs {
                 if r.line.container == self.cfg.target.container && r.line.instance == id {

@@ -316,3 +316,29 @@ fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
     kill(sc.pid, libc::SIGTERM);
     assert_eq!(code(sc.wait(T)), 0);
 }
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_sidecar_stopped_without_seeing_its_container_says_so_in_the_termination_message() {
+    // Before, a missed exit had no line at all: the pod status showed
+    // nothing where the hook's line should have been.
+    if !can_run() {
+        return;
+    }
+    let pod = Pod::new("missed");
+    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    wait_for("the watcher to arm", T, || {
+        pod.state().join("armed").exists()
+    });
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+    let msg = pod.termination_message();
+    assert_eq!(
+        msg,
+        "kube-prestop hook runs, oldest first:\n\
+         container=main instance=- container_exit=unknown hook=missed duration_ms=- grace_cut=false\n",
+        "{}",
+        sc.log_text()
+    );
+    assert!(sc.log_text().contains("was never seen running"));
+}
