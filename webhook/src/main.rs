@@ -105,6 +105,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         args.tls_key_file.clone(),
     );
     config.cert_reload_interval = args.cert_reload_interval;
+    config.client_ca_file = args.client_ca_file.clone();
     config.drain_delay = args.drain_delay;
     config.shutdown_grace = args.shutdown_grace;
     config.failure_mode = args.failure_mode.into();

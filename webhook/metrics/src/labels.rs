@@ -83,11 +83,14 @@ pub mod reason {
     /// flight were at their limit; the API server applies the webhook's
     /// `failurePolicy`.
     pub const OVERLOADED: &str = "overloaded";
+    /// The server requires a client certificate (`--client-ca-file`) and
+    /// the caller presented none (HTTP 401): not the API server.
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
 }
 
 /// `decision`s and `reason`s the server itself produces (besides the
 /// engine's skip reasons and error labels).
-const SERVER_OUTCOMES: [(DecisionLabel, &str); 12] = [
+const SERVER_OUTCOMES: [(DecisionLabel, &str); 13] = [
     (DecisionLabel::Inject, reason::INJECTED),
     (DecisionLabel::Inject, reason::NO_CHANGE),
     (DecisionLabel::Ignored, reason::OTHER_RESOURCE),
@@ -100,6 +103,7 @@ const SERVER_OUTCOMES: [(DecisionLabel, &str); 12] = [
     (DecisionLabel::Error, reason::SERIALIZE),
     (DecisionLabel::Invalid, reason::BAD_REQUEST),
     (DecisionLabel::Invalid, reason::BODY_TOO_LARGE),
+    (DecisionLabel::Invalid, reason::UNAUTHENTICATED),
 ];
 
 /// Every (`decision`, `reason`) pair of `kube_prestop_admissions_total`:

@@ -126,6 +126,15 @@ impl FromRequest<Arc<AppState>> for ReviewBody {
 
 /// Reads the body within the limits (see the module docs).
 async fn read(request: Request, app: &AppState) -> Result<ReviewBody, HttpError> {
+    if app.require_client_cert
+        && !request
+            .extensions()
+            .get::<crate::tls::ClientCert>()
+            .is_some_and(|c| c.verified)
+    {
+        // Nothing read: hyper discards or closes what the client still sends.
+        return Err(HttpError::Unauthenticated);
+    }
     let deadline = tokio::time::Instant::now() + app.body_read_timeout;
     let cap = app.max_body_bytes;
     let (parts, mut body) = request.into_parts();
@@ -220,6 +229,9 @@ fn reject(app: &AppState, error: &HttpError) {
             budget_bytes,
             in_use_bytes = app.body_budget.in_use_bytes(),
             "request shed: request bodies in flight at their limit (--max-inflight-body-bytes)"
+        ),
+        HttpError::Unauthenticated => tracing::warn!(
+            "review refused: the client presented no certificate (--client-ca-file is set; only the API server may post reviews)"
         ),
         _ => tracing::debug!(error = %error, "request body not read"),
     }

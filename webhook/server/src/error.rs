@@ -38,6 +38,13 @@ pub enum HttpError {
         /// The limit, bytes.
         budget_bytes: usize,
     },
+    /// The server requires a client certificate (`--client-ca-file`) and
+    /// the connection presented none (HTTP 401): only the API server, with
+    /// the certificate of its `AdmissionConfiguration`, may post reviews.
+    #[error(
+        "a client certificate signed by the webhook's client CA (--client-ca-file) is required to post an AdmissionReview"
+    )]
+    Unauthenticated,
     /// The answer could not be serialized (HTTP 500; cannot happen for the
     /// plain data it is, but answered rather than assumed).
     #[error("cannot serialize the response: {0}")]
@@ -52,6 +59,7 @@ impl HttpError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Serialize(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -65,6 +73,7 @@ impl HttpError {
             Self::BodyTooLarge { .. } => Some((DecisionLabel::Invalid, reason::BODY_TOO_LARGE)),
             Self::Serialize(_) => Some((DecisionLabel::Error, reason::SERIALIZE)),
             Self::Overloaded { .. } => Some((DecisionLabel::Error, reason::OVERLOADED)),
+            Self::Unauthenticated => Some((DecisionLabel::Invalid, reason::UNAUTHENTICATED)),
             Self::ReadBody(_) | Self::BodyTimeout => None,
         }
     }

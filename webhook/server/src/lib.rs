@@ -92,6 +92,12 @@ pub struct ServerConfig {
     pub max_inflight_body_bytes: usize,
     /// Per-connection limits.
     pub conn_limits: ConnLimits,
+    /// PEM CA certificates that a `/mutate` client's certificate must
+    /// chain to (`--client-ca-file`): the CA of the client certificate the
+    /// API server presents per its `AdmissionConfiguration`
+    /// (`kubeConfigFile`). `None`: no client certificate asked for (any
+    /// client that reaches the port may post a review).
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -122,6 +128,7 @@ impl ServerConfig {
                 http2_keep_alive: Duration::from_secs(30),
                 idle_timeout: Duration::from_secs(90),
             },
+            client_ca_file: None,
         }
     }
 }
@@ -132,6 +139,9 @@ pub enum ServerError {
     /// The serving certificate or key could not be loaded.
     #[error("serving certificate: {0}")]
     Tls(#[from] TlsLoadError),
+    /// The client CA file (`--client-ca-file`) could not be loaded.
+    #[error("client CA (--client-ca-file): {0}")]
+    ClientCa(TlsLoadError),
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     TlsConfig(#[from] rustls::Error),
@@ -192,7 +202,13 @@ impl Server {
             config.tls_cert_file.clone(),
             config.tls_key_file.clone(),
         )?);
-        let tls = crate::tls::server_config(resolver.clone())?;
+        let client_roots = config
+            .client_ca_file
+            .as_deref()
+            .map(crate::tls::load_client_roots)
+            .transpose()
+            .map_err(ServerError::ClientCa)?;
+        let tls = crate::tls::server_config(resolver.clone(), client_roots)?;
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         metrics.set_certificate_expiry(resolver.not_after_unix());
         let (https, https_addr) = bind(config.https_addr).await?;
@@ -207,6 +223,7 @@ impl Server {
             body_read_timeout: config.body_read_timeout,
             max_inflight_body_bytes: config.max_inflight_body_bytes,
             body_budget: BodyBudget::new(config.max_inflight_body_bytes),
+            require_client_cert: config.client_ca_file.is_some(),
         });
         Ok(Self {
             https,

@@ -20,6 +20,8 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
+use crate::tls::ClientCert;
+
 /// Stop signal of an accept loop, seen by each of its connections.
 type Stop = watch::Receiver<bool>;
 
@@ -215,7 +217,11 @@ pub async fn serve_tls(
                         return;
                     }
                 };
-                let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+                let session = tls.get_ref().1;
+                let h2 = session.alpn_protocol() == Some(b"h2".as_slice());
+                // rustls verified any certificate the client presented.
+                let verified = session.peer_certificates().is_some_and(|c| !c.is_empty());
+                let router = router.layer(axum::Extension(ClientCert { verified }));
                 serve_connection(TokioIo::new(tls), h2, router, limits, stop, peer).await;
             }
         },

@@ -41,6 +41,9 @@ pub struct AppState {
     pub max_inflight_body_bytes: usize,
     /// The budget itself.
     pub body_budget: BodyBudget,
+    /// `/mutate` refuses a client without a verified certificate
+    /// (`--client-ca-file`; [`crate::tls::ClientCert`]).
+    pub require_client_cert: bool,
 }
 
 /// The HTTPS router.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http_common::{
-    TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for,
+    Pki, TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for,
     warnings_of, write_pair,
 };
 use k8s_openapi::api::core::v1::Pod;
@@ -1214,4 +1214,100 @@ async fn an_idle_http1_keep_alive_connection_is_closed() {
     })
     .await;
     assert!(ended.is_ok(), "an idle keep-alive connection is closed");
+}
+
+/// A client CA of its own, written to a file for `--client-ca-file`.
+fn client_ca(dir: &std::path::Path) -> (Pki, std::path::PathBuf) {
+    let pki = Pki::new();
+    let path = dir.join("client-ca.crt");
+    std::fs::write(&path, pki.ca_pem()).unwrap();
+    (pki, path)
+}
+
+fn with_identity(server: &TestServer, issued: &http_common::Issued) -> reqwest::Client {
+    let pem = format!("{}{}", issued.cert_pem, issued.key_pem);
+    server
+        .client_builder()
+        .identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_a_client_with_its_certificate_may_post_reviews() {
+    // Before, anyone who reached the port could post a review: the API
+    // server's AdmissionConfiguration client certificate was never asked for.
+    let dir = tempfile::tempdir().unwrap();
+    let (client_pki, ca_file) = client_ca(dir.path());
+    let server = TestServer::start(|c| c.client_ca_file = Some(ca_file)).await;
+    let body = review("uid-mtls", "pods", "CREATE", job_pod()).to_string();
+    // No certificate: refused, counted; the probes' endpoints still answer.
+    let (status, value) = server.mutate(body.clone()).await;
+    assert_eq!(status, 401, "{value}");
+    assert!(
+        value["error"]
+            .as_str()
+            .unwrap()
+            .contains("--client-ca-file"),
+        "{value}"
+    );
+    let ready = server
+        .client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    // The API server's certificate: answered.
+    let apiserver = with_identity(&server, &client_pki.issue("kube-apiserver"));
+    let r = apiserver
+        .post(server.url("/mutate"))
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // A certificate of another CA: the handshake fails.
+    let stranger = with_identity(&server, &Pki::new().issue("kube-apiserver"));
+    let r = stranger.post(server.url("/mutate")).body(body).send().await;
+    assert!(r.is_err(), "{r:?}");
+    let metrics = reqwest::get(server.metrics_url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"kube_prestop_admissions_total{decision="invalid",reason="unauthenticated"} 1"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_ca_file_without_a_certificate_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("empty.crt");
+    std::fs::write(&bad, "not a certificate\n").unwrap();
+    let pki = Pki::new();
+    let (cert, key) = http_common::write_pair(dir.path(), &pki.issue("localhost"));
+    let mut config = kube_prestop_server::ServerConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        "127.0.0.1:0".parse().unwrap(),
+        cert,
+        key,
+    );
+    config.client_ca_file = Some(bad.clone());
+    let Err(err) = kube_prestop_server::Server::bind(
+        config,
+        kube_prestop_cluster::cluster_cache::ClusterCache::disconnected(),
+    )
+    .await
+    else {
+        panic!("a client CA file without a certificate was accepted");
+    };
+    let text = err.to_string();
+    assert!(text.contains("--client-ca-file"), "{text}");
+    assert!(text.contains(&bad.display().to_string()), "{text}");
 }

@@ -90,6 +90,14 @@ pub struct ServeArgs {
     /// PEM private key of the serving certificate; reloaded with it.
     #[arg(long, env = "KUBE_PRESTOP_TLS_KEY_FILE")]
     pub tls_key_file: PathBuf,
+    /// PEM CA certificate(s) that a `/mutate` client's certificate must
+    /// chain to: the CA of the client certificate the API server presents
+    /// to webhooks per its AdmissionConfiguration (kubeConfigFile). Set, a
+    /// review from a client without such a certificate is refused (401); a
+    /// certificate that does not verify fails the TLS handshake. Unset
+    /// (default): no client certificate asked for. Read at start.
+    #[arg(long, env = "KUBE_PRESTOP_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
     /// How often the certificate files are checked for changes.
     #[arg(long, default_value = "5s", value_parser = parse_duration, env = "KUBE_PRESTOP_CERT_RELOAD_INTERVAL")]
     pub cert_reload_interval: Duration,

@@ -38,6 +38,15 @@ pub enum TlsLoadError {
         /// Parser message.
         reason: String,
     },
+    /// The client CA file holds a certificate rustls cannot use as a
+    /// trust anchor.
+    #[error("cannot use the CA certificate in {path} to verify clients: {reason}")]
+    BadClientCa {
+        /// The file.
+        path: PathBuf,
+        /// rustls message.
+        reason: String,
+    },
     /// The key is unsupported or does not match the certificate.
     #[error("key {key} does not fit certificate {cert}: {source}")]
     KeyMismatch {
@@ -49,6 +58,34 @@ pub enum TlsLoadError {
         #[source]
         source: rustls::Error,
     },
+}
+
+/// The CA certificates in the PEM file `path` (`--client-ca-file`), as the
+/// trust anchors client certificates must chain to.
+///
+/// # Errors
+/// [`TlsLoadError::Read`], [`TlsLoadError::NoCertificate`] when the file
+/// holds none, [`TlsLoadError::BadClientCa`] when one is not a usable
+/// X.509 CA certificate.
+pub fn load_client_roots(path: &Path) -> Result<rustls::RootCertStore, TlsLoadError> {
+    let pem = std::fs::read(path).map_err(|source| TlsLoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .filter_map(Result::ok)
+        .collect();
+    if certs.is_empty() {
+        return Err(TlsLoadError::NoCertificate(path.to_owned()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| TlsLoadError::BadClientCa {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(roots)
 }
 
 /// A certificate/key pair ready for rustls, with what the server reports
