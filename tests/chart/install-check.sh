@@ -14,7 +14,9 @@
 #   and FAIL with exit status 1 for a webhook configuration that does not
 #   exist and for a test Job in a namespace the webhook does not select ->
 #   helm uninstall leaves no Secret, webhook configuration, ClusterRole or
-#   binding behind. Refuses to start while another release of the chart is
+#   binding behind; with webhook.clientCA (the CA of the local API server's
+#   admission client certificate) a test Job is still injected and a review
+#   without a client certificate is refused and counted. Refuses to start while another release of the chart is
 #   installed (`tests/install-product.sh --uninstall` removes the local one):
 #   its webhook would be called first and inject the check's namespaces.
 #
@@ -47,7 +49,7 @@ k() { "${kubectl}" "$@"; }
 cleanup() {
     "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null 2>&1 || true
     k delete mutatingwebhookconfiguration "${name%?}" --ignore-not-found >/dev/null 2>&1 || true
-    k delete namespace "${ns}" "${ns}-ahead" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+    k delete namespace "${ns}" "${ns}-ahead" "${ns}-mtls" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -222,6 +224,46 @@ if "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]
     k delete namespace "${ahead}" --wait=false >/dev/null
 else
     fail "helm upgrade --set sidecarBinary.source=configMap --set sidecarBinary.createAhead=true"
+fi
+
+# webhook.clientCA: the local API server presents the client certificate of
+# its AdmissionConfiguration (tests/cluster/pki.sh). With its CA set, the
+# check's dry-run pod is still injected and its test Job run (the API server
+# passed the webhook's check), while a review posted through the API
+# server's pod proxy, which presents no client certificate, is refused with
+# 401 and counted as unauthenticated.
+if [[ -z "${KUBE_PRESTOP_WEBHOOK_CLIENT_CA:-}" || ! -f "${KUBE_PRESTOP_WEBHOOK_CLIENT_CA}" ]]; then
+    fail "webhook.clientCA: KUBE_PRESTOP_WEBHOOK_CLIENT_CA names no file (source the cluster's env.sh)"
+elif "${HELM}" upgrade "${release}" "${chart}" -n "${ns}" "${LOCAL_IMAGE_VALUES[@]}" --wait --timeout 180s \
+    --set-file webhook.clientCA="${KUBE_PRESTOP_WEBHOOK_CLIENT_CA}" >/dev/null; then
+    mtls="${ns}-mtls"
+    k create namespace "${mtls}" >/dev/null
+    k label namespace "${mtls}" kube-prestop.io/inject=enabled >/dev/null
+    image="$(k get deployment "${name}" -n "${ns}" -o json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+args = d["spec"]["template"]["spec"]["containers"][0]["args"]
+print(next(a.split("=", 1)[1] for a in args if a.startswith("--install-image=")))
+')"
+    check_command "${mtls}" "the image volume ${image}"
+    pod="$(k get pods -n "${ns}" -l kube-prestop.io/component=webhook -o jsonpath='{.items[0].metadata.name}')"
+    review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"no-client-cert","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"'"${mtls}"'","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"},"spec":{"containers":[{"name":"c","image":"x"}]}}}}'
+    rc=0
+    out="$(printf '%s' "${review}" | k create --raw "/api/v1/namespaces/${ns}/pods/https:${pod}:8443/proxy/mutate" -f - 2>&1)" || rc=$?
+    if [[ "${rc}" != 0 ]] && grep -qi "unauthorized" <<<"${out}"; then
+        pass "webhook.clientCA: a review without a client certificate is refused (401)"
+    else
+        fail "webhook.clientCA: a review without a client certificate got exit ${rc}: ${out}"
+    fi
+    metrics="$(k get --raw "/api/v1/namespaces/${ns}/pods/http:${pod}:9090/proxy/metrics" 2>&1 || true)"
+    if grep -Eq '^kube_prestop_admissions_total\{decision="invalid",reason="unauthenticated"\} [1-9]' <<<"${metrics}"; then
+        pass "webhook.clientCA: the refusal is counted (reason unauthenticated)"
+    else
+        fail "webhook.clientCA: no unauthenticated refusal counted: $(grep unauthenticated <<<"${metrics}")"
+    fi
+    k delete namespace "${mtls}" --wait=false >/dev/null
+else
+    fail "helm upgrade --set-file webhook.clientCA=${KUBE_PRESTOP_WEBHOOK_CLIENT_CA}"
 fi
 
 if "${HELM}" uninstall "${release}" -n "${ns}" --wait >/dev/null; then

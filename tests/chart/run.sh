@@ -82,6 +82,7 @@ cases=(
     "monitoring-k8s1.34|values-monitoring.yaml|1.34.0"
     "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
     "networkpolicy-k8s1.34|values-networkpolicy.yaml|1.34.0"
+    "clientca-k8s1.34|values-clientca.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -207,6 +208,7 @@ expect_refused "a certificate expiry alert of 0 days" --set monitoring.prometheu
 expect_refused "a NetworkPolicy with no API server source" --set networkPolicy.enabled=true
 expect_refused "a NetworkPolicy with hostNetwork" -f "${here}/values-networkpolicy.yaml" --set hostNetwork.enabled=true
 expect_refused "a malformed NetworkPolicy CIDR" --set networkPolicy.enabled=true --set 'networkPolicy.apiServer.cidrs={10.0.0.0}'
+expect_refused "a client CA that is no PEM certificate" --set webhook.clientCA=not-a-certificate
 expect_refused "an unknown NetworkPolicy peer field" -f "${here}/values-networkpolicy.yaml" --set 'networkPolicy.apiServer.peers[0].ipBlock.cidr=10.0.0.0/8'
 expect_refused "an unknown validatingAdmissionPolicy value" --set validatingAdmissionPolicy.unknownKey=1
 expect_refused "an unknown workload kind" --set 'webhook.workloadKinds={job,argo}'

@@ -58,6 +58,38 @@ EOF
   chmod 600 "$file"
 }
 
+# make_admission_config: the apiserver's --admission-control-config-file,
+# whose webhook plugins present apiserver-webhook-client to every
+# in-cluster webhook Service (`*.svc`, the kubeconfig's user name matching
+# the webhook's host).
+make_admission_config() {
+  cat >"$PKI/webhook-client.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: '*.svc'
+  user:
+    client-certificate: $PKI/apiserver-webhook-client.crt
+    client-key: $PKI/apiserver-webhook-client.key
+EOF
+  chmod 600 "$PKI/webhook-client.kubeconfig"
+  cat >"$PKI/admission.yaml" <<EOF
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $PKI/webhook-client.kubeconfig
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: $PKI/webhook-client.kubeconfig
+EOF
+}
+
 make_pki() {
   make_ca
   local api_sans="IP:$NODE_IP,IP:$SERVICE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes"
@@ -72,6 +104,11 @@ make_pki() {
   make_cert scheduler "/CN=system:kube-scheduler" clientAuth
   make_cert kube-proxy "/CN=system:kube-proxy" clientAuth
   make_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
+  # The apiserver's client certificate towards admission webhooks (its
+  # AdmissionConfiguration's kubeConfigFile): a webhook installed with
+  # webhook.clientCA = this CA accepts reviews only from the apiserver.
+  make_cert apiserver-webhook-client "/CN=kube-apiserver-webhook-client" clientAuth
+  make_admission_config
   if [[ ! -f "$PKI/sa.key" ]]; then
     _new_key "$PKI/sa.key"
     openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null

@@ -78,6 +78,7 @@ start_apiserver() {
     --service-account-signing-key-file="$PKI/sa.key" \
     --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction \
+    --admission-control-config-file="$PKI/admission.yaml" \
     --allow-privileged=true \
     --enable-aggregator-routing=true \
     --cert-dir="$STATE/apiserver" \
@@ -171,6 +172,8 @@ export RUNTIME=$RUNTIME
 # A directory on the node for hostPath volumes that tests read from the host.
 export KUBE_PRESTOP_NODE_HOSTPATH=$STATE/hostpath
 export KUBE_PRESTOP_E2E_IMAGE=$BUSYBOX_IMAGE
+# The CA of the client certificate the apiserver presents to webhooks.
+export KUBE_PRESTOP_WEBHOOK_CLIENT_CA=$PKI/ca.crt
 EOF
 }
 
