@@ -6,7 +6,9 @@
 //!   nothing there (before, it created the ~1 MiB sidecar ConfigMap);
 //! - a pod that the patch would take past the documented size bound is
 //!   admitted unmodified under the default failure mode (before, the patched
-//!   pod was refused by the API server after the webhook answered).
+//!   pod was refused by the API server after the webhook answered);
+//! - the chart's ValidatingAdmissionPolicy refuses the webhook's ServiceAccount
+//!   any ConfigMap but its own sidecar-binary ones in selected namespaces.
 //!
 //! The flood of maximum-size reviews is measured by `make bench` (webhook
 //! part, flood phase; docs/figures.md), not timed here.
@@ -209,4 +211,82 @@ async fn a_pod_the_patch_would_take_too_large_is_admitted_unmodified() -> Result
         }
     })
     .await
+}
+
+/// The webhook's ServiceAccount as the API server sees it.
+const WEBHOOK_ACCOUNT: &str = "system:serviceaccount:kube-prestop:kube-prestop";
+
+/// A client that acts as the webhook's ServiceAccount (impersonation: the
+/// test's admin may impersonate anyone).
+async fn as_webhook_account() -> Result<Client> {
+    let mut config = kube::Config::infer().await?;
+    config.auth_info.impersonate = Some(WEBHOOK_ACCOUNT.to_owned());
+    Ok(Client::try_from(config)?)
+}
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "data": { "x": "y" }
+    }))
+    .expect("a ConfigMap")
+}
+
+/// Creates `name` in `ns` as the webhook's account; the API server's error
+/// message when refused.
+async fn create_as_webhook(account: &Client, ns: &str, name: &str) -> Result<Option<String>> {
+    match Api::<ConfigMap>::namespaced(account.clone(), ns)
+        .create(&PostParams::default(), &config_map(name))
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 422 => {
+            Ok(Some(status.message))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The chart's ValidatingAdmissionPolicy, whatever the webhook process is
+/// made to do: its ServiceAccount (whose RBAC may create ConfigMaps in any
+/// namespace, since RBAC cannot restrict a create by name or by the
+/// namespace's labels) may create only `kube-prestop-sidecar-*` ConfigMaps,
+/// and only in namespaces labelled for injection. Before, the policy was
+/// installed but no denial of it had been seen.
+#[tokio::test]
+async fn the_policy_refuses_the_webhook_account_any_other_config_map() -> Result<()> {
+    init_tracing();
+    let client = client().await?;
+    let account = as_webhook_account().await?;
+    let labelled = TestNamespace::create(&client, "kpt-vap-selected", true).await?;
+    let unlabelled = TestNamespace::create(&client, "kpt-vap-unselected", false).await?;
+    let other = unlabelled.name.clone();
+    let result =
+        with_namespace(labelled, |ns| {
+            let account = account.clone();
+            async move {
+                let refused = create_as_webhook(&account, &ns, "not-ours").await?;
+                ensure!(
+                    refused.as_deref().is_some_and(
+                        |m| m.contains("may create only its sidecar-binary ConfigMaps")
+                    ),
+                    "a ConfigMap of another name in {ns}: {refused:?}"
+                );
+                let forged = format!("{CONFIG_MAP_PREFIX}vap-forged");
+                let refused = create_as_webhook(&account, &other, &forged).await?;
+                ensure!(
+                    refused.as_deref().is_some_and(|m| m
+                        .contains("only in namespaces labelled kube-prestop.io/inject=enabled")),
+                    "a sidecar ConfigMap in the unlabelled {other}: {refused:?}"
+                );
+                // Its own kind of ConfigMap in a selected namespace passes.
+                let own = format!("{CONFIG_MAP_PREFIX}vap-allowed");
+                let refused = create_as_webhook(&account, &ns, &own).await?;
+                ensure!(refused.is_none(), "its own ConfigMap in {ns}: {refused:?}");
+                Ok(())
+            }
+        })
+        .await;
+    let deleted = unlabelled.delete().await;
+    result.and(deleted)
 }
