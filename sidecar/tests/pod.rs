@@ -282,6 +282,9 @@ fn a_kubelet_prestop_cut_short_by_the_containers_exit_gets_the_hook() {
         || !pod.lines("hooks").is_empty(),
     );
     assert_eq!(pod.lines("hooks"), vec![format!("{id} cut")]);
+    wait_for("the done record", T, || {
+        pod.records("done-").contains(&format!("done-{id}"))
+    });
     assert!(
         !pod.records("prestop-ended-")
             .iter()
