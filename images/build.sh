@@ -8,15 +8,20 @@
 #   images/build.sh                binaries, then both images (`make images`)
 #   images/build.sh binaries       only the binaries (`make binaries`)
 #   images/build.sh sidecar        binaries, then one image (webhook | sidecar)
+#                                  (the SBOMs of both are made every time)
 #
 # Binaries (cargo, --locked, the profile of images/profile.sh: release unless
 # OCI_CARGO_PROFILE says otherwise; the bench measures the sidecar built so),
 # copied into the images' build context:
 #   target/images/linux/amd64/kube-prestop-{webhook,sidecar}   x86_64-unknown-linux-musl
 #   target/images/linux/arm64/kube-prestop-{webhook,sidecar}   aarch64-unknown-linux-musl
+# built with `cargo auditable build` (each binary carries its crate list in
+# a .dep-v0 section; cargo-auditable from scripts/supply-chain-tools.sh).
 # Images (override the folder with OCI_OUT_DIR):
 #   target/oci/kube-prestop-webhook.tar   localhost/kube-prestop/webhook:<version>
 #   target/oci/kube-prestop-sidecar.tar   localhost/kube-prestop/sidecar:<version>
+# and each image's SBOM, CycloneDX JSON from the Cargo graph (build_sboms):
+#   target/oci/kube-prestop-{webhook,sidecar}.cdx.json
 # <version> is the workspace version (Cargo.toml). Each archive's index.json
 # names the image index by its full reference (org.opencontainers.image.ref.name),
 # so a plain `ctr -n k8s.io images import FILE` names it correctly.
@@ -48,6 +53,9 @@ out_dir="${OCI_OUT_DIR:-${repo}/target/oci}"
 # Cargo profile of the binaries, shared with the bench (images/profile.sh).
 # shellcheck source=images/profile.sh
 source "${repo}/images/profile.sh"
+# cargo-auditable and cargo-cyclonedx, pinned and cached.
+# shellcheck source=scripts/supply-chain-tools.sh
+source "${repo}/scripts/supply-chain-tools.sh"
 profile="${SHIPPED_CARGO_PROFILE}"
 platforms="${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
 # The architectures kube-prestop ships (Kubernetes' names, as in the node
@@ -98,9 +106,11 @@ ensure_tools() {
 # build context.
 build_binaries() {
     local arch triple profile_dir="${SHIPPED_CARGO_PROFILE_DIR}" name bin
+    local auditable
+    auditable="$(supply_chain_tool cargo-auditable)"
     for arch in "${archs[@]}"; do
         triple="${rust_target[${arch}]}"
-        log "cargo build --profile ${profile} --target ${triple} (linux/${arch})"
+        log "cargo auditable build --profile ${profile} --target ${triple} (linux/${arch})"
         (
             cd "${repo}"
             case "${arch}" in
@@ -122,7 +132,13 @@ build_binaries() {
                     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld
                     ;;
             esac
-            cargo build --locked --profile "${profile}" --target "${triple}" \
+            # cargo auditable: the same build, plus each binary's crate list
+            # (name, version, source, dependency edges of the resolved graph
+            # for this target and features) as zlib-compressed JSON in the
+            # .dep-v0 section, which survives the profile's strip; images/test.sh
+            # reads it back. cargo finds `cargo-auditable` on PATH.
+            PATH="$(dirname "${auditable}"):${PATH}" \
+                cargo auditable build --locked --profile "${profile}" --target "${triple}" \
                 -p kube-prestop-webhook -p kube-prestop-sidecar >&2
         )
         mkdir -p "${context}/linux/${arch}"
@@ -149,6 +165,51 @@ check_binaries() {
             fi
         done
     done
+}
+
+# build_sboms: one CycloneDX SBOM (JSON, spec 1.5) per image, of the crate
+# its binaries are built from (kube-prestop-NAME) and every crate that crate
+# depends on for the shipped targets, from the Cargo dependency graph (cargo
+# metadata, Cargo.lock's checksums) by cargo-cyclonedx:
+#   OUT_DIR/kube-prestop-{webhook,sidecar}.cdx.json
+# Made for each Rust target; the two must list the same crates (they do: no
+# dependency of ours is specific to x86_64 or aarch64), and the document is
+# the x86_64 one (its metadata names that target triple). images/test.sh
+# checks that it lists exactly the crates cargo auditable embedded in each
+# architecture's binary; scripts/release.sh attaches it to the image index
+# as a signed attestation. Not in the image: see docs/supply-chain.md.
+# SOURCE_DATE_EPOCH makes it reproducible (no random serial number, the
+# commit's time). cargo-cyclonedx writes next to each workspace member's
+# Cargo.toml; those files are moved out or removed at once.
+build_sboms() {
+    local cyclonedx name arch triple sboms manifests=() m
+    cyclonedx="$(supply_chain_tool cargo-cyclonedx)"
+    sboms="$(mktemp -d /var/tmp/kube-prestop-sbom.XXXXXX)"
+    mapfile -t manifests < <(cd "${repo}" && cargo metadata --locked --no-deps --format-version 1 | jq -r '.packages[].manifest_path')
+    for arch in "${archs[@]}"; do
+        triple="${rust_target[${arch}]}"
+        log "cargo cyclonedx --target ${triple}"
+        (cd "${repo}" && SOURCE_DATE_EPOCH="${epoch}" "${cyclonedx}" cyclonedx --quiet --format json \
+            --spec-version 1.5 --all --target "${triple}" --override-filename ".kube-prestop-sbom.json")
+        for m in "${manifests[@]}"; do
+            for name in webhook sidecar; do
+                [[ "$(basename "$(dirname "${m}")")" == "${name}" ]] &&
+                    cp "$(dirname "${m}")/.kube-prestop-sbom.json" "${sboms}/${name}-${arch}.json"
+            done
+            rm -f "$(dirname "${m}")/.kube-prestop-sbom.json"
+        done
+    done
+    mkdir -p "${out_dir}"
+    for name in webhook sidecar; do
+        [[ -f "${sboms}/${name}-amd64.json" ]] || die "cargo-cyclonedx wrote no SBOM for kube-prestop-${name}"
+        cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/${name}-amd64.json") \
+            <(jq -S '[.components[] | .purl]' "${sboms}/${name}-arm64.json") ||
+            die "kube-prestop-${name}: the SBOMs of ${archs[*]} list different crates; one SBOM per image no longer fits"
+        install -m 0644 "${sboms}/${name}-amd64.json" "${out_dir}/kube-prestop-${name}.cdx.json"
+        printf '%-28s CycloneDX 1.5, %s components\n' "kube-prestop-${name}.cdx.json" \
+            "$(jq '.components | length' "${out_dir}/kube-prestop-${name}.cdx.json")"
+    done
+    rm -rf "${sboms}"
 }
 
 # build_image NAME: the multi-platform image of images/NAME.Dockerfile,
@@ -221,6 +282,7 @@ main() {
     for name in "${which[@]}"; do
         [[ "${name}" == binaries ]] || build_image "${name}"
     done
+    build_sboms
 }
 
 main "$@"

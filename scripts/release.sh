@@ -15,12 +15,32 @@
 #   scripts/release.sh push-chart OCI_REPOSITORY
 #       helm package charts/kube-prestop, then helm push to
 #       oci://OCI_REPOSITORY (the chart is then
-#       oci://OCI_REPOSITORY/kube-prestop, version <version>).
+#       oci://OCI_REPOSITORY/kube-prestop, version <version>); the pushed
+#       chart's manifest digest (helm push's "Digest:") goes to
+#       target/oci/kube-prestop-chart.digest for `sign`.
+#   scripts/release.sh digest NAME
+#       prints the digest of the image index in
+#       target/oci/kube-prestop-NAME.tar (NAME: webhook | sidecar), the digest
+#       push-images keeps in the registry and `sign` signs.
+#   scripts/release.sh sign REGISTRY OCI_REPOSITORY
+#       cosign: signs each image by the digest of its archive's image index
+#       (REGISTRY/kube-prestop-NAME@sha256:..., never a tag: what was built,
+#       whatever a tag points to now), attaches its SBOM
+#       (target/oci/kube-prestop-NAME.cdx.json, images/build.sh) as a signed
+#       CycloneDX attestation (`cosign attest --type cyclonedx`: an in-toto
+#       statement whose subject is that digest, stored next to the image as
+#       cosign's sha256-<digest>.att), and signs the chart by the digest
+#       push-chart recorded. Keyless (Sigstore: an OIDC identity, the
+#       workflow's, a Fulcio certificate, the Rekor transparency log) unless
+#       COSIGN_KEY names a key pair's private key (COSIGN_PASSWORD its
+#       password); RELEASE_NO_TLOG=1 uploads nothing to Rekor (offline, the
+#       release test). cosign: COSIGN, else scripts/supply-chain-tools.sh's.
 #
 # REGISTRY is where the chart's default image names point
 # (ghcr.io/kube-prestop for the published release). Log in first
 # (`skopeo login`, `helm registry login`). RELEASE_PLAIN_HTTP=1 talks plain
-# HTTP to the registry (a test registry on loopback). helm is the one of the
+# HTTP to the registry (a test registry on loopback; cosign then
+# --allow-http-registry). helm is the one of the
 # test harness (tests/cluster/tools.sh) unless HELM is set.
 set -euo pipefail
 
@@ -87,7 +107,57 @@ push_chart() {
     local flags=()
     [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && flags=(--plain-http)
     log "pushing the chart to oci://${repository}"
-    "${helm}" push "${tmp}"/kube-prestop-*.tgz "oci://${repository}" "${flags[@]}" >&2
+    "${helm}" push "${tmp}"/kube-prestop-*.tgz "oci://${repository}" "${flags[@]}" >"${tmp}/push.log" 2>&1 ||
+        { cat "${tmp}/push.log" >&2; die "helm push failed"; }
+    cat "${tmp}/push.log" >&2
+    local digest
+    digest="$(sed -n 's/^Digest: \(sha256:[0-9a-f]\{64\}\)$/\1/p' "${tmp}/push.log")"
+    [[ -n "${digest}" ]] || die "helm push printed no 'Digest: sha256:...'"
+    mkdir -p "${oci_dir}"
+    printf '%s\n' "${digest}" >"${oci_dir}/kube-prestop-chart.digest"
+    log "chart oci://${repository}/kube-prestop@${digest}"
+}
+
+# archive_digest ARCHIVE -> the digest of the one image index an archive of
+# images/build.sh holds (its index.json), which push-images keeps in the
+# registry (--preserve-digests).
+archive_digest() {
+    python3 - "$1" <<'PY'
+import json, sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
+    name = next(n for n in t.getnames() if n.removeprefix("./") == "index.json")
+    print(json.load(t.extractfile(name))["manifests"][0]["digest"])
+PY
+}
+
+sign() {
+    local registry="${1%/}" repository="${2%/}" cosign name archive sbom digest ref
+    repository="${repository#oci://}"
+    cosign="$(bash "${repo}/scripts/supply-chain-tools.sh" cosign)"
+    # --yes: no prompt (keyless signing asks to confirm the upload of the
+    # identity to the public log).
+    local flags=(--yes)
+    if [[ -n "${COSIGN_KEY:-}" ]]; then
+        flags+=(--key "${COSIGN_KEY}")
+    fi
+    [[ "${RELEASE_NO_TLOG:-}" == 1 ]] && flags+=(--tlog-upload=false)
+    [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && flags+=(--allow-http-registry --allow-insecure-registry)
+    for name in webhook sidecar; do
+        archive="${oci_dir}/kube-prestop-${name}.tar"
+        sbom="${oci_dir}/kube-prestop-${name}.cdx.json"
+        [[ -f "${archive}" && -f "${sbom}" ]] || die "no ${archive} or ${sbom}: run make images first"
+        digest="$(archive_digest "${archive}")"
+        ref="${registry}/kube-prestop-${name}@${digest}"
+        log "cosign sign ${ref}"
+        "${cosign}" sign "${flags[@]}" "${ref}" >&2
+        log "cosign attest --type cyclonedx --predicate ${sbom##*/} ${ref}"
+        "${cosign}" attest "${flags[@]}" --type cyclonedx --predicate "${sbom}" "${ref}" >&2
+    done
+    [[ -f "${oci_dir}/kube-prestop-chart.digest" ]] || die "no ${oci_dir}/kube-prestop-chart.digest: run push-chart first"
+    digest="$(cat "${oci_dir}/kube-prestop-chart.digest")"
+    ref="${repository}/kube-prestop@${digest}"
+    log "cosign sign ${ref}"
+    "${cosign}" sign "${flags[@]}" "${ref}" >&2
 }
 
 case "${1:-}" in
@@ -95,5 +165,7 @@ case "${1:-}" in
     verify) [[ $# -eq 2 ]] || die "usage: $0 verify TAG"; verify "$2" ;;
     push-images) [[ $# -eq 2 ]] || die "usage: $0 push-images REGISTRY"; push_images "$2" ;;
     push-chart) [[ $# -eq 2 ]] || die "usage: $0 push-chart OCI_REPOSITORY"; push_chart "$2" ;;
-    *) die "usage: $0 version | verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY" ;;
+    digest) [[ $# -eq 2 ]] || die "usage: $0 digest webhook|sidecar"; archive_digest "${oci_dir}/kube-prestop-$2.tar" ;;
+    sign) [[ $# -eq 3 ]] || die "usage: $0 sign REGISTRY OCI_REPOSITORY"; sign "$2" "$3" ;;
+    *) die "usage: $0 version | verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY | digest NAME | sign REGISTRY OCI_REPOSITORY" ;;
 esac
