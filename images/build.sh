@@ -182,21 +182,25 @@ check_binaries() {
 # commit's time). cargo-cyclonedx writes next to each workspace member's
 # Cargo.toml; those files are moved out or removed at once.
 build_sboms() {
-    local cyclonedx name arch triple sboms manifests=() m
+    local cyclonedx name arch triple sboms members=() member package dir
     cyclonedx="$(supply_chain_tool cargo-cyclonedx)"
     sboms="$(mktemp -d /var/tmp/kube-prestop-sbom.XXXXXX)"
-    mapfile -t manifests < <(cd "${repo}" && cargo metadata --locked --no-deps --format-version 1 | jq -r '.packages[].manifest_path')
+    # "package-name directory" of every workspace member.
+    mapfile -t members < <(cd "${repo}" && cargo metadata --locked --no-deps --format-version 1 |
+        jq -r '.packages[] | .name + " " + (.manifest_path | rtrimstr("/Cargo.toml"))')
     for arch in "${archs[@]}"; do
         triple="${rust_target[${arch}]}"
         log "cargo cyclonedx --target ${triple}"
         (cd "${repo}" && SOURCE_DATE_EPOCH="${epoch}" "${cyclonedx}" cyclonedx --quiet --format json \
-            --spec-version 1.5 --all --target "${triple}" --override-filename ".kube-prestop-sbom.json")
-        for m in "${manifests[@]}"; do
-            for name in webhook sidecar; do
-                [[ "$(basename "$(dirname "${m}")")" == "${name}" ]] &&
-                    cp "$(dirname "${m}")/.kube-prestop-sbom.json" "${sboms}/${name}-${arch}.json"
-            done
-            rm -f "$(dirname "${m}")/.kube-prestop-sbom.json"
+            --spec-version 1.5 --all --target "${triple}" --override-filename .kube-prestop-sbom)
+        for member in "${members[@]}"; do
+            package="${member%% *}"
+            dir="${member#* }"
+            case "${package}" in
+                kube-prestop-webhook | kube-prestop-sidecar)
+                    cp "${dir}/.kube-prestop-sbom.json" "${sboms}/${package#kube-prestop-}-${arch}.json" ;;
+            esac
+            rm -f "${dir}/.kube-prestop-sbom.json"
         done
     done
     mkdir -p "${out_dir}"
