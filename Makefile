@@ -53,7 +53,7 @@ binaries: ## Static binaries for linux/amd64 and linux/arm64 into target/images/
 	images/build.sh binaries
 
 .PHONY: images
-images: ## The binaries (cargo auditable), then both images as multi-platform OCI archives target/oci/kube-prestop-{webhook,sidecar}.tar (buildah, images/*.Dockerfile) and their CycloneDX SBOMs (.cdx.json)
+images: ## The binaries (cargo auditable), then both images as multi-platform OCI archives target/oci/kube-prestop-{webhook,sidecar}.tar (buildah, images/*.Dockerfile) and their CycloneDX SBOMs, one per platform (.linux-<arch>.cdx.json)
 	images/build.sh
 
 .PHONY: images-test

@@ -20,8 +20,9 @@
 # Images (override the folder with OCI_OUT_DIR):
 #   target/oci/kube-prestop-webhook.tar   localhost/kube-prestop/webhook:<version>
 #   target/oci/kube-prestop-sidecar.tar   localhost/kube-prestop/sidecar:<version>
-# and each image's SBOM, CycloneDX JSON from the Cargo graph (build_sboms):
-#   target/oci/kube-prestop-{webhook,sidecar}.cdx.json
+# and each image's SBOMs, CycloneDX JSON from the Cargo graph, one per
+# platform (build_sboms):
+#   target/oci/kube-prestop-{webhook,sidecar}.linux-{amd64,arm64}.cdx.json
 # <version> is the workspace version (Cargo.toml). Each archive's index.json
 # names the image index by its full reference (org.opencontainers.image.ref.name),
 # so a plain `ctr -n k8s.io images import FILE` names it correctly.
@@ -167,20 +168,20 @@ check_binaries() {
     done
 }
 
-# build_sboms: one CycloneDX SBOM (JSON, spec 1.5) per image, of the crate
-# its binaries are built from (kube-prestop-NAME) and every crate that crate
-# depends on for the shipped targets, from the Cargo dependency graph (cargo
-# metadata, Cargo.lock's checksums) by cargo-cyclonedx:
-#   OUT_DIR/kube-prestop-{webhook,sidecar}.cdx.json
-# Made for each Rust target; the two must list the same crates (they do: no
-# dependency of ours is specific to x86_64 or aarch64), and the document is
-# the x86_64 one (its metadata names that target triple). images/test.sh
-# checks that it lists exactly the crates cargo auditable embedded in each
-# architecture's binary; scripts/release.sh attaches it to the image index
-# as a signed attestation. Not in the image: see docs/supply-chain.md.
-# SOURCE_DATE_EPOCH makes it reproducible (no random serial number, the
-# commit's time). cargo-cyclonedx writes next to each workspace member's
-# Cargo.toml; those files are moved out or removed at once.
+# build_sboms: one CycloneDX SBOM (JSON, spec 1.5) per image and platform,
+# of the crate its binary is built from (kube-prestop-NAME) and every crate
+# that crate depends on for the platform's Rust target, from the Cargo
+# dependency graph (cargo metadata, Cargo.lock's checksums) by
+# cargo-cyclonedx --target:
+#   OUT_DIR/kube-prestop-{webhook,sidecar}.linux-{amd64,arm64}.cdx.json
+# (the webhook's differ: core_detect is x86_64 only; the sidecar's must not,
+# as each platform's sidecar image carries both binaries). images/test.sh
+# checks that each lists exactly the crates cargo auditable embedded in that
+# architecture's binary; scripts/release.sh attaches each to its platform's
+# image manifest as a signed attestation. Not in the image: see
+# docs/supply-chain.md. SOURCE_DATE_EPOCH makes them reproducible (no random
+# serial number, the commit's time). cargo-cyclonedx writes next to each
+# workspace member's Cargo.toml; those files are moved out or removed at once.
 build_sboms() {
     local cyclonedx name arch triple sboms members=() member package dir
     cyclonedx="$(supply_chain_tool cargo-cyclonedx)"
@@ -205,14 +206,18 @@ build_sboms() {
     done
     mkdir -p "${out_dir}"
     for name in webhook sidecar; do
-        [[ -f "${sboms}/${name}-amd64.json" ]] || die "cargo-cyclonedx wrote no SBOM for kube-prestop-${name}"
-        cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/${name}-amd64.json") \
-            <(jq -S '[.components[] | .purl]' "${sboms}/${name}-arm64.json") ||
-            die "kube-prestop-${name}: the SBOMs of ${archs[*]} list different crates; one SBOM per image no longer fits"
-        install -m 0644 "${sboms}/${name}-amd64.json" "${out_dir}/kube-prestop-${name}.cdx.json"
-        printf '%-28s CycloneDX 1.5, %s components\n' "kube-prestop-${name}.cdx.json" \
-            "$(jq '.components | length' "${out_dir}/kube-prestop-${name}.cdx.json")"
+        for arch in "${archs[@]}"; do
+            [[ -f "${sboms}/${name}-${arch}.json" ]] || die "cargo-cyclonedx wrote no SBOM for kube-prestop-${name} (${arch})"
+            install -m 0644 "${sboms}/${name}-${arch}.json" "${out_dir}/kube-prestop-${name}.linux-${arch}.cdx.json"
+            printf '%-40s CycloneDX 1.5, %s components\n' "kube-prestop-${name}.linux-${arch}.cdx.json" \
+                "$(jq '.components | length' "${sboms}/${name}-${arch}.json")"
+        done
     done
+    # Every platform of the sidecar image holds every architecture's sidecar
+    # binary, so its SBOMs must agree.
+    cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-amd64.json") \
+        <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-arm64.json") ||
+        die "kube-prestop-sidecar: the SBOMs of ${archs[*]} list different crates, but each platform's image holds both binaries"
     rm -rf "${sboms}"
 }
 

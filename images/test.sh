@@ -7,7 +7,8 @@
 #      dependency list cargo auditable embeds (.dep-v0), read back with
 #      rust-audit-info: its root is the binary's crate at the workspace
 #      version, and it lists exactly the crates (name and version) of the
-#      image's SBOM (target/oci/kube-prestop-NAME.cdx.json, images/build.sh),
+#      image's SBOM for that platform
+#      (target/oci/kube-prestop-NAME.linux-ARCH.cdx.json, images/build.sh),
 #      among them one each binary must have (nix in the sidecar, rustls in
 #      the webhook);
 #   2. smoke tests of each architecture's binaries, the host's run directly
@@ -69,7 +70,7 @@ for t in skopeo jq curl openssl; do
     }
 done
 for name in webhook sidecar; do
-    for f in "${oci_dir}/kube-prestop-${name}.tar" "${oci_dir}/kube-prestop-${name}.cdx.json"; do
+    for f in "${oci_dir}/kube-prestop-${name}.tar" "${oci_dir}/kube-prestop-${name}".linux-{amd64,arm64}.cdx.json; do
         [[ -f "${f}" ]] || { log "no ${f}: run make images"; exit 1; }
     done
 done
@@ -158,7 +159,7 @@ declare -A must_have=([webhook]=rustls [sidecar]=nix)
 # kube-prestop-NAME at the workspace version; the other packages (name
 # version) are exactly the SBOM's components and include must_have[NAME].
 embeds_sbom_crates() {
-    local bin="${context}/linux/$1/kube-prestop-$2" sbom="${oci_dir}/kube-prestop-$2.cdx.json"
+    local bin="${context}/linux/$1/kube-prestop-$2" sbom="${oci_dir}/kube-prestop-$2.linux-$1.cdx.json"
     "${audit_info}" "${bin}" >"${work}/audit-$1-$2.json" 2>"${work}/audit-$1-$2.err" || return 1
     jq -e --arg root "kube-prestop-$2" --arg v "${version}" --arg c "${must_have[$2]}" \
         '[.packages[] | select(.root == true) | {name, version}] == [{name: $root, version: $v}]
@@ -171,7 +172,7 @@ for arch in "${archs[@]}"; do
         if embeds_sbom_crates "${arch}" "${name}"; then
             pass "linux/${arch} kube-prestop-${name}: embedded dependency list (.dep-v0) readable, $(jq '.packages | length' "${work}/audit-${arch}-${name}.json") crates, exactly the SBOM's, with ${must_have[${name}]}"
         else
-            fail "linux/${arch} kube-prestop-${name}: embedded dependency list unreadable or not the SBOM's: $(head -c 300 "${work}/audit-${arch}-${name}.err")$(diff <(jq -r '.packages[]? | select(.root != true) | "\(.name) \(.version)"' "${work}/audit-${arch}-${name}.json" 2>/dev/null | sort) <(jq -r '.components[] | "\(.name) \(.version)"' "${oci_dir}/kube-prestop-${name}.cdx.json" | sort) | head -n 10 | tr '\n' ' ')"
+            fail "linux/${arch} kube-prestop-${name}: embedded dependency list unreadable or not the SBOM's: $(head -c 300 "${work}/audit-${arch}-${name}.err")$(diff <(jq -r '.packages[]? | select(.root != true) | "\(.name) \(.version)"' "${work}/audit-${arch}-${name}.json" 2>/dev/null | sort) <(jq -r '.components[] | "\(.name) \(.version)"' "${oci_dir}/kube-prestop-${name}.linux-${arch}.cdx.json" | sort) | head -n 10 | tr '\n' ' ')"
         fi
     done
 done
@@ -278,8 +279,10 @@ if IMAGES_SKIP_CARGO=1 OCI_OUT_DIR="${work}/again" images/build.sh >"${work}/aga
             test "${d}" == "${index_digest[${name}]}"
         check "reproducible: kube-prestop-${name}.tar built twice, the same bytes" \
             test "$(sha256sum "${again}" | cut -d' ' -f1)" == "${archive_sum[${name}]}"
-        check "reproducible: kube-prestop-${name}.cdx.json made twice, the same bytes" \
-            cmp -s "${work}/again/kube-prestop-${name}.cdx.json" "${oci_dir}/kube-prestop-${name}.cdx.json"
+        for arch in "${archs[@]}"; do
+            check "reproducible: kube-prestop-${name}.linux-${arch}.cdx.json made twice, the same bytes" \
+                cmp -s "${work}/again/kube-prestop-${name}.linux-${arch}.cdx.json" "${oci_dir}/kube-prestop-${name}.linux-${arch}.cdx.json"
+        done
     done
 else
     fail "reproducible: the second build failed: $(tail -n5 "${work}/again.log")"

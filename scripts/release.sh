@@ -18,19 +18,21 @@
 #       oci://OCI_REPOSITORY/kube-prestop, version <version>); the pushed
 #       chart's manifest digest (helm push's "Digest:") goes to
 #       target/oci/kube-prestop-chart.digest for `sign`.
-#   scripts/release.sh digest NAME
+#   scripts/release.sh digest NAME [ARCH]
 #       prints the digest of the image index in
 #       target/oci/kube-prestop-NAME.tar (NAME: webhook | sidecar), the digest
-#       push-images keeps in the registry and `sign` signs.
+#       push-images keeps in the registry and `sign` signs; with ARCH (amd64 |
+#       arm64), the digest of its linux/ARCH image manifest.
 #   scripts/release.sh sign REGISTRY OCI_REPOSITORY
 #       cosign: signs each image by the digest of its archive's image index
-#       (REGISTRY/kube-prestop-NAME@sha256:..., never a tag: what was built,
-#       whatever a tag points to now), attaches its SBOM
-#       (target/oci/kube-prestop-NAME.cdx.json, images/build.sh) as a signed
-#       CycloneDX attestation (`cosign attest --type cyclonedx`: an in-toto
-#       statement whose subject is that digest, stored next to the image as
-#       cosign's sha256-<digest>.att), and signs the chart by the digest
-#       push-chart recorded. Keyless (Sigstore: an OIDC identity, the
+#       and of each platform's manifest in it (REGISTRY/kube-prestop-NAME@sha256:...,
+#       never a tag: what was built, whatever a tag points to now), attaches
+#       to each platform's manifest its SBOM
+#       (target/oci/kube-prestop-NAME.linux-ARCH.cdx.json, images/build.sh) as
+#       a signed CycloneDX attestation (`cosign attest --type cyclonedx`: an
+#       in-toto statement whose subject is that digest, stored next to the
+#       image as cosign's sha256-<hex>.att), and signs the chart by the
+#       digest push-chart recorded. Keyless (Sigstore: an OIDC identity, the
 #       workflow's, a Fulcio certificate, the Rekor transparency log) unless
 #       COSIGN_KEY names a key pair's private key (COSIGN_PASSWORD its
 #       password); RELEASE_NO_TLOG=1 uploads nothing to Rekor (offline, the
@@ -118,15 +120,21 @@ push_chart() {
     log "chart oci://${repository}/kube-prestop@${digest}"
 }
 
-# archive_digest ARCHIVE -> the digest of the one image index an archive of
-# images/build.sh holds (its index.json), which push-images keeps in the
-# registry (--preserve-digests).
+# archive_digest ARCHIVE [ARCH] -> the digest of the one image index an
+# archive of images/build.sh holds (its index.json), which push-images keeps
+# in the registry (--preserve-digests); with ARCH (amd64 | arm64), the digest
+# of that index's linux/ARCH image manifest.
 archive_digest() {
-    python3 - "$1" <<'PY'
+    python3 - "$@" <<'PY'
 import json, sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
-    name = next(n for n in t.getnames() if n.removeprefix("./") == "index.json")
-    print(json.load(t.extractfile(name))["manifests"][0]["digest"])
+    names = {n.removeprefix("./"): n for n in t.getnames()}
+    digest = json.load(t.extractfile(names["index.json"]))["manifests"][0]["digest"]
+    if len(sys.argv) > 2:
+        index = json.load(t.extractfile(names["blobs/" + digest.replace(":", "/")]))
+        digest = next(m["digest"] for m in index["manifests"]
+                      if m["platform"] == {"architecture": sys.argv[2], "os": "linux"})
+    print(digest)
 PY
 }
 
@@ -142,16 +150,23 @@ sign() {
     fi
     [[ "${RELEASE_NO_TLOG:-}" == 1 ]] && flags+=(--tlog-upload=false)
     [[ "${RELEASE_PLAIN_HTTP:-}" == 1 ]] && flags+=(--allow-http-registry --allow-insecure-registry)
+    local arch
     for name in webhook sidecar; do
         archive="${oci_dir}/kube-prestop-${name}.tar"
-        sbom="${oci_dir}/kube-prestop-${name}.cdx.json"
-        [[ -f "${archive}" && -f "${sbom}" ]] || die "no ${archive} or ${sbom}: run make images first"
+        [[ -f "${archive}" ]] || die "no ${archive}: run make images first"
         digest="$(archive_digest "${archive}")"
         ref="${registry}/kube-prestop-${name}@${digest}"
-        log "cosign sign ${ref}"
-        "${cosign}" sign "${flags[@]}" "${ref}" >&2
-        log "cosign attest --type cyclonedx --predicate ${sbom##*/} ${ref}"
-        "${cosign}" attest "${flags[@]}" --type cyclonedx --predicate "${sbom}" "${ref}" >&2
+        # --recursive: the index and each platform's manifest, the digest
+        # a node of that platform pulls.
+        log "cosign sign --recursive ${ref}"
+        "${cosign}" sign "${flags[@]}" --recursive "${ref}" >&2
+        for arch in amd64 arm64; do
+            sbom="${oci_dir}/kube-prestop-${name}.linux-${arch}.cdx.json"
+            [[ -f "${sbom}" ]] || die "no ${sbom}: run make images first"
+            ref="${registry}/kube-prestop-${name}@$(archive_digest "${archive}" "${arch}")"
+            log "cosign attest --type cyclonedx --predicate ${sbom##*/} ${ref} (linux/${arch})"
+            "${cosign}" attest "${flags[@]}" --type cyclonedx --predicate "${sbom}" "${ref}" >&2
+        done
     done
     [[ -f "${oci_dir}/kube-prestop-chart.digest" ]] || die "no ${oci_dir}/kube-prestop-chart.digest: run push-chart first"
     digest="$(cat "${oci_dir}/kube-prestop-chart.digest")"
@@ -165,7 +180,7 @@ case "${1:-}" in
     verify) [[ $# -eq 2 ]] || die "usage: $0 verify TAG"; verify "$2" ;;
     push-images) [[ $# -eq 2 ]] || die "usage: $0 push-images REGISTRY"; push_images "$2" ;;
     push-chart) [[ $# -eq 2 ]] || die "usage: $0 push-chart OCI_REPOSITORY"; push_chart "$2" ;;
-    digest) [[ $# -eq 2 ]] || die "usage: $0 digest webhook|sidecar"; archive_digest "${oci_dir}/kube-prestop-$2.tar" ;;
+    digest) [[ $# -eq 2 || $# -eq 3 ]] || die "usage: $0 digest webhook|sidecar [amd64|arm64]"; archive_digest "${oci_dir}/kube-prestop-$2.tar" "${@:3}" ;;
     sign) [[ $# -eq 3 ]] || die "usage: $0 sign REGISTRY OCI_REPOSITORY"; sign "$2" "$3" ;;
     *) die "usage: $0 version | verify TAG | push-images REGISTRY | push-chart OCI_REPOSITORY | digest NAME | sign REGISTRY OCI_REPOSITORY" ;;
 esac

@@ -8,9 +8,10 @@
 # the release (scripts/release.sh sign) with cosign, offline: a key pair made
 # here (no password) instead of keyless signing, nothing uploaded to Rekor;
 # each image and the chart verify with the public key by the tag an operator
-# uses, each image's CycloneDX attestation verifies and carries the SBOM of
+# uses, each image's CycloneDX attestations verify and carry the SBOMs of
 # make images (naming the crates each binary must have: nix in the
-# sidecar, rustls in the webhook); a tampered image pushed under the
+# sidecar, rustls in the webhook; one per platform manifest, which is signed
+# too); a tampered image pushed under the
 # webhook's tag (one file added with buildah), and a signed image checked
 # with another key, are refused.
 #
@@ -145,19 +146,20 @@ verified() {
         jq -e --arg d "sha256:${digest}" 'all(.[]; .critical.image["docker-manifest-digest"] == $d)' \
             "${work}/verify.json" >/dev/null
 }
-# sbom_attested NAME CRATE: the image's CycloneDX attestation verifies, its
-# in-toto subject is the image's digest, its predicate is make images' SBOM
-# (target/oci/kube-prestop-NAME.cdx.json) and lists CRATE.
+# sbom_attested NAME ARCH CRATE: the CycloneDX attestation of the image's
+# linux/ARCH manifest verifies, its in-toto subject is that manifest's
+# digest, its predicate is make images' SBOM
+# (target/oci/kube-prestop-NAME.linux-ARCH.cdx.json) and lists CRATE.
 sbom_attested() {
-    local name="$1" crate="$2" digest
-    digest="$("${repo}/scripts/release.sh" digest "${name}")"
+    local name="$1" arch="$2" crate="$3" digest out="${work}/attestation-$1-$2"
+    digest="$("${repo}/scripts/release.sh" digest "${name}" "${arch}")"
     "${cosign}" verify-attestation "${verify_flags[@]}" --type cyclonedx \
-        "${registry}/kube-prestop-${name}:${version}" >"${work}/attestation-${name}.json" 2>"${work}/attestation-${name}.err" || return 1
-    jq -r .payload "${work}/attestation-${name}.json" | head -n1 | base64 -d >"${work}/statement-${name}.json"
+        "${registry}/kube-prestop-${name}@${digest}" >"${out}.json" 2>"${out}.err" || return 1
+    jq -r .payload "${out}.json" | head -n1 | base64 -d >"${out}.statement.json"
     jq -e --arg d "${digest#sha256:}" '.predicateType == "https://cyclonedx.org/bom" and .subject[0].digest.sha256 == $d' \
-        "${work}/statement-${name}.json" >/dev/null &&
-        cmp -s <(jq -S .predicate "${work}/statement-${name}.json") <(jq -S . "${repo}/target/oci/kube-prestop-${name}.cdx.json") &&
-        jq -e --arg c "${crate}" '[.predicate.components[].name] | index($c) != null' "${work}/statement-${name}.json" >/dev/null
+        "${out}.statement.json" >/dev/null &&
+        cmp -s <(jq -S .predicate "${out}.statement.json") <(jq -S . "${repo}/target/oci/kube-prestop-${name}.linux-${arch}.cdx.json") &&
+        jq -e --arg c "${crate}" '[.predicate.components[].name] | index($c) != null' "${out}.statement.json" >/dev/null
 }
 for name in webhook sidecar; do
     check_ref="${registry}/kube-prestop-${name}:${version}"
@@ -177,12 +179,22 @@ else
 fi
 declare -A expected_crate=([webhook]=rustls [sidecar]=nix)
 for name in webhook sidecar; do
-    if sbom_attested "${name}" "${expected_crate[${name}]}"; then
-        pass "cosign verify-attestation --type cyclonedx kube-prestop-${name}:${version}: the SBOM of make images, for its digest, lists ${expected_crate[${name}]} ($(jq '.predicate.components | length' "${work}/statement-${name}.json") components)"
-    else
-        cat "${work}/attestation-${name}.err"
-        fail "cosign verify-attestation --type cyclonedx kube-prestop-${name}:${version}"
-    fi
+    for arch in amd64 arm64; do
+        check_ref="${registry}/kube-prestop-${name}@$("${repo}/scripts/release.sh" digest "${name}" "${arch}")"
+        # The platform's manifest, as a node pulls it, is signed too.
+        if verified "${check_ref}"; then
+            pass "cosign verify kube-prestop-${name} linux/${arch} (${check_ref##*@}): signed by the release key"
+        else
+            cat "${work}/verify.err"
+            fail "cosign verify ${check_ref} (linux/${arch})"
+        fi
+        if sbom_attested "${name}" "${arch}" "${expected_crate[${name}]}"; then
+            pass "cosign verify-attestation --type cyclonedx kube-prestop-${name} linux/${arch}: the SBOM of make images, for its digest, lists ${expected_crate[${name}]} ($(jq '.predicate.components | length' "${work}/attestation-${name}-${arch}.statement.json") components)"
+        else
+            cat "${work}/attestation-${name}-${arch}.err"
+            fail "cosign verify-attestation --type cyclonedx kube-prestop-${name} linux/${arch}"
+        fi
+    done
 done
 
 # refused CMD...: CMD fails and says that no signature matched.
