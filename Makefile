@@ -53,11 +53,11 @@ binaries: ## Static binaries for linux/amd64 and linux/arm64 into target/images/
 	images/build.sh binaries
 
 .PHONY: images
-images: ## The binaries, then both images as multi-platform OCI archives target/oci/kube-prestop-{webhook,sidecar}.tar (buildah, images/*.Dockerfile)
+images: ## The binaries (cargo auditable), then both images as multi-platform OCI archives target/oci/kube-prestop-{webhook,sidecar}.tar (buildah, images/*.Dockerfile) and their CycloneDX SBOMs, one per platform (.linux-<arch>.cdx.json)
 	images/build.sh
 
 .PHONY: images-test
-images-test: ## Checks make images' output: binaries per architecture (arm64 under qemu-aarch64), image indexes and layout, sizes, reproducibility, containerd import
+images-test: ## Checks make images' output: binaries per architecture (arm64 under qemu-aarch64), embedded dependency lists against the SBOMs, image indexes and layout, sizes, reproducibility, containerd import
 	images/test.sh
 
 ##@ Tests
@@ -89,7 +89,7 @@ chart-test: ## helm lint, helm template per mode and cluster version, kubeconfor
 	tests/chart/run.sh
 
 .PHONY: release-test
-release-test: ## The release path against a registry on loopback: push target/oci/*.tar and the chart (scripts/release.sh), pull them back
+release-test: ## The release path against a registry on loopback: push target/oci/*.tar and the chart (scripts/release.sh), pull them back, sign them and attest the SBOMs with cosign (a test key), verify, a tampered image refused
 	tests/release/check.sh
 
 .PHONY: deny

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine of the project's kind lacks for `make test`:
 # Debian packages, the Rust components, the musl targets and the engine's
-# portability-check target (x86_64-apple-darwin). Idempotent and
-# quick when everything is present. Component builds (Kubernetes, etcd, helm,
-# kubeconform) are cached by the scripts that use them.
+# portability-check target (x86_64-apple-darwin), and the supply-chain tools
+# (scripts/supply-chain-tools.sh: cargo-auditable, cargo-cyclonedx,
+# rust-audit-info from crates.io, cosign from the Go module proxy; built once
+# into /var/cache/kube-prestop/tools). Idempotent and quick when everything
+# is present. Component builds (Kubernetes, etcd, helm, kubeconform) are
+# cached by the scripts that use them.
 set -euo pipefail
 
 packages=(
@@ -63,3 +66,7 @@ rustup target add x86_64-unknown-linux-musl aarch64-unknown-linux-musl >/dev/nul
 # make lint: the engine must type-check for a target with no Linux API
 # (cargo check only, nothing is linked).
 rustup target add x86_64-apple-darwin >/dev/null
+# make images (cargo auditable, the SBOMs), make images-test (the embedded
+# lists) and make release-test (cosign): built once, skipped when cached.
+# COSIGN set (the release workflow's cosign-installer) skips cosign's build.
+"$(dirname "$0")/../scripts/supply-chain-tools.sh" install

@@ -8,15 +8,21 @@
 #   images/build.sh                binaries, then both images (`make images`)
 #   images/build.sh binaries       only the binaries (`make binaries`)
 #   images/build.sh sidecar        binaries, then one image (webhook | sidecar)
+#                                  (the SBOMs of both are made every time)
 #
 # Binaries (cargo, --locked, the profile of images/profile.sh: release unless
 # OCI_CARGO_PROFILE says otherwise; the bench measures the sidecar built so),
 # copied into the images' build context:
 #   target/images/linux/amd64/kube-prestop-{webhook,sidecar}   x86_64-unknown-linux-musl
 #   target/images/linux/arm64/kube-prestop-{webhook,sidecar}   aarch64-unknown-linux-musl
+# built with `cargo auditable build` (each binary carries its crate list in
+# a .dep-v0 section; cargo-auditable from scripts/supply-chain-tools.sh).
 # Images (override the folder with OCI_OUT_DIR):
 #   target/oci/kube-prestop-webhook.tar   localhost/kube-prestop/webhook:<version>
 #   target/oci/kube-prestop-sidecar.tar   localhost/kube-prestop/sidecar:<version>
+# and each image's SBOMs, CycloneDX JSON from the Cargo graph, one per
+# platform (build_sboms):
+#   target/oci/kube-prestop-{webhook,sidecar}.linux-{amd64,arm64}.cdx.json
 # <version> is the workspace version (Cargo.toml). Each archive's index.json
 # names the image index by its full reference (org.opencontainers.image.ref.name),
 # so a plain `ctr -n k8s.io images import FILE` names it correctly.
@@ -48,6 +54,9 @@ out_dir="${OCI_OUT_DIR:-${repo}/target/oci}"
 # Cargo profile of the binaries, shared with the bench (images/profile.sh).
 # shellcheck source=images/profile.sh
 source "${repo}/images/profile.sh"
+# cargo-auditable and cargo-cyclonedx, pinned and cached.
+# shellcheck source=scripts/supply-chain-tools.sh
+source "${repo}/scripts/supply-chain-tools.sh"
 profile="${SHIPPED_CARGO_PROFILE}"
 platforms="${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
 # The architectures kube-prestop ships (Kubernetes' names, as in the node
@@ -98,9 +107,11 @@ ensure_tools() {
 # build context.
 build_binaries() {
     local arch triple profile_dir="${SHIPPED_CARGO_PROFILE_DIR}" name bin
+    local auditable
+    auditable="$(supply_chain_tool cargo-auditable)"
     for arch in "${archs[@]}"; do
         triple="${rust_target[${arch}]}"
-        log "cargo build --profile ${profile} --target ${triple} (linux/${arch})"
+        log "cargo auditable build --profile ${profile} --target ${triple} (linux/${arch})"
         (
             cd "${repo}"
             case "${arch}" in
@@ -122,7 +133,13 @@ build_binaries() {
                     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=rust-lld
                     ;;
             esac
-            cargo build --locked --profile "${profile}" --target "${triple}" \
+            # cargo auditable: the same build, plus each binary's crate list
+            # (name, version, source, dependency edges of the resolved graph
+            # for this target and features) as zlib-compressed JSON in the
+            # .dep-v0 section, which survives the profile's strip; images/test.sh
+            # reads it back. cargo finds `cargo-auditable` on PATH.
+            PATH="$(dirname "${auditable}"):${PATH}" \
+                cargo auditable build --locked --profile "${profile}" --target "${triple}" \
                 -p kube-prestop-webhook -p kube-prestop-sidecar >&2
         )
         mkdir -p "${context}/linux/${arch}"
@@ -149,6 +166,59 @@ check_binaries() {
             fi
         done
     done
+}
+
+# build_sboms: one CycloneDX SBOM (JSON, spec 1.5) per image and platform,
+# of the crate its binary is built from (kube-prestop-NAME) and every crate
+# that crate depends on for the platform's Rust target, from the Cargo
+# dependency graph (cargo metadata, Cargo.lock's checksums) by
+# cargo-cyclonedx --target:
+#   OUT_DIR/kube-prestop-{webhook,sidecar}.linux-{amd64,arm64}.cdx.json
+# (the webhook's differ: core_detect is x86_64 only; the sidecar's must not,
+# as each platform's sidecar image carries both binaries). images/test.sh
+# checks that each lists exactly the crates cargo auditable embedded in that
+# architecture's binary; scripts/release.sh attaches each to its platform's
+# image manifest as a signed attestation. Not in the image: see
+# docs/supply-chain.md. SOURCE_DATE_EPOCH makes them reproducible (no random
+# serial number, the commit's time). cargo-cyclonedx writes next to each
+# workspace member's Cargo.toml; those files are moved out or removed at once.
+build_sboms() {
+    local cyclonedx name arch triple sboms members=() member package dir
+    cyclonedx="$(supply_chain_tool cargo-cyclonedx)"
+    sboms="$(mktemp -d /var/tmp/kube-prestop-sbom.XXXXXX)"
+    # "package-name directory" of every workspace member.
+    mapfile -t members < <(cd "${repo}" && cargo metadata --locked --no-deps --format-version 1 |
+        jq -r '.packages[] | .name + " " + (.manifest_path | rtrimstr("/Cargo.toml"))')
+    for arch in "${archs[@]}"; do
+        triple="${rust_target[${arch}]}"
+        log "cargo cyclonedx --target ${triple}"
+        (cd "${repo}" && SOURCE_DATE_EPOCH="${epoch}" "${cyclonedx}" cyclonedx --quiet --format json \
+            --spec-version 1.5 --all --target "${triple}" --override-filename .kube-prestop-sbom)
+        for member in "${members[@]}"; do
+            package="${member%% *}"
+            dir="${member#* }"
+            case "${package}" in
+                kube-prestop-webhook | kube-prestop-sidecar)
+                    cp "${dir}/.kube-prestop-sbom.json" "${sboms}/${package#kube-prestop-}-${arch}.json" ;;
+            esac
+            rm -f "${dir}/.kube-prestop-sbom.json"
+        done
+    done
+    mkdir -p "${out_dir}"
+    for name in webhook sidecar; do
+        for arch in "${archs[@]}"; do
+            [[ -f "${sboms}/${name}-${arch}.json" ]] || die "cargo-cyclonedx wrote no SBOM for kube-prestop-${name} (${arch})"
+            install -m 0644 "${sboms}/${name}-${arch}.json" "${out_dir}/kube-prestop-${name}.linux-${arch}.cdx.json"
+            printf '%-40s CycloneDX 1.5, %s components\n' "kube-prestop-${name}.linux-${arch}.cdx.json" \
+                "$(jq '.components | length' "${sboms}/${name}-${arch}.json")"
+        done
+    done
+    # Every platform of the sidecar image holds every architecture's sidecar
+    # binary, so its SBOMs must agree.
+    cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-amd64.json") \
+        <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-arm64.json") ||
+        die "kube-prestop-sidecar: the SBOMs of ${archs[*]} list different crates, but each platform's image holds both binaries"
+    rm -rf "${sboms}"
 }
 
 # build_image NAME: the multi-platform image of images/NAME.Dockerfile,
@@ -221,6 +291,7 @@ main() {
     for name in "${which[@]}"; do
         [[ "${name}" == binaries ]] || build_image "${name}"
     done
+    build_sboms
 }
 
 main "$@"

@@ -3,7 +3,14 @@
 # for every shipped architecture, without a cluster:
 #
 #   1. binaries (target/images/linux/<arch>/): static, of their
-#      architecture; each sidecar binary at most 1 MiB;
+#      architecture; each sidecar binary at most 1 MiB; each carries the
+#      dependency list cargo auditable embeds (.dep-v0), read back with
+#      rust-audit-info: its root is the binary's crate at the workspace
+#      version, and it lists exactly the crates (name and version) of the
+#      image's SBOM for that platform
+#      (target/oci/kube-prestop-NAME.linux-ARCH.cdx.json, images/build.sh),
+#      among them one each binary must have (nix in the sidecar, rustls in
+#      the webhook);
 #   2. smoke tests of each architecture's binaries, the host's run directly
 #      and the other under user-mode QEMU, invoked directly
 #      (qemu-aarch64 / qemu-x86_64 from Debian's qemu-user: no binfmt_misc
@@ -17,7 +24,7 @@
 #      index and resolves each platform; images/oci_check.py checks the
 #      index, configs, files (the sidecar image layout) and layer sizes;
 #   4. reproducible: building the images again from the same tree gives the
-#      same index digests and the same archive bytes;
+#      same index digests, the same archive bytes and the same SBOMs;
 #   5. images/check-import.sh: the archives import into containerd under
 #      their names and the host platform's entrypoint runs there.
 #
@@ -63,7 +70,9 @@ for t in skopeo jq curl openssl; do
     }
 done
 for name in webhook sidecar; do
-    [[ -f "${oci_dir}/kube-prestop-${name}.tar" ]] || { log "no ${oci_dir}/kube-prestop-${name}.tar: run make images"; exit 1; }
+    for f in "${oci_dir}/kube-prestop-${name}.tar" "${oci_dir}/kube-prestop-${name}".linux-{amd64,arm64}.cdx.json; do
+        [[ -f "${f}" ]] || { log "no ${f}: run make images"; exit 1; }
+    done
 done
 
 work="$(mktemp -d /tmp/kube-prestop-images-test.XXXXXX)"
@@ -140,6 +149,32 @@ for arch in "${archs[@]}"; do
     size="$(stat -c %s "${context}/linux/${arch}/kube-prestop-sidecar")"
     check "linux/${arch} kube-prestop-sidecar: ${size} bytes ($((size / 1024)) KiB) <= 1 MiB" \
         test "${size}" -le "${sidecar_limit}"
+done
+
+# The dependency list cargo auditable embedded in each binary (.dep-v0),
+# read by cargo-auditable's own reader, against the image's SBOM.
+audit_info="$(bash scripts/supply-chain-tools.sh rust-audit-info)"
+declare -A must_have=([webhook]=rustls [sidecar]=nix)
+# embeds_sbom_crates ARCH NAME: the root of NAME's embedded list is
+# kube-prestop-NAME at the workspace version; the other packages (name
+# version) are exactly the SBOM's components and include must_have[NAME].
+embeds_sbom_crates() {
+    local bin="${context}/linux/$1/kube-prestop-$2" sbom="${oci_dir}/kube-prestop-$2.linux-$1.cdx.json"
+    "${audit_info}" "${bin}" >"${work}/audit-$1-$2.json" 2>"${work}/audit-$1-$2.err" || return 1
+    jq -e --arg root "kube-prestop-$2" --arg v "${version}" --arg c "${must_have[$2]}" \
+        '[.packages[] | select(.root == true) | {name, version}] == [{name: $root, version: $v}]
+         and ([.packages[].name] | index($c) != null)' "${work}/audit-$1-$2.json" >/dev/null &&
+        cmp -s <(jq -r '.packages[] | select(.root != true) | "\(.name) \(.version)"' "${work}/audit-$1-$2.json" | sort) \
+            <(jq -r '.components[] | "\(.name) \(.version)"' "${sbom}" | sort)
+}
+for arch in "${archs[@]}"; do
+    for name in webhook sidecar; do
+        if embeds_sbom_crates "${arch}" "${name}"; then
+            pass "linux/${arch} kube-prestop-${name}: embedded dependency list (.dep-v0) readable, $(jq '.packages | length' "${work}/audit-${arch}-${name}.json") crates, exactly the SBOM's, with ${must_have[${name}]}"
+        else
+            fail "linux/${arch} kube-prestop-${name}: embedded dependency list unreadable or not the SBOM's: $(head -c 300 "${work}/audit-${arch}-${name}.err")$(diff <(jq -r '.packages[]? | select(.root != true) | "\(.name) \(.version)"' "${work}/audit-${arch}-${name}.json" 2>/dev/null | sort) <(jq -r '.components[] | "\(.name) \(.version)"' "${oci_dir}/kube-prestop-${name}.linux-${arch}.cdx.json" | sort) | head -n 10 | tr '\n' ' ')"
+        fi
+    done
 done
 
 # --- 2. smoke tests -------------------------------------------------------------
@@ -244,6 +279,10 @@ if IMAGES_SKIP_CARGO=1 OCI_OUT_DIR="${work}/again" images/build.sh >"${work}/aga
             test "${d}" == "${index_digest[${name}]}"
         check "reproducible: kube-prestop-${name}.tar built twice, the same bytes" \
             test "$(sha256sum "${again}" | cut -d' ' -f1)" == "${archive_sum[${name}]}"
+        for arch in "${archs[@]}"; do
+            check "reproducible: kube-prestop-${name}.linux-${arch}.cdx.json made twice, the same bytes" \
+                cmp -s "${work}/again/kube-prestop-${name}.linux-${arch}.cdx.json" "${oci_dir}/kube-prestop-${name}.linux-${arch}.cdx.json"
+        done
     done
 else
     fail "reproducible: the second build failed: $(tail -n5 "${work}/again.log")"
