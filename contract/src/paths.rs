@@ -64,6 +64,24 @@ pub const fn own_architecture() -> Option<&'static str> {
     }
 }
 
+/// Sub-path, inside the shared volume, of `container`'s state directory:
+/// `state/<container>`. The watched container and its sidecar mount it
+/// read-write at [`state_mount_path`], over the rest of the volume mounted
+/// read-only at [`MOUNT_PATH`]: no other container of the pod can write
+/// there through the volume (`docs/security.md`). The kubelet creates a
+/// missing `subPath` directory with the volume root's mode (`docs/facts.md`
+/// K12).
+pub fn state_sub_path(container: &str) -> String {
+    format!("state/{container}")
+}
+
+/// Mount point of `container`'s state directory:
+/// `/.kube-prestop/state/<container>`, the same path
+/// [`crate::state_dir`] gives under [`MOUNT_PATH`].
+pub fn state_mount_path(container: &str) -> String {
+    format!("{MOUNT_PATH}/{}", state_sub_path(container))
+}
+
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
@@ -113,6 +131,16 @@ mod tests {
     fn binary_path_is_the_same_from_a_config_map() {
         let from_config_map = Path::new(BINARY_DIR).join(BINARY_CONFIG_MAP_KEY);
         assert_eq!(from_config_map, Path::new(BINARY_PATH));
+    }
+
+    #[test]
+    fn state_mounts_are_pinned_and_are_the_state_dir() {
+        assert_eq!(state_sub_path("main"), "state/main");
+        assert_eq!(state_mount_path("main"), "/.kube-prestop/state/main");
+        assert_eq!(
+            Path::new(&state_mount_path("main")),
+            crate::state_dir(Path::new(MOUNT_PATH), "main")
+        );
     }
 
     #[test]

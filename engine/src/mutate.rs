@@ -105,10 +105,33 @@ fn install_security_context() -> SecurityContext {
     }
 }
 
-fn shared_mount(volume: &str) -> VolumeMount {
+/// The whole shared volume at [`contract::MOUNT_PATH`]: read-write only for
+/// the install init container (it writes the binary); read-only for every
+/// container of the pod that runs alongside the others, so none of them can
+/// replace the binary or write another container's records
+/// (`docs/security.md`, "What a container of the pod can do to another's
+/// hook").
+fn shared_mount(volume: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::MOUNT_PATH.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+/// X's state directory, read-write: `subPath: state/X` at
+/// `/.kube-prestop/state/X`, over the read-only [`shared_mount`] (the
+/// runtime mounts parents before children, `docs/facts.md` R1). The
+/// kubelet creates the directory with the volume root's mode, 0777 for an
+/// `emptyDir`, so X's user can write there whatever it is (`docs/facts.md`
+/// K12). Mounted in X (the preStop wrapper writes its mark) and in X's
+/// sidecar, and in no other container.
+fn state_mount(x: &Container, volume: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::state_mount_path(&x.name),
+        sub_path: Some(contract::state_sub_path(&x.name)),
         ..Default::default()
     }
 }
@@ -138,10 +161,11 @@ impl BinaryMount<'_> {
     }
 
     /// The mounts that give a container the binary at [`Self::path`]: the
-    /// shared volume, then (from a ConfigMap or an image volume) the
-    /// binary's volume over its `bin` directory, read-only.
+    /// shared volume, read-only (the installed binary is in its `bin`), then
+    /// (from a ConfigMap or an image volume) the binary's volume over its
+    /// `bin` directory, read-only.
     fn mounts(self, shared: &str) -> Vec<VolumeMount> {
-        let mut mounts = vec![shared_mount(shared)];
+        let mut mounts = vec![shared_mount(shared, true)];
         if let BinaryMount::ConfigMapVolume(volume) | BinaryMount::ImageVolume(volume) = self {
             mounts.push(VolumeMount {
                 name: volume.to_owned(),
@@ -200,7 +224,7 @@ fn install_container(
         image: Some(config.install_image.clone()),
         image_pull_policy: Some(config.install_image_pull_policy.clone()),
         command: Some(contract::install_command()),
-        volume_mounts: Some(vec![shared_mount(volume)]),
+        volume_mounts: Some(vec![shared_mount(volume, false)]),
         security_context: Some(install_security_context()),
         resources,
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
@@ -243,8 +267,11 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
 /// binary's delivery and the shared volume's name give the binary's path
-/// and the mounts of the shared volume and the binary ([`BinaryMount::mounts`]),
-/// added to X's own.
+/// and the mounts of the shared volume and the binary ([`BinaryMount::mounts`],
+/// read-only: the termination message reads every watched container's
+/// records, and the finder takes the volume's mount source to tell X's
+/// identifying mount) and X's state directory ([`state_mount`],
+/// read-write), added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
@@ -256,6 +283,7 @@ fn sidecar_container(
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
     mounts.extend(binary.mounts(shared));
+    mounts.push(state_mount(x, shared));
     let binary = binary.path();
     Container {
         name,
@@ -290,13 +318,16 @@ fn sidecar_container(
     }
 }
 
-/// X's mounts: the whole shared volume at `contract::MOUNT_PATH`
-/// (read-write: the wrapper writes its mark), the binary's ConfigMap volume
-/// when there is one (the wrapper runs the binary), and the identifying
-/// mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet
-/// creates a missing subPath directory).
+/// X's mounts: the whole shared volume at `contract::MOUNT_PATH`,
+/// read-only (the wrapper runs the binary from it, and the finder takes its
+/// mount source to tell X's identifying mount in `hostPID` pods), the
+/// binary's ConfigMap or image volume when there is one, X's own state
+/// directory read-write ([`state_mount`]: the wrapper writes its mark
+/// there), and the identifying mount (`subPath: id/X`, read-only, at
+/// `/.kube-prestop-id/X`; the kubelet creates a missing subPath directory).
 fn watched_mounts(x: &Container, volume: &str, binary: BinaryMount<'_>) -> Vec<VolumeMount> {
     let mut mounts = binary.mounts(volume);
+    mounts.push(state_mount(x, volume));
     mounts.push(VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::id_mount_path(&x.name),
@@ -315,8 +346,9 @@ pub struct WatchedChange {
     /// X's new `lifecycle.preStop.exec.command`: the wrapper around the
     /// original command.
     pub prestop_command: Vec<String>,
-    /// Appended to X's `volumeMounts`: the shared volume, the binary's
-    /// ConfigMap volume (when it has one) and X's identifying mount.
+    /// Appended to X's `volumeMounts`: the shared volume (read-only), the
+    /// binary's ConfigMap or image volume (when it has one), X's state
+    /// directory (read-write) and X's identifying mount.
     pub volume_mounts: Vec<VolumeMount>,
 }
 
