@@ -123,9 +123,11 @@ fn shared_mount(volume: &str, read_only: bool) -> VolumeMount {
 /// X's state directory, read-write: `subPath: state/X` at
 /// `/.kube-prestop/state/X`, over the read-only [`shared_mount`] (the
 /// runtime mounts parents before children, `docs/facts.md` R1). The
-/// kubelet creates the directory with the volume root's mode, 0777 for an
-/// `emptyDir`, so X's user can write there whatever it is (`docs/facts.md`
-/// K12). Mounted in X (the preStop wrapper writes its mark) and in X's
+/// kubelet creates the directory before the container starts, as root,
+/// with the volume root's mode, 0777 for an `emptyDir` (`makeMounts` in
+/// `pkg/kubelet/kubelet_pods.go` → `SafeMakeDir`, which `fchmod`s against
+/// the umask; Kubernetes v1.37, `docs/facts.md` K12), so X's user can write
+/// there whatever it is. Mounted in X (the preStop wrapper writes its mark) and in X's
 /// sidecar, and in no other container.
 fn state_mount(x: &Container, volume: &str) -> VolumeMount {
     VolumeMount {
