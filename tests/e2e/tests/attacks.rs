@@ -265,16 +265,31 @@ log "b-instance: $id"
 "#;
 
 /// The attempts of [`ATTACK`] that must fail, and the errors each may fail
-/// with: the binary's directory is a read-only mount (`EROFS`, `EBUSY` for
-/// the rename of a mount point); `b`'s state directory and the volume's root
-/// are not mounted in `a` at all (`ENOENT`; `EACCES` or `EROFS` for what
-/// `a`, not root, would make in its own image's directories).
+/// with (busybox's words): the binary's directory is a read-only mount
+/// (`EROFS`; its rename fails in the root-owned directory of `a`'s image
+/// that holds the mount point, `EACCES`, or as a mount point, `EBUSY`);
+/// `b`'s state directory and the volume's root are not mounted in `a` at
+/// all (`ENOENT`, "nonexistent directory"; `EACCES` or `EROFS` for what `a`,
+/// not root, would make in its own image's directories).
 const REFUSED: [(&str, &[&str]); 8] = [
-    ("bin-rename", &["Read-only file system", "Resource busy"]),
+    (
+        "bin-rename",
+        &[
+            "Read-only file system",
+            "Resource busy",
+            "Permission denied",
+        ],
+    ),
     ("bin-replace", &["Read-only file system"]),
     ("bin-plant", &["Read-only file system"]),
-    ("forge-done", &["No such file or directory"]),
-    ("forge-prestop", &["No such file or directory"]),
+    (
+        "forge-done",
+        &["No such file or directory", "nonexistent directory"],
+    ),
+    (
+        "forge-prestop",
+        &["No such file or directory", "nonexistent directory"],
+    ),
     ("forge-link", &["No such file or directory"]),
     ("make-dir", &["Permission denied", "Read-only file system"]),
     (
