@@ -64,6 +64,36 @@ pub const fn own_architecture() -> Option<&'static str> {
     }
 }
 
+/// Sub-path, inside the shared volume, of the installed binary's directory
+/// (install init container delivery): mounted read-only at [`BINARY_DIR`]
+/// in the watched containers and the sidecars.
+pub const BIN_SUB_PATH: &str = "bin";
+
+/// Sub-path, inside the shared volume, of every watched container's state
+/// directory: the sidecars mount it read-only at [`STATE_MOUNT_PATH`] (the
+/// termination message lists every container's runs).
+pub const STATE_SUB_PATH: &str = "state";
+
+/// Mount point of [`STATE_SUB_PATH`]: `/.kube-prestop/state`.
+pub const STATE_MOUNT_PATH: &str = "/.kube-prestop/state";
+
+/// Sub-path, inside the shared volume, of `container`'s state directory:
+/// `state/<container>`. The watched container and its sidecar mount it
+/// read-write at [`state_mount_path`], and no other container mounts it
+/// writable: no other container of the pod can write there through the
+/// volume (`docs/security.md`). The kubelet creates a missing `subPath`
+/// directory with the volume root's mode (`docs/facts.md` K12).
+pub fn state_sub_path(container: &str) -> String {
+    format!("{STATE_SUB_PATH}/{container}")
+}
+
+/// Mount point of `container`'s state directory:
+/// `/.kube-prestop/state/<container>`, the same path
+/// [`crate::state_dir`] gives under [`MOUNT_PATH`].
+pub fn state_mount_path(container: &str) -> String {
+    format!("{MOUNT_PATH}/{}", state_sub_path(container))
+}
+
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
@@ -81,6 +111,7 @@ pub fn id_mount_path(container: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::path::Path;
 
@@ -113,6 +144,24 @@ mod tests {
     fn binary_path_is_the_same_from_a_config_map() {
         let from_config_map = Path::new(BINARY_DIR).join(BINARY_CONFIG_MAP_KEY);
         assert_eq!(from_config_map, Path::new(BINARY_PATH));
+    }
+
+    #[test]
+    fn state_mounts_are_pinned_and_are_the_state_dir() {
+        assert_eq!(state_sub_path("main"), "state/main");
+        assert_eq!(STATE_MOUNT_PATH, format!("{MOUNT_PATH}/{STATE_SUB_PATH}"));
+        assert_eq!(BINARY_DIR, format!("{MOUNT_PATH}/{BIN_SUB_PATH}"));
+        assert_eq!(
+            Path::new(STATE_MOUNT_PATH),
+            crate::state_dir(Path::new(MOUNT_PATH), "main")
+                .parent()
+                .unwrap()
+        );
+        assert_eq!(state_mount_path("main"), "/.kube-prestop/state/main");
+        assert_eq!(
+            Path::new(&state_mount_path("main")),
+            crate::state_dir(Path::new(MOUNT_PATH), "main")
+        );
     }
 
     #[test]

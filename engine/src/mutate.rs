@@ -105,10 +105,51 @@ fn install_security_context() -> SecurityContext {
     }
 }
 
+/// The whole shared volume at [`contract::MOUNT_PATH`], read-write: only
+/// the install init container mounts it (it writes the binary, and is done
+/// before any sidecar starts). Every other container of ours mounts only
+/// sub-paths ([`BinaryMount::mounts`], [`states_mount`], [`state_mount`]), so
+/// none of them can replace the binary or write another container's records
+/// (`docs/security.md`, "What a container of the pod can do to another's
+/// hook").
 fn shared_mount(volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::MOUNT_PATH.to_owned(),
+        ..Default::default()
+    }
+}
+
+/// Every watched container's state directory, read-only: `subPath: state`
+/// at `/.kube-prestop/state`, for the sidecars (the termination message
+/// lists every watched container's runs; the finder learns the volume's
+/// mount source from it). [`state_mount`] lies over it.
+fn states_mount(volume: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::STATE_MOUNT_PATH.to_owned(),
+        sub_path: Some(contract::STATE_SUB_PATH.to_owned()),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+/// X's state directory, read-write: `subPath: state/X` at
+/// `/.kube-prestop/state/X` (in the sidecar over the read-only
+/// [`states_mount`]: the runtime mounts parents before children,
+/// `docs/facts.md` R1, and the mount point exists in the read-only parent
+/// because the kubelet made the directory first). The
+/// kubelet creates the directory before the container starts, as root,
+/// with the volume root's mode, 0777 for an `emptyDir` (`makeMounts` in
+/// `pkg/kubelet/kubelet_pods.go` → `SafeMakeDir`, which `fchmod`s against
+/// the umask; Kubernetes v1.37, `docs/facts.md` K12), so X's user can write
+/// there whatever it is. Mounted in X (the preStop wrapper writes its mark) and in X's
+/// sidecar, and in no other container.
+fn state_mount(x: &Container, volume: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::state_mount_path(&x.name),
+        sub_path: Some(contract::state_sub_path(&x.name)),
         ..Default::default()
     }
 }
@@ -137,20 +178,24 @@ impl BinaryMount<'_> {
         }
     }
 
-    /// The mounts that give a container the binary at [`Self::path`]: the
-    /// shared volume, then (from a ConfigMap or an image volume) the
-    /// binary's volume over its `bin` directory, read-only.
-    fn mounts(self, shared: &str) -> Vec<VolumeMount> {
-        let mut mounts = vec![shared_mount(shared)];
-        if let BinaryMount::ConfigMapVolume(volume) | BinaryMount::ImageVolume(volume) = self {
-            mounts.push(VolumeMount {
-                name: volume.to_owned(),
-                mount_path: contract::BINARY_DIR.to_owned(),
-                read_only: Some(true),
-                ..Default::default()
-            });
+    /// The mount that gives a container the binary at [`Self::path`],
+    /// read-only at [`contract::BINARY_DIR`]: the shared volume's `bin`
+    /// (`subPath`, written by the install init container before), or the
+    /// binary's ConfigMap or image volume.
+    fn mount(self, shared: &str) -> VolumeMount {
+        let (name, sub_path) = match self {
+            BinaryMount::Installed => (shared, Some(contract::BIN_SUB_PATH.to_owned())),
+            BinaryMount::ConfigMapVolume(volume) | BinaryMount::ImageVolume(volume) => {
+                (volume, None)
+            }
+        };
+        VolumeMount {
+            name: name.to_owned(),
+            mount_path: contract::BINARY_DIR.to_owned(),
+            sub_path,
+            read_only: Some(true),
+            ..Default::default()
         }
-        mounts
     }
 }
 
@@ -243,8 +288,9 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
 /// binary's delivery and the shared volume's name give the binary's path
-/// and the mounts of the shared volume and the binary ([`BinaryMount::mounts`]),
-/// added to X's own.
+/// and the mounts of the binary ([`BinaryMount::mount`]), of every state
+/// directory ([`states_mount`], read-only) and of X's ([`state_mount`],
+/// read-write), added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
@@ -255,7 +301,11 @@ fn sidecar_container(
     resources: Option<ResourceRequirements>,
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
-    mounts.extend(binary.mounts(shared));
+    mounts.extend([
+        binary.mount(shared),
+        states_mount(shared),
+        state_mount(x, shared),
+    ]);
     let binary = binary.path();
     Container {
         name,
@@ -290,21 +340,23 @@ fn sidecar_container(
     }
 }
 
-/// X's mounts: the whole shared volume at `contract::MOUNT_PATH`
-/// (read-write: the wrapper writes its mark), the binary's ConfigMap volume
-/// when there is one (the wrapper runs the binary), and the identifying
-/// mount (`subPath: id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet
-/// creates a missing subPath directory).
+/// X's mounts: the binary, read-only ([`BinaryMount::mount`]: the wrapper
+/// runs it), X's own state directory read-write ([`state_mount`]: the
+/// wrapper writes its mark there), and the identifying mount (`subPath:
+/// id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet creates a missing
+/// subPath directory). Nothing else of the shared volume.
 fn watched_mounts(x: &Container, volume: &str, binary: BinaryMount<'_>) -> Vec<VolumeMount> {
-    let mut mounts = binary.mounts(volume);
-    mounts.push(VolumeMount {
-        name: volume.to_owned(),
-        mount_path: contract::id_mount_path(&x.name),
-        sub_path: Some(contract::id_sub_path(&x.name)),
-        read_only: Some(true),
-        ..Default::default()
-    });
-    mounts
+    vec![
+        binary.mount(volume),
+        state_mount(x, volume),
+        VolumeMount {
+            name: volume.to_owned(),
+            mount_path: contract::id_mount_path(&x.name),
+            sub_path: Some(contract::id_sub_path(&x.name)),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    ]
 }
 
 /// What injection changes in one watched container X.
@@ -315,8 +367,8 @@ pub struct WatchedChange {
     /// X's new `lifecycle.preStop.exec.command`: the wrapper around the
     /// original command.
     pub prestop_command: Vec<String>,
-    /// Appended to X's `volumeMounts`: the shared volume, the binary's
-    /// ConfigMap volume (when it has one) and X's identifying mount.
+    /// Appended to X's `volumeMounts`: the binary (read-only), X's state
+    /// directory (read-write) and X's identifying mount.
     pub volume_mounts: Vec<VolumeMount>,
 }
 

@@ -768,7 +768,71 @@ fn check(g: &Gen) -> Result<(), TestCaseError> {
 
     // 5. Names.
     check_names(&out);
+
+    // 6. The shared volume is writable only where it must be.
+    check_shared_volume(&pod, &out);
     Ok(())
+}
+
+/// The shared volume's root is mounted only by the install init container
+/// (to write the binary); the other mounts are sub-paths, read-write only
+/// for each watched container X's `state/X` at `/.kube-prestop/state/X`,
+/// in X and X's sidecar alone: no container can replace the binary or write
+/// another container's records through the volume.
+fn check_shared_volume(before: &Pod, out: &Pod) {
+    let spec_b = before.spec.as_ref().unwrap();
+    let spec = out.spec.as_ref().unwrap();
+    let user_volumes: BTreeSet<&str> = spec_b
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
+    let shared = &spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.empty_dir.is_some() && !user_volumes.contains(v.name.as_str()))
+        .expect("the shared emptyDir")
+        .name;
+    let mut writers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        for m in c.volume_mounts.iter().flatten() {
+            if &m.name != shared {
+                continue;
+            }
+            match m.sub_path.as_deref() {
+                None => assert_eq!(
+                    c.command.as_deref(),
+                    Some(&contract::install_command()[..]),
+                    "{}: the shared volume's root mounted",
+                    c.name
+                ),
+                Some(_) if m.read_only == Some(true) => {}
+                Some(sub) => {
+                    let x = sub
+                        .strip_prefix("state/")
+                        .unwrap_or_else(|| panic!("{}: {sub} mounted read-write", c.name));
+                    assert_eq!(m.mount_path, contract::state_mount_path(x));
+                    writers
+                        .entry(x.to_owned())
+                        .or_default()
+                        .push(c.name.clone());
+                }
+            }
+        }
+    }
+    for (x, names) in &writers {
+        assert!(
+            names.len() == 2 && names.contains(x),
+            "state/{x} writable by {names:?}, not by {x} and its sidecar only"
+        );
+    }
 }
 
 proptest! {

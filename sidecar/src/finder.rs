@@ -97,8 +97,9 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
 }
 
 /// The identifying mount of `container`: mount point [`mount_point`], and,
-/// when the shared volume is a mount at `root` in this process (always in a
-/// pod; not in tests that use a plain directory), the source it must come
+/// when the shared volume or a sub-path of it is mounted under `root` in
+/// this process ([`procfs::volume_source_of`]; always in a pod, not in
+/// tests that use a plain directory), the source it must come
 /// from: the same file system, root `<volume root>/id/<container>`
 /// ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from the
 /// volume's own directory, so both mounts name the same file system and a
@@ -106,7 +107,7 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
 pub fn id_mount(proc_root: &Path, root: &Path, id_root: &Path, container: &str) -> IdMount {
     let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo"))
         .ok()
-        .and_then(|m| procfs::mountinfo_source_of(&m, &root.to_string_lossy()));
+        .and_then(|m| procfs::volume_source_of(&m, &root.to_string_lossy(), container));
     IdMount {
         point: mount_point(id_root, container),
         source: own.map(|s| MountSource {

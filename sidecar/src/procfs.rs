@@ -216,6 +216,34 @@ pub fn mountinfo_source_of(content: &str, mount_point: &str) -> Option<MountSour
     })
 }
 
+/// The source of the shared volume's root, from this process's mountinfo
+/// `content`, the volume's mount path `root` and the watched container's
+/// name: the mount at `root` itself (pods admitted before the sub-path
+/// layout, the tests' plain directories give none), else the mount of
+/// `<root>/state` (`subPath: state`, the sidecars) or of
+/// `<root>/state/<container>` (`subPath: state/<container>`, the watched
+/// container) with that sub-path taken off its root. The kubelet
+/// bind-mounts a `subPath` from the volume's own directory, so the
+/// mount's root is the volume's root followed by the sub-path.
+pub fn volume_source_of(content: &str, root: &str, container: &str) -> Option<MountSource> {
+    let root = root.trim_end_matches('/');
+    if let Some(own) = mountinfo_source_of(content, root) {
+        return Some(own);
+    }
+    [
+        format!("/{}", kube_prestop_contract::STATE_SUB_PATH),
+        format!("/{}", kube_prestop_contract::state_sub_path(container)),
+    ]
+    .into_iter()
+    .find_map(|sub| {
+        let s = mountinfo_source_of(content, &format!("{root}{sub}"))?;
+        Some(MountSource {
+            root: s.root.strip_suffix(&sub)?.to_owned(),
+            dev: s.dev,
+        })
+    })
+}
+
 fn find_mount(content: &str, mount_point: &str, source: Option<&MountSource>) -> Option<u64> {
     let mount_point = mount_point.trim_end_matches('/');
     content.lines().find_map(|line| {
@@ -467,6 +495,37 @@ mod tests {
         };
         assert_eq!(any.find(other_pod), Some(50));
         assert_eq!(mountinfo_source_of(own, "/nowhere"), None);
+    }
+
+    /// The volume's root is found from the sub-path mounts of the sidecar
+    /// (`state`) and of the watched container (`state/X`) too.
+    #[test]
+    fn volume_source_from_sub_path_mounts() {
+        let vol = "/pods/uid-a/volumes/kube-prestop";
+        let sidecar = format!(
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             40 22 8:1 {vol}/bin /.kube-prestop/bin ro - ext4 /dev/sda1 rw\n\
+             41 22 8:1 {vol}/state /.kube-prestop/state ro - ext4 /dev/sda1 rw\n\
+             42 41 8:1 {vol}/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n"
+        );
+        let watched = format!(
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             42 22 8:1 {vol}/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n"
+        );
+        let old_layout = format!("40 22 8:1 {vol} /.kube-prestop rw - ext4 /dev/sda1 rw\n");
+        for content in [&sidecar, &watched, &old_layout] {
+            let src = volume_source_of(content, "/.kube-prestop", "main").unwrap();
+            assert_eq!(
+                (src.dev.as_str(), src.root.as_str()),
+                ("8:1", vol),
+                "{content}"
+            );
+        }
+        // Another container's state directory does not name the volume.
+        assert_eq!(volume_source_of(&watched, "/.kube-prestop", "other"), None);
+        // A mount whose root does not end with the sub-path is not ours.
+        let odd = "42 22 8:1 /elsewhere /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n";
+        assert_eq!(volume_source_of(odd, "/.kube-prestop", "main"), None);
     }
 
     #[test]

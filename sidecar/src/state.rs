@@ -1,19 +1,51 @@
 //! The per-container state directory in the shared volume
 //! (`<root>/state/<container>/`, see [`kube_prestop_contract::state_files`]).
 //!
-//! Every record is written atomically: to a temporary file `.tmp-<name>-<pid>`
-//! in the same directory, then `rename(2)`d over the final name, so a reader
-//! (the probe, a restarted sidecar) sees either no record or a whole one.
-//! Records are small `key=value` lines; their names and contents are typed
-//! in the contract ([`RecordKind`], [`kube_prestop_contract::record`]).
+//! The volume is hostile input: in a pod, only the watched container X and
+//! its sidecar mount X's directory read-write (a `subPath` mount, the rest
+//! of the volume read-only; `docs/security.md`), but X's own processes and
+//! hooks can still write there. So nothing here follows a link or trusts a
+//! file it did not create:
+//!
+//! - directories are opened one level at a time from `<root>` with
+//!   `O_DIRECTORY | O_NOFOLLOW` (`openat(2)` on the parent's descriptor): a
+//!   `state` or `<container>` that is a symbolic link is refused;
+//! - every record is written to a temporary file `.tmp-<name>-<pid>` created
+//!   with `O_CREAT | O_EXCL | O_NOFOLLOW`, then put in place: records
+//!   written once per instance (`prestop-`, `done-`, and names this module
+//!   does not know) with `linkat(2)`, which fails when the name exists in
+//!   any form (file, link, directory), so a pre-existing record is refused;
+//!   the ones a restarted watcher legitimately writes again (`seen-`,
+//!   `running-` of a retried run, `armed`) with `renameat(2)` over a
+//!   regular file only (a rename replaces a link, never follows it; a link
+//!   or another kind of file there is refused). Either way a reader (the
+//!   probe, a restarted sidecar) sees no record or a whole one;
+//! - records are read with `O_NOFOLLOW | O_NONBLOCK` and only when they are
+//!   regular files, at most [`MAX_RECORD_BYTES`].
+//!
+//! A refusal is a [`StateError::Refused`] naming the path and what was
+//! found; the callers log it on the sidecar's (or the preStop wrapper's)
+//! stderr. Records are small `key=value` lines; their names and contents
+//! are typed in the contract ([`RecordKind`], [`kube_prestop_contract::record`]).
 
 use std::collections::BTreeMap;
-use std::fs::{self, DirBuilder, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, renameat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
+
 use kube_prestop_contract::{self as contract, RecordKind, RunningRecord};
+
+/// Largest record read back (bytes); a longer file is read only this far.
+/// Records are a few `key=value` lines.
+pub const MAX_RECORD_BYTES: u64 = 4096;
 
 /// Errors of the state store.
 #[derive(Debug, thiserror::Error)]
@@ -42,18 +74,84 @@ pub enum StateError {
         /// The underlying error.
         source: io::Error,
     },
+    /// Something other than what this store creates was found where it
+    /// works: a symbolic link, a record that already exists, a file where a
+    /// directory belongs. Nothing was followed or overwritten.
+    #[error(
+        "refusing {path}: {found} (not written by this sidecar: another process wrote into the state directory)"
+    )]
+    Refused {
+        /// The path refused.
+        path: PathBuf,
+        /// What was found there.
+        found: Found,
+    },
+}
+
+/// What [`StateError::Refused`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found {
+    /// A symbolic link.
+    Symlink,
+    /// A record of that name already exists (for records written once per
+    /// instance).
+    Exists,
+    /// Neither a directory nor, for a record, a regular file (a FIFO, a
+    /// device, a socket, a directory where a record belongs, a file where a
+    /// directory belongs).
+    OtherKind,
+}
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Found::Symlink => "it is a symbolic link",
+            Found::Exists => "a record of that name already exists",
+            Found::OtherKind => "it is not of the expected kind",
+        })
+    }
 }
 
 /// The state directory of one watched container.
 #[derive(Debug, Clone)]
 pub struct StateStore {
+    root: PathBuf,
+    container: String,
     dir: PathBuf,
+}
+
+/// The file type bits of `st`.
+fn kind_of(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// What is at `name` in `dir`, without following a link; `None` if nothing.
+fn lstat_at(dir: &OwnedFd, name: &str) -> Result<Option<SFlag>, Errno> {
+    match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(kind_of(&st))),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a record named `name` may be replaced by a later write of the
+/// same name: a restarted watcher writes `seen-<id>` again for an instance
+/// that still runs, `running-<id>` again for the retried run, and `armed`
+/// once per start. Every other record is written once.
+fn replaceable(name: &str) -> bool {
+    name == contract::ARMED_FILE
+        || matches!(
+            RecordKind::parse_file_name(name),
+            Some((RecordKind::Seen | RecordKind::Running, _))
+        )
 }
 
 impl StateStore {
     /// The store of `container` in the shared volume mounted at `root`.
     pub fn new(root: &Path, container: &str) -> Self {
         Self {
+            root: root.to_owned(),
+            container: container.to_owned(),
             dir: contract::state_dir(root, container),
         }
     }
@@ -63,28 +161,73 @@ impl StateStore {
         &self.dir
     }
 
-    /// Creates the directory (and `state/`) if missing, mode 0777: the
-    /// wrapper runs with the watched container's user, which may differ from
-    /// the sidecar's when a pod sets users per container, and must still be
-    /// able to write its mark. The volume is private to the pod.
-    pub fn ensure_dir(&self) -> Result<(), StateError> {
-        let err = |source| StateError::CreateDir {
-            path: self.dir.clone(),
-            source,
+    /// Opens the directory `name` in `parent` (`None`: the root) without
+    /// following a link: `O_DIRECTORY | O_NOFOLLOW`.
+    fn open_dir_at(&self, parent: Option<&OwnedFd>, name: &Path) -> Result<OwnedFd, Refusal> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let res = match parent {
+            Some(p) => openat(p.as_fd(), name, flags, Mode::empty()),
+            None => nix::fcntl::open(name, flags, Mode::empty()),
         };
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o777)
-            .create(&self.dir)
-            .map_err(err)?;
-        for d in [Some(self.dir.as_path()), self.dir.parent()]
-            .into_iter()
-            .flatten()
-        {
-            // Best effort against the umask; fails harmlessly when not ours.
-            let _ = fs::set_permissions(d, fs::Permissions::from_mode(0o777));
+        res.map_err(|e| match (e, parent) {
+            // O_NOFOLLOW on a link gives ELOOP; O_DIRECTORY on a file ENOTDIR.
+            (Errno::ELOOP | Errno::ENOTDIR, Some(p)) => {
+                match lstat_at(p, &name.to_string_lossy()) {
+                    Ok(Some(SFlag::S_IFLNK)) => Refusal::Found(Found::Symlink),
+                    Ok(Some(_)) => Refusal::Found(Found::OtherKind),
+                    _ => Refusal::Io(io::Error::from(e)),
+                }
+            }
+            (e, _) => Refusal::Io(io::Error::from(e)),
+        })
+    }
+
+    /// Opens `<root>/state` and then `<root>/state/<container>`, each
+    /// without following a link. With `create`, makes each that is missing
+    /// (mode 0777, the mode the kubelet gives `subPath` directories of an
+    /// `emptyDir`, `docs/facts.md` K12: the preStop wrapper runs with the
+    /// watched container's user, which may differ from the sidecar's).
+    fn open_dir(&self, create: bool) -> Result<OwnedFd, (PathBuf, Refusal)> {
+        if create {
+            // `<root>` is the mount point given on the command line (in a
+            // pod it exists); outside a pod (tests) it may need making.
+            let _ = std::fs::create_dir_all(&self.root);
         }
-        Ok(())
+        let mut fd = self
+            .open_dir_at(None, &self.root)
+            .map_err(|r| (self.root.clone(), r))?;
+        let mut path = self.root.clone();
+        for part in [Path::new("state"), Path::new(&self.container)] {
+            path.push(part);
+            if create {
+                // An error here is an existing entry (maybe a link: the
+                // open below refuses it) or a read-only parent over an
+                // existing directory: the open below tells.
+                if mkdirat(fd.as_fd(), part, Mode::from_bits_truncate(0o777)).is_ok()
+                    && let Ok(new) = self.open_dir_at(Some(&fd), part)
+                {
+                    // Against the umask; best effort (the directory is ours).
+                    let _ = fchmod(new.as_fd(), Mode::from_bits_truncate(0o777));
+                }
+            }
+            fd = self
+                .open_dir_at(Some(&fd), part)
+                .map_err(|r| (path.clone(), r))?;
+        }
+        Ok(fd)
+    }
+
+    /// Creates the directory (and `state/`) if missing, mode 0777, without
+    /// following links. In a pod the kubelet has made it already (it is
+    /// X's `subPath` mount).
+    ///
+    /// Errors: [`StateError::Refused`] when `state` or the container's
+    /// directory is a link or not a directory; [`StateError::CreateDir`]
+    /// when it cannot be made or opened.
+    pub fn ensure_dir(&self) -> Result<(), StateError> {
+        self.open_dir(true).map(drop).map_err(|(path, r)| {
+            r.into_error(path, |path, source| StateError::CreateDir { path, source })
+        })
     }
 
     /// Path of record `name`.
@@ -92,56 +235,95 @@ impl StateStore {
         self.dir.join(name)
     }
 
-    /// Writes record `name` atomically (temporary file + rename), mode 0666.
+    /// Writes record `name` (see the module's documentation for how): a new
+    /// file, mode 0666, never through a link.
+    ///
+    /// Errors: [`StateError::Refused`] when the directory or the record's
+    /// name is a link, when a record written once per instance exists
+    /// already, or when something other than a regular file holds the
+    /// name; [`StateError::Write`] for any other failure (read-only or
+    /// missing volume, full disk).
     pub fn write(&self, name: &str, content: &str) -> Result<(), StateError> {
         let path = self.path(name);
-        let tmp = self.dir.join(format!(".tmp-{name}-{}", std::process::id()));
-        let res = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o666)
-                .open(&tmp)?;
-            f.write_all(content.as_bytes())?;
-            drop(f);
-            fs::rename(&tmp, &path)
-        })();
-        res.map_err(|source| {
-            let _ = fs::remove_file(&tmp);
-            StateError::Write { path, source }
-        })
+        let write_err = |path: PathBuf, source| StateError::Write { path, source };
+        let dir = self
+            .open_dir(false)
+            .map_err(|(p, r)| r.into_error(p, write_err))?;
+        let tmp = format!(".tmp-{name}-{}", std::process::id());
+        let file = create_new(&dir, &tmp).map_err(|r| r.into_error(self.path(&tmp), write_err))?;
+        let res = write_all(file, content)
+            .map_err(Refusal::Io)
+            .and_then(|()| place(&dir, &tmp, name));
+        let _ = unlinkat(dir.as_fd(), tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        res.map_err(|r| r.into_error(path, write_err))
     }
 
-    /// Whether record `name` exists.
+    /// Whether record `name` exists (in any form: a link counts, unfollowed).
     pub fn exists(&self, name: &str) -> bool {
-        self.path(name).exists()
+        self.open_dir(false)
+            .ok()
+            .is_some_and(|dir| matches!(lstat_at(&dir, name), Ok(Some(_))))
     }
 
     /// Reads record `name`'s text (parse it with the record's type in
-    /// [`kube_prestop_contract::record`]); `None` if absent or unreadable.
+    /// [`kube_prestop_contract::record`]); `None` if absent, unreadable, a
+    /// link or not a regular file. At most [`MAX_RECORD_BYTES`] are read.
     pub fn read(&self, name: &str) -> Option<String> {
-        crate::procfs::read_small(&self.path(name)).ok()
+        let dir = self.open_dir(false).ok()?;
+        let fd = openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        if kind_of(&fstat(fd.as_fd()).ok()?) != SFlag::S_IFREG {
+            return None;
+        }
+        let mut text = String::new();
+        File::from(fd)
+            .take(MAX_RECORD_BYTES)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(text)
     }
 
-    /// Removes record `name`; a missing record is not an error.
+    /// Removes record `name` (the entry itself, never what a link points
+    /// at); a missing record or directory is not an error.
     pub fn remove(&self, name: &str) -> io::Result<()> {
-        match fs::remove_file(self.path(name)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
+        let dir = match self.open_dir(false) {
+            Ok(dir) => dir,
+            Err((_, Refusal::Io(e))) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err((path, r)) => {
+                return Err(match r {
+                    Refusal::Io(e) => e,
+                    Refusal::Found(found) => {
+                        io::Error::other(StateError::Refused { path, found }.to_string())
+                    }
+                });
+            }
+        };
+        match unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// Names of all records (temporary files excluded).
+    ///
+    /// Errors: [`StateError::Refused`] when the directory is a link;
+    /// [`StateError::List`] when it cannot be read.
     pub fn list(&self) -> Result<Vec<String>, StateError> {
-        let err = |source| StateError::List {
-            path: self.dir.clone(),
-            source,
-        };
+        let list_err = |path: PathBuf, source| StateError::List { path, source };
+        let dir = self
+            .open_dir(false)
+            .map_err(|(p, r)| r.into_error(p, list_err))?;
+        let entries =
+            nix::dir::Dir::from_fd(dir).map_err(|e| list_err(self.dir.clone(), e.into()))?;
         let mut names = Vec::new();
-        for e in fs::read_dir(&self.dir).map_err(err)? {
-            let e = e.map_err(err)?;
-            if let Some(n) = e.file_name().to_str()
+        for e in entries {
+            let e = e.map_err(|e| list_err(self.dir.clone(), e.into()))?;
+            if let Some(n) = OsStr::from_bytes(e.file_name().to_bytes()).to_str()
                 && !n.starts_with('.')
             {
                 names.push(n.to_owned());
@@ -149,6 +331,86 @@ impl StateStore {
         }
         names.sort();
         Ok(names)
+    }
+}
+
+/// Why an operation on the store failed, before it is given its path.
+#[derive(Debug)]
+enum Refusal {
+    /// Refused: see [`Found`].
+    Found(Found),
+    /// Any other failure.
+    Io(io::Error),
+}
+
+impl Refusal {
+    /// The [`StateError`] for `path`: [`StateError::Refused`], or `other`
+    /// for an I/O failure.
+    fn into_error(
+        self,
+        path: PathBuf,
+        other: impl FnOnce(PathBuf, io::Error) -> StateError,
+    ) -> StateError {
+        match self {
+            Refusal::Found(found) => StateError::Refused { path, found },
+            Refusal::Io(e) => other(path, e),
+        }
+    }
+}
+
+/// Creates `name` in `dir` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0666.
+/// A leftover of ours (same name: this PID wrote it before and died, or the
+/// PID was reused) is unlinked once, never followed, and the create retried.
+fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
+    let open = || {
+        openat(
+            dir.as_fd(),
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o666),
+        )
+    };
+    let fd = match open() {
+        Err(Errno::EEXIST) => {
+            unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| Refusal::Io(e.into()))?;
+            open()
+        }
+        other => other,
+    }
+    .map_err(|e| Refusal::Io(e.into()))?;
+    // Against the umask, so that the wrapper (X's user) and the watcher
+    // (the sidecar's) can both read what the other wrote.
+    let _ = fchmod(fd.as_fd(), Mode::from_bits_truncate(0o666));
+    Ok(File::from(fd))
+}
+
+fn write_all(mut file: File, content: &str) -> io::Result<()> {
+    file.write_all(content.as_bytes())
+}
+
+/// Puts the written temporary file `tmp` in place as `name`: `linkat(2)`
+/// (refused if `name` exists) for records written once, `renameat(2)` over
+/// nothing or a regular file for the [`replaceable`] ones.
+fn place(dir: &OwnedFd, tmp: &str, name: &str) -> Result<(), Refusal> {
+    let io_err = |e: Errno| Refusal::Io(e.into());
+    if replaceable(name) {
+        match lstat_at(dir, name).map_err(io_err)? {
+            None | Some(SFlag::S_IFREG) => {}
+            Some(SFlag::S_IFLNK) => return Err(Refusal::Found(Found::Symlink)),
+            Some(_) => return Err(Refusal::Found(Found::OtherKind)),
+        }
+        return renameat(dir.as_fd(), tmp, dir.as_fd(), name).map_err(io_err);
+    }
+    // No AT_SYMLINK_FOLLOW: links `tmp` itself (a file we just created).
+    match linkat(dir.as_fd(), tmp, dir.as_fd(), name, AtFlags::empty()) {
+        Ok(()) => Ok(()),
+        Err(Errno::EEXIST) => Err(Refusal::Found(match lstat_at(dir, name) {
+            Ok(Some(SFlag::S_IFLNK)) => Found::Symlink,
+            Ok(Some(SFlag::S_IFREG)) => Found::Exists,
+            _ => Found::OtherKind,
+        })),
+        Err(e) => Err(io_err(e)),
     }
 }
 
@@ -201,6 +463,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use kube_prestop_contract::SeenRecord;
+    use std::fs;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kps-state-{tag}-{}", std::process::id()));
@@ -235,6 +498,175 @@ mod tests {
         s.remove("armed").unwrap();
         s.remove("armed").unwrap();
         assert!(!s.exists("armed"));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A record written once per instance is refused when its name exists
+    /// already (a file planted by another process), and the planted file is
+    /// left as it was.
+    #[test]
+    fn pre_existing_record_is_refused() {
+        let root = tmpdir("exists");
+        let s = StateStore::new(&root, "main");
+        s.ensure_dir().unwrap();
+        fs::write(s.path("prestop-1-2"), "forged\n").unwrap();
+        let err = s.write("prestop-1-2", "wrapper_pid=3\n").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::Refused {
+                    found: Found::Exists,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("prestop-1-2"), "{err}");
+        assert_eq!(
+            fs::read_to_string(s.path("prestop-1-2")).unwrap(),
+            "forged\n"
+        );
+        // A record written once is written once: the second write is refused.
+        s.write("done-5-6", "outcome=ran\n").unwrap();
+        assert!(matches!(
+            s.write("done-5-6", "outcome=ran\n"),
+            Err(StateError::Refused {
+                found: Found::Exists,
+                ..
+            })
+        ));
+        // The replaceable ones are rewritten over a regular file.
+        s.write("running-1-2", "attempt=1\n").unwrap();
+        s.write("running-1-2", "attempt=2\n").unwrap();
+        assert_eq!(s.read("running-1-2").as_deref(), Some("attempt=2\n"));
+        assert!(!s.list().unwrap().iter().any(|n| n.contains("tmp")));
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A symbolic link planted at a record's name is never followed: its
+    /// target stays untouched and the write is refused, for records
+    /// written once and for replaceable ones alike; reading through it
+    /// gives nothing.
+    #[test]
+    fn planted_symlink_is_refused_and_not_followed() {
+        let root = tmpdir("link");
+        let s = StateStore::new(&root, "main");
+        s.ensure_dir().unwrap();
+        let target = root.join("target");
+        fs::write(&target, "secret\n").unwrap();
+        for name in [
+            "done-1-2",
+            "prestop-1-2",
+            "seen-1-2",
+            "running-1-2",
+            "armed",
+        ] {
+            std::os::unix::fs::symlink(&target, s.path(name)).unwrap();
+            let err = s.write(name, "x=1\n").unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    StateError::Refused {
+                        found: Found::Symlink,
+                        ..
+                    }
+                ),
+                "{name}: {err}"
+            );
+            assert_eq!(s.read(name), None, "{name}");
+            assert!(s.exists(name), "{name}");
+        }
+        assert_eq!(fs::read_to_string(&target).unwrap(), "secret\n");
+        // A dangling link is refused too (O_EXCL-like: the name is taken).
+        std::os::unix::fs::symlink(root.join("nowhere"), s.path("done-7-8")).unwrap();
+        assert!(matches!(
+            s.write("done-7-8", "x=1\n"),
+            Err(StateError::Refused {
+                found: Found::Symlink,
+                ..
+            })
+        ));
+        assert!(!root.join("nowhere").exists());
+        // Removing a link removes the link, not its target.
+        s.remove("armed").unwrap();
+        assert!(target.exists());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A planted temporary file (even a link) is never followed: it is
+    /// unlinked and the record created afresh.
+    #[test]
+    fn planted_temporary_file_is_not_followed() {
+        let root = tmpdir("tmp");
+        let s = StateStore::new(&root, "main");
+        s.ensure_dir().unwrap();
+        let target = root.join("target");
+        fs::write(&target, "keep\n").unwrap();
+        let tmp = s.path(&format!(".tmp-done-1-2-{}", std::process::id()));
+        std::os::unix::fs::symlink(&target, &tmp).unwrap();
+        s.write("done-1-2", "outcome=ran\n").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep\n");
+        assert_eq!(s.read("done-1-2").as_deref(), Some("outcome=ran\n"));
+        assert!(fs::symlink_metadata(&tmp).is_err());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The container's directory (or `state/`) replaced by a symbolic link
+    /// is refused: nothing is written, listed or read through it.
+    #[test]
+    fn directory_replaced_by_symlink_is_refused() {
+        for level in ["container", "state"] {
+            let root = tmpdir(&format!("dirlink-{level}"));
+            let elsewhere = root.join("elsewhere");
+            fs::create_dir_all(elsewhere.join("main")).unwrap();
+            fs::write(elsewhere.join("main").join("done-1-2"), "outcome=ran\n").unwrap();
+            let s = StateStore::new(&root, "main");
+            if level == "container" {
+                fs::create_dir_all(root.join("state")).unwrap();
+                std::os::unix::fs::symlink(elsewhere.join("main"), s.dir()).unwrap();
+            } else {
+                std::os::unix::fs::symlink(&elsewhere, root.join("state")).unwrap();
+            }
+            for res in [
+                s.ensure_dir(),
+                s.write("seen-1-2", "pid=1\n"),
+                s.list().map(drop),
+            ] {
+                assert!(
+                    matches!(
+                        res,
+                        Err(StateError::Refused {
+                            found: Found::Symlink,
+                            ..
+                        })
+                    ),
+                    "{level}: {res:?}"
+                );
+            }
+            assert_eq!(s.read("done-1-2"), None, "{level}");
+            assert!(!s.exists("done-1-2"), "{level}");
+            assert!(s.remove("done-1-2").is_err(), "{level}");
+            assert!(!elsewhere.join("main").join("seen-1-2").exists(), "{level}");
+            assert!(elsewhere.join("main").join("done-1-2").exists(), "{level}");
+            fs::remove_dir_all(&root).unwrap();
+        }
+    }
+
+    /// A FIFO planted as a record neither blocks the reader nor is read.
+    #[test]
+    fn planted_fifo_is_not_read() {
+        let root = tmpdir("fifo");
+        let s = StateStore::new(&root, "main");
+        s.ensure_dir().unwrap();
+        nix::unistd::mkfifo(&s.path("running-1-2"), Mode::from_bits_truncate(0o666)).unwrap();
+        assert_eq!(s.read("running-1-2"), None);
+        assert!(matches!(
+            s.write("running-1-2", "attempt=1\n"),
+            Err(StateError::Refused {
+                found: Found::OtherKind,
+                ..
+            })
+        ));
         fs::remove_dir_all(&root).unwrap();
     }
 

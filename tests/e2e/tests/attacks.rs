@@ -8,7 +8,16 @@
 //!   admitted unmodified under the default failure mode (before, the patched
 //!   pod was refused by the API server after the webhook answered);
 //! - the chart's ValidatingAdmissionPolicy refuses the webhook's ServiceAccount
-//!   any ConfigMap but its own sidecar-binary ones in selected namespaces.
+//!   any ConfigMap but its own sidecar-binary ones in selected namespaces;
+//! - a container of an injected pod that tries to replace the sidecar
+//!   binary and to forge another watched container's records, running as
+//!   the same non-root UID (the install init container's delivery, where
+//!   the binary lies in the pod's own `emptyDir`): every attempt fails
+//!   (`EROFS` on the binary, `ENOENT` on the other's records) and both
+//!   hooks run exactly once (before, the volume's root was read-write in
+//!   every watched container: the binary could be renamed away and
+//!   replaced, and a forged `prestop-<id>` made the other container's hook
+//!   be skipped).
 //!
 //! The flood of maximum-size reviews is measured by `make bench` (webhook
 //! part, flood phase; docs/figures.md), not timed here.
@@ -20,17 +29,22 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
 use kube::api::{Api, PostParams};
+use kube_prestop_e2e::checks::{ensure_injected, ensure_sidecar_hooks, has_install_container};
+use kube_prestop_e2e::fixtures::{container, job, pod_spec, set};
 use kube_prestop_e2e::metrics::{sum, webhook_replica_metrics};
 use kube_prestop_e2e::nodes::FakeNode;
-use kube_prestop_e2e::waits::poll_until;
-use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, webhook_pods};
+use kube_prestop_e2e::records::ensure_records;
+use kube_prestop_e2e::scenario::with_scenario;
+use kube_prestop_e2e::waits::{poll_until, wait_job_pod, wait_pod_finished};
+use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, probe_pod_with, wait_delivery, webhook_pods};
 use kube_prestop_e2e::{
-    DEFAULT_TEST_IMAGE, TestNamespace, client, container_names, init_tracing, sidecar_name,
-    with_namespace,
+    DEFAULT_TEST_IMAGE, JobOutcome, TestNamespace, client, container_names, init_tracing, run_job,
+    sidecar_name, with_namespace,
 };
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
+const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 /// The chart's default HTTPS port of the webhook container.
 const WEBHOOK_HTTPS_PORT: u16 = 8443;
 const CONFIG_MAP_PREFIX: &str = "kube-prestop-sidecar-";
@@ -288,5 +302,173 @@ async fn the_policy_refuses_the_webhook_account_any_other_config_map() -> Result
         })
         .await;
     let deleted = unlabelled.delete().await;
+    result.and(deleted)
+}
+
+/// What container `a` tries against container `b` of its pod, as `sh`: it
+/// finds `b`'s container process as the sidecar does (the parentless
+/// process whose mountinfo has `b`'s identifying mount, in the shared PID
+/// namespace) and computes its instance id `<pid>-<start time>`, waiting
+/// for it (bounded); then it tries to rename the binary's directory away,
+/// overwrite the binary, plant a file beside it, forge `b`'s `done-` and
+/// `prestop-` records for that instance (a file, a link), make `b`'s state
+/// directory, and write into the shared volume's root. Each attempt appends
+/// `<what>: ok` or `<what>: refused: <error>` to `/records/attack`; before
+/// them, the owner and mode of its own state directory (made by the
+/// kubelet, docs/facts.md K12) and whether it can write there.
+const ATTACK: &str = r#"
+log() { echo "$*" >> /records/attack; }
+try() { what=$1; shift; if out=$("$@" 2>&1); then log "$what: ok"; else log "$what: refused: $out"; fi; }
+id=
+i=0
+while [ -z "$id" ] && [ "$i" -lt 300 ]; do
+  for p in /proc/[0-9]*; do
+    grep -q ' /.kube-prestop-id/b ' "$p/mountinfo" 2>/dev/null || continue
+    set -- $(cat "$p/stat" 2>/dev/null)
+    [ "$4" = 0 ] && id="$1-${22}" && break
+  done
+  [ -n "$id" ] || sleep 0.1
+  i=$((i + 1))
+done
+log "own-dir: $(stat -c '%u %a' /.kube-prestop/state/a)"
+try own-write sh -c 'echo x > /.kube-prestop/state/a/.attack && rm /.kube-prestop/state/a/.attack'
+try bin-rename mv /.kube-prestop/bin /.kube-prestop/bin.old
+try bin-replace cp /bin/sh /.kube-prestop/bin/kube-prestop
+try bin-plant sh -c 'echo evil > /.kube-prestop/bin/evil'
+try forge-done sh -c "echo outcome=ran > /.kube-prestop/state/b/done-$id"
+try forge-prestop sh -c "echo wrapper_pid=1 > /.kube-prestop/state/b/prestop-$id"
+try forge-link ln -s /dev/null "/.kube-prestop/state/b/prestop-$id"
+try make-dir mkdir /.kube-prestop/state/b
+try write-root sh -c 'echo x > /.kube-prestop/planted'
+log "b-instance: $id"
+"#;
+
+/// The attempts of [`ATTACK`] that must fail, and the errors each may fail
+/// with (busybox's words): the binary's directory is a read-only mount
+/// (`EROFS`; its rename fails in the root-owned directory of `a`'s image
+/// that holds the mount point, `EACCES`, or as a mount point, `EBUSY`);
+/// `b`'s state directory and the volume's root are not mounted in `a` at
+/// all (`ENOENT`, "nonexistent directory"; `EACCES` or `EROFS` for what `a`,
+/// not root, would make in its own image's directories).
+const REFUSED: [(&str, &[&str]); 8] = [
+    (
+        "bin-rename",
+        &[
+            "Read-only file system",
+            "Resource busy",
+            "Permission denied",
+        ],
+    ),
+    ("bin-replace", &["Read-only file system"]),
+    ("bin-plant", &["Read-only file system"]),
+    (
+        "forge-done",
+        &["No such file or directory", "nonexistent directory"],
+    ),
+    (
+        "forge-prestop",
+        &["No such file or directory", "nonexistent directory"],
+    ),
+    ("forge-link", &["No such file or directory"]),
+    ("make-dir", &["Permission denied", "Read-only file system"]),
+    (
+        "write-root",
+        &["Permission denied", "Read-only file system"],
+    ),
+];
+
+/// Two watched containers running as the same non-root UID (1000, no
+/// fsGroup), with the binary copied into the pod's `emptyDir` by the install
+/// init container (a Node of another architecture whose runtime mounts no
+/// image volume, no kubelet, makes `auto` choose it for an unpinned pod):
+/// container `a` tries [`ATTACK`] on the binary and on `b`'s records while
+/// `b` runs. Every attempt is refused (the binary's directory is mounted
+/// read-only, and `a` mounts nothing else of the volume but its own
+/// `state/a`, which the kubelet made 0777 and `a` can write), and each
+/// container's hook runs exactly once.
+#[tokio::test]
+async fn a_container_cannot_replace_the_binary_or_forge_another_containers_records() -> Result<()> {
+    init_tracing();
+    let client = client().await?;
+    let node =
+        FakeNode::create(&client, "kpt-attack-volume", "arm64", "containerd://1.7.0").await?;
+    let result = with_scenario(&client.clone(), "kpt-attack-volume", |ns, rec| {
+        let client = client.clone();
+        async move {
+            wait_delivery(
+                &client,
+                &ns,
+                &probe_pod_with(json!({}))?,
+                "installContainer",
+                WAIT,
+            )
+            .await?;
+            let hook = "echo $KUBE_PRESTOP_CONTAINER >> /records/hooks";
+            let mut spec = pod_spec(
+                &rec,
+                vec![
+                    container("a", ATTACK, hook),
+                    container("b", "sleep 8", hook),
+                ],
+            );
+            set(
+                &mut spec,
+                "securityContext",
+                json!({ "runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true }),
+            );
+            let j = job("attack-volume", spec, json!({}))?;
+            let outcome = run_job(&client, &ns, &j, JOB_TIMEOUT).await?;
+            ensure!(outcome == JobOutcome::Complete, "Job ended {outcome:?}");
+            let pod = wait_job_pod(&client, &ns, "attack-volume", WAIT).await?;
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let pod = wait_pod_finished(&client, &ns, &name, WAIT).await?;
+            ensure_injected(&pod, "a")?;
+            ensure_injected(&pod, "b")?;
+            ensure!(
+                has_install_container(&pod),
+                "not the install container's delivery: {:?}",
+                container_names(&pod)
+            );
+
+            let lines = ensure_records(&rec, "attack", REFUSED.len() + 3).await?;
+            let line = |what: &str| {
+                lines
+                    .iter()
+                    .find(|l| l.starts_with(&format!("{what}: ")))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            ensure!(
+                line("own-dir") == "own-dir: 0 777",
+                "a's state directory (owner, mode) is not the kubelet's root-owned 0777: {lines:?}"
+            );
+            ensure!(line("own-write") == "own-write: ok", "{lines:?}");
+            ensure!(
+                line("b-instance").len() > "b-instance: ".len(),
+                "a never found b's container process: {lines:?}"
+            );
+            for (what, errors) in REFUSED {
+                let l = line(what);
+                ensure!(
+                    l.starts_with(&format!("{what}: refused: "))
+                        && errors.iter().any(|e| l.contains(e)),
+                    "{what} was not refused with one of {errors:?}: {l:?} (all: {lines:?})"
+                );
+            }
+
+            let mut hooks = ensure_records(&rec, "hooks", 2).await?;
+            hooks.sort();
+            ensure!(hooks == ["a", "b"], "hook lines {hooks:?}");
+            ensure_sidecar_hooks(&client, &ns, &name, "a", 1).await?;
+            let b_log = ensure_sidecar_hooks(&client, &ns, &name, "b", 1).await?;
+            ensure!(
+                !b_log.contains("refusing "),
+                "b's sidecar met a forged record:\n{b_log}"
+            );
+            Ok(())
+        }
+    })
+    .await;
+    let deleted = node.delete().await;
     result.and(deleted)
 }
