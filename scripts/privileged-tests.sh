@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 
 if [[ "$(id -u)" == 0 || "${CI:-}" == true ]]; then
     echo "==> sidecar namespace tests (uid $(id -u), CI=${CI:-unset})"
-    exec cargo test -p kube-prestop-sidecar --tests -- --ignored
+    # One at a time: they stop and starve sidecars on purpose, and two at
+    # once on a 2-core machine starve them more than each test means to.
+    exec cargo test -p kube-prestop-sidecar --tests -- --ignored --test-threads=1
 fi
 count=$(grep -rho '#\[ignore = "needs root' sidecar/tests | wc -l)
 echo "==> sidecar namespace tests NOT run: $count tests need root and util-linux (run make unit as root; CI does)" >&2
