@@ -250,7 +250,9 @@ print(next(a.split("=", 1)[1] for a in args if a.startswith("--install-image="))
     review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"no-client-cert","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},"namespace":"'"${mtls}"'","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"},"spec":{"containers":[{"name":"c","image":"x"}]}}}}'
     rc=0
     out="$(printf '%s' "${review}" | k create --raw "/api/v1/namespaces/${ns}/pods/https:${pod}:8443/proxy/mutate" -f - 2>&1)" || rc=$?
-    if [[ "${rc}" != 0 ]] && grep -qi "unauthorized" <<<"${out}"; then
+    # kubectl words a 401 as "You must be logged in to the server (the
+    # server has asked for the client to provide credentials)".
+    if [[ "${rc}" != 0 ]] && grep -Eqi "unauthorized|provide credentials" <<<"${out}"; then
         pass "webhook.clientCA: a review without a client certificate is refused (401)"
     else
         fail "webhook.clientCA: a review without a client certificate got exit ${rc}: ${out}"
