@@ -46,14 +46,11 @@ fn holds_mnt_ns(pid: i32) -> bool {
 }
 
 #[test]
-#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+#[ignore = "needs root, util-linux and Linux 6.15 (PIDFD_INFO_EXIT): make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_code_and_signal_reach_the_hook() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     if !kernel_reports_exit_status() {
         cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
-        return;
     }
     let mut pod = Pod::new("exitcode");
     let mut sc = pod.sidecar(&status_hook(&pod), &[]);
@@ -89,14 +86,11 @@ fn exit_code_and_signal_reach_the_hook() {
 }
 
 #[test]
-#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+#[ignore = "needs root, util-linux and Linux 6.15 (PIDFD_INFO_EXIT): make unit runs it as root (scripts/privileged-tests.sh)"]
 fn run_on_failure_skips_a_success_and_runs_on_a_failure() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     if !kernel_reports_exit_status() {
         cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
-        return;
     }
     let mut pod = Pod::new("runonfail");
     let mut sc = pod.sidecar_with(&status_hook(&pod), &[], &["--run-on", "failure"]);
@@ -133,14 +127,11 @@ fn run_on_failure_skips_a_success_and_runs_on_a_failure() {
 }
 
 #[test]
-#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+#[ignore = "needs root, util-linux and Linux 6.15 (PIDFD_INFO_EXIT): make unit runs it as root (scripts/privileged-tests.sh)"]
 fn run_on_success_runs_on_a_success_and_skips_a_failure() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     if !kernel_reports_exit_status() {
         cannot_run("this kernel has no PIDFD_INFO_EXIT (Linux 6.15)");
-        return;
     }
     let mut pod = Pod::new("runonok");
     let mut sc = pod.sidecar_with(&status_hook(&pod), &[], &["--run-on=success"]);
@@ -166,9 +157,7 @@ fn run_on_success_runs_on_a_success_and_skips_a_failure() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn the_hook_reads_the_containers_own_files_and_they_are_released() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("root");
     let private = pod.private_dir(0);
     let file = private.join("result.txt");
@@ -207,9 +196,7 @@ fn the_hook_reads_the_containers_own_files_and_they_are_released() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hook_root_container_runs_the_hook_chrooted_into_the_containers_files() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("chroot");
     let file = pod.private_dir(1).join("out.txt");
     let hook = vec![
@@ -239,9 +226,7 @@ fn hook_root_container_runs_the_hook_chrooted_into_the_containers_files() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_hook_cut_by_sigkill_says_so_in_the_termination_message() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("cut");
     let hook = vec![
         "sh".into(),
@@ -270,9 +255,7 @@ fn a_hook_cut_by_sigkill_says_so_in_the_termination_message() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("noroot");
     let hook = vec![
         "sh".into(),
@@ -322,9 +305,7 @@ fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
 fn a_sidecar_stopped_without_seeing_its_container_says_so_in_the_termination_message() {
     // Before, a missed exit had no line at all: the pod status showed
     // nothing where the hook's line should have been.
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let pod = Pod::new("missed");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     wait_for("the watcher to arm", T, || {

@@ -32,9 +32,7 @@ fn expect_hooks(pod: &Pod, n: usize) -> Vec<String> {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_zero_runs_the_hook_once_with_its_env() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("exit0");
     let mut hook = pod.hook();
     // Also record when the hook starts, to measure exit -> hook latency.
@@ -77,9 +75,7 @@ fn exit_zero_runs_the_hook_once_with_its_env() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_three_runs_the_hook_and_records_its_status() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("exit3");
     let mut hook = pod.hook();
     hook[2].push_str("; echo hook-stdout; echo hook-stderr >&2; exit 5");
@@ -100,9 +96,7 @@ fn exit_three_runs_the_hook_and_records_its_status() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sigkill_runs_the_hook_once() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("sigkill");
     let _sc = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -118,9 +112,7 @@ fn sigkill_runs_the_hook_once() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn kubelet_prestop_via_wrapper_means_no_second_run() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("wrapper");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -162,9 +154,7 @@ fn a_container_that_exits_as_the_kubelets_prestop_starts_gets_one_run() {
     // exits on its own before the wrapper looks: the wrapper used to find
     // itself, mark its own id, and run the command while the watcher also
     // ran the hook.
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("wrapper-race");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -230,9 +220,7 @@ fn a_kubelet_prestop_cut_short_by_the_containers_exit_gets_the_hook() {
     // pod's PID namespace when its init process exits, the kubelet's preStop
     // exec included; the test kills the wrapper itself, as the shim would.
     // Before, the mark alone meant "the kubelet ran the preStop".
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("wrapper-cut");
     let hook = vec![
         "sh".into(),
@@ -298,9 +286,7 @@ fn a_kubelet_prestop_cut_short_by_the_containers_exit_gets_the_hook() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn three_restarts_three_hooks() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("restarts");
     let _sc = pod.sidecar(&pod.hook(), &[]);
     for i in 1..=3 {
@@ -313,9 +299,7 @@ fn three_restarts_three_hooks() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sidecar_killed_mid_watch_still_exactly_once() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("sckill");
     let mut sc1 = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -338,9 +322,7 @@ fn sidecar_killed_mid_watch_still_exactly_once() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let pod = Pod::new("stalemark");
     let mut sc1 = pod.sidecar(&pod.hook(), &[]);
     let (c, err) = pod.post_start(0);
@@ -387,9 +369,7 @@ fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_while_sidecar_down_is_still_handled_once() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("down");
     let mut sc1 = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -417,9 +397,7 @@ fn exit_while_sidecar_down_is_still_handled_once() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn interrupted_hook_is_retried_at_most_once() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("retry");
     // Appends its attempt, then waits for a release file.
     let hook = vec![
@@ -455,9 +433,7 @@ fn interrupted_hook_is_retried_at_most_once() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sigterm_during_a_long_hook_lets_it_finish() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("sigterm");
     let hook = vec![
         "sh".to_owned(),
@@ -487,9 +463,7 @@ fn sigterm_during_a_long_hook_lets_it_finish() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn missing_hook_command_records_127_and_stays_up() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("nohook");
     let mut sc = pod.sidecar(&["/nonexistent/cleanup".to_owned()], &[]);
     assert_eq!(code(pod.run_main(&["true"])), 0);
@@ -512,9 +486,7 @@ fn missing_hook_command_records_127_and_stays_up() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hook_process_group_is_cleaned_up() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("pgroup");
     // The hook leaves a background child in its group and exits.
     let hook = vec![
@@ -538,9 +510,7 @@ fn hook_process_group_is_cleaned_up() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn idle_watch_has_no_wakeups_and_small_rss() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("idle");
     let sc = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);
@@ -583,9 +553,7 @@ fn idle_watch_has_no_wakeups_and_small_rss() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("leftover");
     let sc = pod.sidecar(&pod.hook(), &[]);
     let mut m = pod.create_main(&["sleep", "1000"]);

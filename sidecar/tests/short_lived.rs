@@ -11,9 +11,7 @@ use common::*;
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn hundred_true_containers_hundred_hooks() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("true100");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     for _ in 0..100 {

@@ -14,9 +14,7 @@ use common::*;
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn ungated_true_containers_measurement() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("ungated");
     let sc = pod.sidecar(&pod.hook(), &[]);
     let n = 100;

@@ -63,9 +63,7 @@ fn end_while_stopped(sc: &Sidecar, mut m: Main) -> std::process::ExitStatus {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn pivoted_and_ended_unseen_is_inferred_for_the_sole_container() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("unseen-sole");
     let mut sc = pod.sidecar_with(&pod.hook(), &[], &["--started-after", C]);
     let m = pod.spawn_pivoting_main(&["true"]);
@@ -93,9 +91,7 @@ fn pivoted_and_ended_unseen_is_inferred_for_the_sole_container() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn pivoted_and_ended_unseen_is_not_inferred_without_the_flag() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("unseen-other");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     let m = pod.spawn_pivoting_main(&["true"]);
@@ -116,9 +112,7 @@ fn pivoted_and_ended_unseen_is_not_inferred_without_the_flag() {
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn a_process_that_never_pivoted_is_never_inferred() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let mut pod = Pod::new("unseen-plain");
     let mut sc = pod.sidecar_with(&pod.hook(), &[], &["--started-after", C]);
     let m = pod.spawn_plain_process("exit 0");
@@ -167,9 +161,7 @@ fn exit_found_by_the_periodic_look(infer: bool) -> (Option<Instance>, bool, Sear
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn an_exit_seen_only_by_the_periodic_look_is_still_judged() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     let (found, inferred, stats) = exit_found_by_the_periodic_look(true);
     assert!(found.is_some() && inferred, "{found:?} {stats}");
     assert_eq!(stats.candidates_lost_pivoted, 1, "{stats}");

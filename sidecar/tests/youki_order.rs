@@ -23,9 +23,7 @@ use common::*;
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn late_unsharing_true_containers_each_get_their_hook() {
-    if !can_run() {
-        return;
-    }
+    require_root_and_util_linux();
     const N: usize = 20;
     let mut pod = Pod::new("youki-order");
     let mut sc = pod.sidecar(&pod.hook(), &[]);

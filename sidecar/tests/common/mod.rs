@@ -34,31 +34,26 @@ pub fn bin() -> String {
 }
 pub const C: &str = "main";
 
-/// A test that cannot run here: under `CI=true` (where a missing privilege
-/// or tool is a broken CI machine) it fails naming `why`; elsewhere it
-/// prints `SKIPPED: why` and the caller returns. Returns false.
-pub fn cannot_run(why: &str) -> bool {
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "cannot run under CI=true: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    false
+/// A test that was asked to run (the namespace tests are `#[ignore]`d with
+/// their reason, and `scripts/privileged-tests.sh` runs them only as root or
+/// under `CI=true`) but cannot run here: it fails, naming `why`. It never
+/// passes without having run.
+pub fn cannot_run(why: &str) -> ! {
+    panic!("cannot run: {why}");
 }
 
-/// Whether the namespace tests can run: as root with util-linux, else
-/// [`cannot_run`].
-pub fn can_run() -> bool {
+/// Fails the test ([`cannot_run`]) unless it runs as root with util-linux's
+/// `unshare` and `nsenter`, which the namespace tests need.
+pub fn require_root_and_util_linux() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return cannot_run("namespace tests need root (CI runs them as root)");
+        cannot_run("namespace tests need root (CI runs them as root)");
     }
     for tool in ["unshare", "nsenter"] {
         if Command::new(tool).arg("--version").output().is_err() {
-            return cannot_run(&format!("{tool} (util-linux) is not installed"));
+            cannot_run(&format!("{tool} (util-linux) is not installed"));
         }
     }
-    true
 }
 
 /// The PID of host process `pid` in its innermost PID namespace (`NSpid`).
