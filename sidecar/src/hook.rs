@@ -157,13 +157,17 @@ pub fn spawn(
             attempt: ctx.attempt,
             started: Instant::now(),
         }),
-        Err(e) => {
-            let status = match e.kind() {
-                io::ErrorKind::NotFound => HookStatus::NotFound,
-                _ => HookStatus::NotExecutable,
-            };
-            Err((status, e))
-        }
+        Err(e) => Err((spawn_error_status(&e), e)),
+    }
+}
+
+/// The status recorded for a command that could not be started, as a shell
+/// would: [`HookStatus::NotFound`] (127) when it does not exist, else
+/// [`HookStatus::NotExecutable`] (126).
+pub fn spawn_error_status(e: &io::Error) -> HookStatus {
+    match e.kind() {
+        io::ErrorKind::NotFound => HookStatus::NotFound,
+        _ => HookStatus::NotExecutable,
     }
 }
 

@@ -404,20 +404,17 @@ impl Lifecycle {
         exit: ExitKnowledge,
         out: &mut Vec<Action>,
     ) {
+        // Both callers take only an exit not taken yet: `found` ignores a
+        // taken instance, and `Exited` is only for the watched one, which
+        // `found` watches only when not taken.
         out.push(Action::Retire(instance));
-        if self.taken.insert(instance) {
-            self.queue.push_back(QueuedHookRun {
-                instance,
-                attempt: 1,
-                exit_ticks,
-                exit,
-            });
-        } else {
-            out.push(Action::Ignored {
-                instance,
-                why: "its exit was already taken",
-            });
-        }
+        self.taken.insert(instance);
+        self.queue.push_back(QueuedHookRun {
+            instance,
+            attempt: 1,
+            exit_ticks,
+            exit,
+        });
     }
 
     fn marked(&mut self, instance: Instance, kubelet: KubeletRun, out: &mut Vec<Action>) {

@@ -740,15 +740,15 @@ impl Watcher {
                 self.container()
             );
             let exit = self.exit_of(pidfd.as_ref());
-            self.incoming = Some((
+            let root = RootHold::Missing("the container had exited when it was found".to_owned());
+            self.feed_exit(
                 inst,
-                RootHold::Missing("the container had exited when it was found".to_owned()),
-            ));
-            self.feed(Event::Found {
-                instance: inst,
-                exit: Some((procfs::now_ticks(), exit)),
-            });
-            self.incoming = None;
+                root,
+                Event::Found {
+                    instance: inst,
+                    exit: Some((procfs::now_ticks(), exit)),
+                },
+            );
             return;
         }
         let root = self.hold_root(inst);
@@ -765,12 +765,14 @@ impl Watcher {
                 )),
                 r => r,
             };
-            self.incoming = Some((inst, root));
-            self.feed(Event::Found {
-                instance: inst,
-                exit: Some((procfs::now_ticks(), exit)),
-            });
-            self.incoming = None;
+            self.feed_exit(
+                inst,
+                root,
+                Event::Found {
+                    instance: inst,
+                    exit: Some((procfs::now_ticks(), exit)),
+                },
+            );
             return;
         }
         log!(
@@ -871,12 +873,23 @@ impl Watcher {
             RootHold::Pending(why) => RootHold::Missing(format!("{why}, until the process exited")),
             r => r,
         };
-        self.incoming = Some((w.instance, root));
-        self.feed(Event::Exited {
-            instance: w.instance,
-            exit_ticks,
-            exit,
-        });
+        self.feed_exit(
+            w.instance,
+            root,
+            Event::Exited {
+                instance: w.instance,
+                exit_ticks,
+                exit,
+            },
+        );
+    }
+
+    /// Feeds `event`, the exit of `instance`, whose root the shell holds as `root`:
+    /// [`Action::Retire`] keeps it for the instance's hook; it is dropped
+    /// (released) if the machine ignores the report.
+    fn feed_exit(&mut self, instance: Instance, root: RootHold, event: Event) {
+        self.incoming = Some((instance, root));
+        self.feed(event);
         self.incoming = None;
     }
 

@@ -21,11 +21,12 @@ use nix::unistd::execvp;
 
 use crate::cli::Target;
 use crate::finder::{self, Instance};
+use crate::hook;
 use crate::log;
 use crate::poststart;
 use crate::procfs::{self, PROC_ROOT};
 use crate::state::StateStore;
-use kube_prestop_contract as contract;
+use kube_prestop_contract::{self as contract, HookStatus};
 
 /// Errors of [`mark`].
 #[derive(Debug, thiserror::Error)]
@@ -179,19 +180,21 @@ fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], inst: Inst
         return contract::EXIT_COMMAND_NOT_FOUND;
     };
     let status = match std::process::Command::new(prog).args(args).status() {
-        Ok(st) => st
-            .code()
-            .or_else(|| st.signal().map(|s| 128 + s))
-            .unwrap_or(contract::EXIT_COMMAND_NOT_EXECUTABLE),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            log!("prestop: {prog}: command not found");
-            contract::EXIT_COMMAND_NOT_FOUND
-        }
+        Ok(st) => match (st.code(), st.signal()) {
+            (Some(code), _) => HookStatus::Exited(code),
+            (None, Some(signal)) => HookStatus::Signaled(signal),
+            (None, None) => HookStatus::NotExecutable,
+        },
         Err(e) => {
-            log!("prestop: {prog}: cannot execute: {e}");
-            contract::EXIT_COMMAND_NOT_EXECUTABLE
+            let status = hook::spawn_error_status(&e);
+            match status {
+                HookStatus::NotFound => log!("prestop: {prog}: command not found"),
+                _ => log!("prestop: {prog}: cannot execute: {e}"),
+            }
+            status
         }
-    };
+    }
+    .code();
     let store = StateStore::new(&target.root, &target.container);
     let record = contract::PrestopEndedRecord {
         exit_status: status,
