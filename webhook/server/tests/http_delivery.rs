@@ -108,15 +108,6 @@ async fn delivery(server: &TestServer, pod: Value) -> (String, Value) {
     (label, response)
 }
 
-async fn metrics(server: &TestServer) -> String {
-    reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn image_volume_where_the_api_server_keeps_it_and_every_runtime_mounts_it() {
     let s = server(
@@ -134,7 +125,7 @@ async fn image_volume_where_the_api_server_keeps_it_and_every_runtime_mounts_it(
         delivery(&s, pod_with(selector("arm64"))).await.0,
         "imageVolume"
     );
-    let text = metrics(&s).await;
+    let text = s.metrics_text().await;
     assert!(
         text.contains(r#"kube_prestop_injections_total{sidecar_binary="imageVolume"} 2"#),
         "{text}"
@@ -207,7 +198,7 @@ async fn mixed_cluster_mounts_a_config_map_only_for_pinned_pods() {
         ]}]
     }}}});
     assert_eq!(delivery(&s, pod_with(either)).await.0, "installContainer");
-    let text = metrics(&s).await;
+    let text = s.metrics_text().await;
     assert!(
         text.contains(r#"kube_prestop_injections_total{sidecar_binary="configMap"} 2"#)
             && text
@@ -254,7 +245,7 @@ async fn unshipped_architecture_is_admitted_unmodified_or_refused() {
             .any(|w| w.contains("s390x") && w.contains("amd64,arm64")),
         "{warnings:?}"
     );
-    let text = metrics(&s).await;
+    let text = s.metrics_text().await;
     assert!(
         text.contains(
             r#"kube_prestop_admissions_total{decision="error",reason="unsupported_architecture"} 1"#

@@ -414,12 +414,7 @@ async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
         let warnings = warnings_of(&response).expect("warnings");
         assert!(warnings[0].contains("kube-prestop"), "{what}: {warnings:?}");
     }
-    let metrics = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics_text().await;
     assert!(
         metrics.contains(
             r#"kube_prestop_admissions_total{decision="error",reason="invalid_annotation"} 1"#
@@ -569,12 +564,7 @@ async fn metrics_and_health_endpoints() {
     dry["request"]["dryRun"] = json!(true);
     server.mutate(dry.to_string()).await;
     server.mutate("junk").await;
-    let text = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     for needle in [
         r#"kube_prestop_admissions_total{decision="ignored",reason="other_resource"} 1"#,
         r#"kube_prestop_admissions_total{decision="inject",reason="injected"} 2"#,
@@ -632,12 +622,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 async fn every_metric_series_exists_at_zero_before_any_event() {
     // Regression (issue #8): series appeared only with their first event.
     let server = TestServer::start(|_| {}).await;
-    let text = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     let outcomes = kube_prestop_metrics::labels::admission_outcomes();
     for (decision, reason) in &outcomes {
         let series =
@@ -669,12 +654,7 @@ async fn every_metric_series_exists_at_zero_before_any_event() {
     server
         .mutate(review("uid-first", "pods", "CREATE", job_pod()).to_string())
         .await;
-    let text = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     let injected = r#"kube_prestop_admissions_total{decision="inject",reason="injected"}"#;
     assert_eq!(sample(&text, injected), Some(1.0), "{text}");
 }
@@ -752,12 +732,7 @@ async fn broken_certificate_on_disk_keeps_the_old_one() {
         || async { served_cert(&server).await.as_deref() == Some(third.der.as_slice()) },
     )
     .await;
-    let text = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = server.metrics_text().await;
     assert!(
         text.contains(r#"kube_prestop_certificate_reloads_total{result="success"} 1"#),
         "{text}"
@@ -1271,12 +1246,7 @@ async fn with_a_client_ca_only_a_client_with_its_certificate_may_post_reviews() 
     let stranger = with_identity(&server, &Pki::new().issue("kube-apiserver"));
     let r = stranger.post(server.url("/mutate")).body(body).send().await;
     assert!(r.is_err(), "{r:?}");
-    let metrics = reqwest::get(server.metrics_url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics_text().await;
     assert!(
         metrics.contains(
             r#"kube_prestop_admissions_total{decision="invalid",reason="unauthenticated"} 1"#

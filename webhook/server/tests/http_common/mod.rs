@@ -172,6 +172,16 @@ impl TestServer {
         format!("https://localhost:{}{path}", self.https.port())
     }
 
+    /// The metrics port's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        reqwest::get(self.metrics_url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub fn metrics_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.metrics.port())
     }
