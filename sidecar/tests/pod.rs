@@ -99,11 +99,7 @@ fn sigkill_runs_the_hook_once() {
     require_root_and_util_linux();
     let mut pod = Pod::new("sigkill");
     let _sc = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
+    let (mut m, _) = pod.watched_sleeper();
     kill(m.pid, libc::SIGKILL);
     assert_eq!(code(m.wait(T)), 128 + 9);
     expect_hooks(&pod, 1);
@@ -115,13 +111,7 @@ fn kubelet_prestop_via_wrapper_means_no_second_run() {
     require_root_and_util_linux();
     let mut pod = Pod::new("wrapper");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
-    let seen = pod.records("seen-")[0].clone();
-    let id = seen.trim_start_matches("seen-").to_owned();
+    let (mut m, id) = pod.watched_sleeper();
     // The kubelet runs the wrapped preStop in the container: same exit status.
     let kubelet = format!("echo kubelet >> {}; exit 7", pod.out("kubelet").display());
     let st = pod.prestop(&m, &["sh", "-c", &kubelet]);
@@ -157,14 +147,7 @@ fn a_container_that_exits_as_the_kubelets_prestop_starts_gets_one_run() {
     require_root_and_util_linux();
     let mut pod = Pod::new("wrapper-race");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
-    let id = pod.records("seen-")[0]
-        .trim_start_matches("seen-")
-        .to_owned();
+    let (mut m, id) = pod.watched_sleeper();
     let gate = pod.out("gate");
     let kubelet = format!("echo kubelet >> {}", pod.out("kubelet").display());
     let entered = pod.out("entered");
@@ -173,16 +156,8 @@ fn a_container_that_exits_as_the_kubelets_prestop_starts_gets_one_run() {
         entered = entered.display(),
         gate = gate.display()
     );
-    let mut wrapper = std::process::Command::new("nsenter")
-        .arg(format!("--target={}", m.pid))
-        .args(["--pid", "--mount", "--", "sh", "-c", &script])
-        .arg(bin())
-        .args(["prestop", "--container", "main", "--root"])
-        .arg(pod.vol())
-        .arg("--id-root")
-        .arg(pod.idroot())
-        .args(["--", "sh", "-c", &kubelet])
-        .stdin(std::process::Stdio::null())
+    let mut wrapper = pod
+        .prestop_command(&m, &["sh", "-c", &script], &["sh", "-c", &kubelet])
         .stderr(std::fs::File::create(pod.out("wrapper-stderr")).unwrap())
         .spawn()
         .unwrap();
@@ -231,26 +206,11 @@ fn a_kubelet_prestop_cut_short_by_the_containers_exit_gets_the_hook() {
         ),
     ];
     let mut sc = pod.sidecar(&hook, &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
-    let id = pod.records("seen-")[0]
-        .trim_start_matches("seen-")
-        .to_owned();
+    let (mut m, id) = pod.watched_sleeper();
     let started = pod.out("prestop-started");
     let kubelet = format!(": > {}; exec sleep 1000", started.display());
-    let mut wrapper = std::process::Command::new("nsenter")
-        .arg(format!("--target={}", m.pid))
-        .args(["--pid", "--mount", "--"])
-        .arg(bin())
-        .args(["prestop", "--container", "main", "--root"])
-        .arg(pod.vol())
-        .arg("--id-root")
-        .arg(pod.idroot())
-        .args(["--", "sh", "-c", &kubelet])
-        .stdin(std::process::Stdio::null())
+    let mut wrapper = pod
+        .prestop_command(&m, &[], &["sh", "-c", &kubelet])
         .spawn()
         .unwrap();
     wait_for("the kubelet's preStop to start", T, || started.exists());
@@ -302,11 +262,7 @@ fn sidecar_killed_mid_watch_still_exactly_once() {
     require_root_and_util_linux();
     let mut pod = Pod::new("sckill");
     let mut sc1 = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
+    let (mut m, _) = pod.watched_sleeper();
     kill(sc1.pid, libc::SIGKILL);
     sc1.wait(T);
     let sc2 = pod.sidecar(&pod.hook(), &[]);
@@ -372,11 +328,7 @@ fn exit_while_sidecar_down_is_still_handled_once() {
     require_root_and_util_linux();
     let mut pod = Pod::new("down");
     let mut sc1 = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
+    let (mut m, _) = pod.watched_sleeper();
     kill(sc1.pid, libc::SIGKILL);
     sc1.wait(T);
     kill(m.pid, libc::SIGKILL);
@@ -556,11 +508,7 @@ fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
     require_root_and_util_linux();
     let mut pod = Pod::new("leftover");
     let sc = pod.sidecar(&pod.hook(), &[]);
-    let mut m = pod.create_main(&["sleep", "1000"]);
-    m.start();
-    wait_for("the sidecar to see the main container", T, || {
-        !pod.records("seen-").is_empty()
-    });
+    let (mut m, _) = pod.watched_sleeper();
     // Like `kubectl exec`: a process joins the container's namespaces (parent
     // outside the pod: parent PID 0, identifying mount present).
     let mut exec = std::process::Command::new("nsenter")

@@ -561,9 +561,17 @@ impl Pod {
     /// Runs the `prestop` wrapper inside the main container's namespaces (as
     /// the kubelet's exec does); returns its exit status.
     pub fn prestop(&self, main: &Main, hook: &[&str]) -> ExitStatus {
-        Command::new("nsenter")
-            .arg(format!("--target={}", main.pid))
+        self.prestop_command(main, &[], hook).status().unwrap()
+    }
+
+    /// The `prestop` wrapper's command inside the main container's
+    /// namespaces, run through `before` (e.g. a shell that waits for a gate
+    /// and then execs its arguments) when not empty.
+    pub fn prestop_command(&self, main: &Main, before: &[&str], hook: &[&str]) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--target={}", main.pid))
             .args(["--pid", "--mount", "--"])
+            .args(before)
             .arg(bin())
             .args(["prestop", "--container", C, "--root"])
             .arg(self.vol())
@@ -571,9 +579,22 @@ impl Pod {
             .arg(self.idroot())
             .arg("--")
             .args(hook)
-            .stdin(Stdio::null())
-            .status()
-            .unwrap()
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// A started main container that the sidecar has seen (`sleep 1000`),
+    /// and its instance id.
+    pub fn watched_sleeper(&mut self) -> (Main, String) {
+        let m = self.create_main(&["sleep", "1000"]);
+        m.start();
+        wait_for("the sidecar to see the main container", T, || {
+            !self.records("seen-").is_empty()
+        });
+        let id = self.records("seen-")[0]
+            .trim_start_matches("seen-")
+            .to_owned();
+        (m, id)
     }
 
     /// Runs the sidecar's `post-start` handler in the pod's PID and mount
