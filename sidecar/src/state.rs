@@ -78,7 +78,7 @@ pub enum StateError {
     /// works: a symbolic link, a record that already exists, a file where a
     /// directory belongs. Nothing was followed or overwritten.
     #[error(
-        "refusing {path}: {found} (not written by this sidecar: another process wrote into the state directory)"
+        "refusing {path}: {found} (this store never follows a link, overwrites a record written once per instance, or writes into what it did not create)"
     )]
     Refused {
         /// The path refused.

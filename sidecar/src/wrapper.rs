@@ -25,7 +25,7 @@ use crate::hook;
 use crate::log;
 use crate::poststart;
 use crate::procfs::{self, PROC_ROOT};
-use crate::state::StateStore;
+use crate::state::{Found, StateError, StateStore};
 use kube_prestop_contract::{self as contract, HookStatus};
 
 /// Errors of [`mark`].
@@ -103,7 +103,7 @@ pub fn choose(
 
 /// Finds `target`'s current instance ([`choose`]) and writes its
 /// `prestop-<id>` mark.
-pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
+pub fn mark(target: &Target, proc_root: &Path) -> Result<Marked, MarkError> {
     let mp = finder::id_mount(proc_root, &target.root, &target.id_root, &target.container);
     let found = finder::find_oldest(proc_root, &mp).map_err(MarkError::Scan)?;
     let me = procfs::self_pid(proc_root).ok().and_then(|pid| {
@@ -141,11 +141,42 @@ pub fn mark(target: &Target, proc_root: &Path) -> Result<Instance, MarkError> {
     let record = contract::PrestopRecord {
         wrapper_pid: std::process::id(),
     };
-    store.write(
-        &contract::RecordKind::Prestop.file_name(&inst.id()),
-        &record.to_string(),
-    )?;
-    Ok(inst)
+    let name = contract::RecordKind::Prestop.file_name(&inst.id());
+    match store.write(&name, &record.to_string()) {
+        Ok(()) => Ok(Marked {
+            instance: inst,
+            again: false,
+        }),
+        // A second delivery of the same preStop: Kubernetes delivers hooks
+        // at least once (kubernetes.io, "Container Lifecycle Hooks", Hook
+        // delivery guarantees: e.g. a kubelet restarted while sending it).
+        // The first delivery's mark, a well-formed one, stands.
+        Err(StateError::Refused {
+            found: Found::Exists,
+            ..
+        }) if store
+            .read(&name)
+            .as_deref()
+            .and_then(contract::PrestopRecord::parse)
+            .is_some() =>
+        {
+            Ok(Marked {
+                instance: inst,
+                again: true,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What [`mark`] marked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marked {
+    /// The instance the kubelet's preStop run belongs to.
+    pub instance: Instance,
+    /// The instance was marked already, by an earlier delivery of the same
+    /// preStop (hook delivery is at least once); the earlier mark stands.
+    pub again: bool,
 }
 
 /// Writes `line` where an operator sees it: this process's stderr (which the
@@ -174,7 +205,8 @@ fn report(target: &Target, proc_root: &Path, line: &str) {
 /// Returns the command's status as a shell reports it: its exit code,
 /// `128 + signal`, 127 when it does not exist, 126 when it cannot be
 /// executed.
-fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], inst: Instance) -> i32 {
+fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], marked: Marked) -> i32 {
+    let inst = marked.instance;
     use std::os::unix::process::ExitStatusExt as _;
     let Some((prog, args)) = hook.split_first() else {
         return contract::EXIT_COMMAND_NOT_FOUND;
@@ -199,11 +231,17 @@ fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], inst: Inst
     let record = contract::PrestopEndedRecord {
         exit_status: status,
     };
-    if let Err(e) = store.write(
+    match store.write(
         &contract::RecordKind::PrestopEnded.file_name(&inst.id()),
         &record.to_string(),
     ) {
-        report(
+        Ok(()) => {}
+        // The earlier delivery's run ended first and said so.
+        Err(StateError::Refused {
+            found: Found::Exists,
+            ..
+        }) if marked.again => {}
+        Err(e) => report(
             target,
             proc_root,
             &format!(
@@ -211,7 +249,7 @@ fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], inst: Inst
                 target.container,
                 inst.id()
             ),
-        );
+        ),
     }
     status
 }
@@ -257,7 +295,20 @@ pub fn exec(hook: &[String]) -> i32 {
 pub fn run(target: &Target, hook: &[String]) -> i32 {
     let proc_root = Path::new(PROC_ROOT);
     match mark(target, proc_root) {
-        Ok(inst) => return run_and_record(target, proc_root, hook, inst),
+        Ok(marked) => {
+            if marked.again {
+                report(
+                    target,
+                    proc_root,
+                    &format!(
+                        "prestop: the kubelet delivered the preStop of container {} instance {} again (hook delivery is at least once); the first delivery's mark stands, and the command runs again as the kubelet asks",
+                        target.container,
+                        marked.instance.id()
+                    ),
+                );
+            }
+            return run_and_record(target, proc_root, hook, marked);
+        }
         Err(e @ MarkError::ExitedFirst { .. }) => {
             report(
                 target,

@@ -123,8 +123,15 @@ fn kubelet_prestop_via_wrapper_means_no_second_run() {
             .contains(&format!("prestop-ended-{id}")),
         "the wrapper records that the preStop ended"
     );
-    // A preStop command that does not exist: 127, like a shell; mark still written.
+    // Delivered again (hook delivery is at least once), with a command that
+    // does not exist: 127, like a shell; the first mark stands, no error.
     assert_eq!(code(pod.prestop(&m, &["/nonexistent/cmd"])), 127);
+    let log = sc.log_text();
+    assert!(
+        log.contains(&format!("instance {id} again")),
+        "the repeat delivery is reported: {log}"
+    );
+    assert!(!log.contains("error"), "{log}");
     // Then the kubelet stops the container.
     kill(m.pid, libc::SIGTERM);
     m.wait(T);

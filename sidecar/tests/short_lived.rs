@@ -15,7 +15,7 @@ fn hundred_true_containers_hundred_hooks() {
     let mut pod = Pod::new("true100");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     for _ in 0..100 {
-        assert_eq!(code(pod.run_main(&["true"])), 0);
+        assert_eq!(code(pod.run_main_racing(&["true"])), 0);
     }
     wait_for_or_show(
         "100 hook runs",

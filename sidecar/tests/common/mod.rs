@@ -551,8 +551,28 @@ impl Pod {
         self.dir.join("rootfs").join(i.to_string())
     }
 
-    /// Create, start and wait for a main container; returns its exit status.
+    /// Create a main container, wait until the sidecar has seen it (one
+    /// more `seen-` record), start it and wait for it; returns its exit
+    /// status. For the tests of what follows an exit: whether the watcher
+    /// catches a container that ends within milliseconds of its start,
+    /// unhelped, is [`Pod::run_main_racing`]'s to test.
     pub fn run_main(&mut self, payload: &[&str]) -> ExitStatus {
+        let before = self.records("seen-").len();
+        let mut m = self.create_main(payload);
+        wait_for_or_show(
+            "the sidecar to see the created main container",
+            T,
+            || format!("state directory: {:?}", self.records("")),
+            || self.records("seen-").len() > before,
+        );
+        m.start();
+        m.wait(T)
+    }
+
+    /// Create, start at once and wait for a main container, racing the
+    /// watcher as a real runtime does (`runc start` follows `runc create`
+    /// within milliseconds); returns its exit status.
+    pub fn run_main_racing(&mut self, payload: &[&str]) -> ExitStatus {
         let mut m = self.create_main(payload);
         m.start();
         m.wait(T)
