@@ -1,6 +1,7 @@
 //! `kube-prestop-webhook`, the binary: its command line ([`cli`]: every
-//! `clap` definition and the conversion to the other crates' types) and its
-//! logging ([`logging`]). `main.rs` wires the crates together:
+//! `clap` definition and the conversion to the other crates' types), its
+//! logging ([`logging`]) and its allocator's settings ([`allocator`]).
+//! `main.rs` wires the crates together:
 //!
 //! - `serve`: the admission server (`kube-prestop-server`) over the
 //!   cluster-facing caches and controllers (`kube-prestop-cluster`);
@@ -10,5 +11,6 @@
 //! does no I/O; the dependency direction between these crates is Cargo's
 //! (`docs/ARCHITECTURE.md` §2).
 
+pub mod allocator;
 pub mod cli;
 pub mod logging;

@@ -22,11 +22,13 @@ use kube_prestop_webhook::logging;
 /// call; glibc's arenas contend between tokio's worker threads too. Each
 /// review allocates a few hundred times (the parsed Pod, the patch, the
 /// answer, hyper's and rustls' buffers), so the allocator is a large part of
-/// the per-request CPU (issue #7: see the bench in README.md).
+/// the per-request CPU (issue #7: see the bench in README.md). Freed memory
+/// goes back to the system at once ([`kube_prestop_webhook::allocator`]).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    kube_prestop_webhook::allocator::purge_freed_memory_at_once();
     let cli = Cli::parse();
     if let Err(e) = logging::init(cli.log.log_format.into(), &cli.log.log_level) {
         eprintln!("error: {e}");
