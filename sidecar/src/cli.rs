@@ -30,7 +30,8 @@ use std::time::Duration;
 pub const USAGE: &str = "usage:
   kube-prestop install --dest PATH | --dest-dir DIR
   kube-prestop watch   --container NAME [--started-after NAME,...] [--run-on always|success|failure]
-                       [--hook-root sidecar|container] [--termination-message PATH] [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+                       [--hook-root sidecar|container] [--termination-message PATH] [--pod-containers N]
+                       [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]

@@ -5,8 +5,8 @@
 # check_platform, which the scripts that build or start something call first.
 #
 # The platform is chosen by two variables:
-#   K8S_VERSION  one of K8S_VERSIONS (default: the newest the Go module proxy
-#                serves, `go list -m -versions k8s.io/kubernetes`)
+#   K8S_VERSION  one of K8S_VERSIONS (default v1.37.2, the newest of them; the
+#                Go module proxy lists what it serves: `go list -m -versions k8s.io/kubernetes`)
 #   RUNTIME      one of RUNTIMES (default containerd2-runc):
 #                  containerd2-runc       containerd 2.x + runc 1.5.x, built from the Go module proxy
 #                  containerd2-youki      containerd 2.x + youki (Rust, crates.io, cgroup v1 feature)
