@@ -19,11 +19,18 @@
 //!   replaced, and a forged `prestop-<id>` made the other container's hook
 //!   be skipped).
 //!
-//! The flood of maximum-size reviews is measured by `make bench` (webhook
-//! part, flood phase; docs/figures.md), not timed here.
+//! - a flood of maximum-size reviews (48 concurrent 4 MiB bodies, posted
+//!   to every webhook pod for 15 s): no webhook container restarts or is
+//!   OOM-killed, the in-flight body budget sheds (`reason="overloaded"`
+//!   counted), every ordinary review posted beside it is answered, and a
+//!   pod created through the API server meanwhile is injected. The
+//!   ordinary reviews' p99 and the container's peak memory (the kubelet's
+//!   cAdvisor `container_memory_max_usage_bytes`) are printed; the timed
+//!   figures are `make bench`'s (webhook part, flood phase;
+//!   docs/figures.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -471,4 +478,214 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
     .await;
     let deleted = node.delete().await;
     result.and(deleted)
+}
+
+/// The chart's `--max-body-bytes` (the server's default): the flood's body
+/// size, so that every body is read whole.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// A review of `size` bytes whose pod is padded by an annotation (not
+/// Job-owned: the answer is a skip, the cost is the body's).
+fn padded_review(uid: &str, ns: &str, size: usize) -> Result<Vec<u8>> {
+    let mut body = review(
+        uid,
+        ns,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "flood-", "namespace": ns, "annotations": {"flood": ""}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": DEFAULT_TEST_IMAGE}]}
+        }),
+    );
+    let pad = size.saturating_sub(serde_json::to_vec(&body)?.len());
+    body["request"]["object"]["metadata"]["annotations"]["flood"] = json!("x".repeat(pad));
+    Ok(serde_json::to_vec(&body)?)
+}
+
+/// POSTs raw `body` to `/mutate` of webhook pod `pod` (as
+/// [`post_to_webhook_pod`]); `Err` for any answer but 200.
+async fn post_raw(client: &Client, pod: &str, body: Vec<u8>) -> Result<String> {
+    let req = http::Request::post(format!(
+        "/api/v1/namespaces/{WEBHOOK_NAMESPACE}/pods/https:{pod}:{WEBHOOK_HTTPS_PORT}/proxy/mutate"
+    ))
+    .header("content-type", "application/json")
+    .body(body)?;
+    Ok(client.request_text(req).await?)
+}
+
+/// Each webhook container's restart count and whether it was ever
+/// OOM-killed, by pod name.
+async fn webhook_restarts(client: &Client) -> Result<Vec<(String, i32, bool)>> {
+    Ok(webhook_pods(client)
+        .await?
+        .into_iter()
+        .map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let status = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.name == "webhook");
+            let restarts = status.as_ref().map_or(0, |c| c.restart_count);
+            let oom = status
+                .and_then(|c| c.last_state)
+                .and_then(|l| l.terminated)
+                .is_some_and(|t| t.reason.as_deref() == Some("OOMKilled"));
+            (name, restarts, oom)
+        })
+        .collect())
+}
+
+/// The webhook container's peak memory in bytes, as the kubelet's cAdvisor
+/// reports it (`container_memory_max_usage_bytes`, cgroup v1
+/// `memory.max_usage_in_bytes`); `None` where the runtime or cgroup version
+/// gives none.
+async fn webhook_peak_memory(client: &Client, pod: &Pod) -> Option<f64> {
+    let node = pod.spec.as_ref()?.node_name.clone()?;
+    let name = pod.metadata.name.clone()?;
+    let req = http::Request::get(format!("/api/v1/nodes/{node}/proxy/metrics/cadvisor"))
+        .body(Vec::new())
+        .ok()?;
+    let text = client.request_text(req).await.ok()?;
+    text.lines()
+        .filter(|l| l.starts_with("container_memory_max_usage_bytes{"))
+        .filter(|l| l.contains("container=\"webhook\"") && l.contains(&format!("pod=\"{name}\"")))
+        .find_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(i).copied().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_ordinary_reviews()
+-> Result<()> {
+    init_tracing();
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kpt-attack-flood", true).await?;
+    with_namespace(ns, |ns| {
+        let client = client.clone();
+        async move {
+            let pods = webhook_pods(&client).await?;
+            ensure!(!pods.is_empty(), "no webhook pod");
+            let names: Vec<String> = pods
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            let before = webhook_restarts(&client).await?;
+            let shed = |c: Client| async move {
+                Ok::<f64, anyhow::Error>(
+                    webhook_replica_metrics(&c)
+                        .await?
+                        .iter()
+                        .map(|(_, s)| {
+                            sum(s, "kube_prestop_admissions_total", |l| {
+                                l.get("reason").map(String::as_str) == Some("overloaded")
+                            })
+                        })
+                        .sum(),
+                )
+            };
+            let shed_before = shed(client.clone()).await?;
+            let big = padded_review("flood", &ns, MAX_BODY_BYTES)?;
+            let flood_for = Duration::from_secs(15);
+            let started = Instant::now();
+            let mut flood = tokio::task::JoinSet::new();
+            for i in 0..48 {
+                let (client, big) = (client.clone(), big.clone());
+                let pod = names[i % names.len()].clone();
+                flood.spawn(async move {
+                    let (mut answered, mut refused) = (0u32, 0u32);
+                    while started.elapsed() < flood_for {
+                        match post_raw(&client, &pod, big.clone()).await {
+                            Ok(_) => answered += 1,
+                            Err(_) => refused += 1,
+                        }
+                    }
+                    (answered, refused)
+                });
+            }
+            // Beside the flood: ordinary reviews to every pod, and a pod
+            // created through the API server (its review goes to whichever
+            // replica the Service picks).
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let ordinary = serde_json::to_vec(&review("ordinary", &ns, pinned_job_pod(&ns)))?;
+            let mut latencies = Vec::new();
+            let mut failures = Vec::new();
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": "during-flood", "annotations": {"kube-prestop.io/inject": "true"}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": DEFAULT_TEST_IMAGE, "command": ["true"],
+                    "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
+                }]}
+            }))?;
+            let created = Api::<Pod>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &pod)
+                .await
+                .context("creating a pod during the flood")?;
+            for round in 0..10 {
+                for name in &names {
+                    let t = Instant::now();
+                    match post_raw(&client, name, ordinary.clone()).await {
+                        Ok(text) if text.contains("\"allowed\":true") => latencies.push(t.elapsed()),
+                        Ok(text) => failures.push(format!("{name} round {round}: {text:.200}")),
+                        Err(e) => failures.push(format!("{name} round {round}: {e:#}")),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let (mut answered, mut refused) = (0u32, 0u32);
+            while let Some(r) = flood.join_next().await {
+                let (a, r) = r?;
+                answered += a;
+                refused += r;
+            }
+            latencies.sort();
+            let peaks: Vec<String> = {
+                let mut v = Vec::new();
+                for p in &pods {
+                    let peak = webhook_peak_memory(&client, p).await;
+                    v.push(format!(
+                        "{}: {}",
+                        p.metadata.name.as_deref().unwrap_or(""),
+                        peak.map_or("not reported".to_owned(), |b| format!("{:.1} MiB", b / 1048576.0))
+                    ));
+                }
+                v
+            };
+            println!(
+                "flood: {answered} large reviews answered, {refused} refused (48 connections, {} s); ordinary reviews beside it: {} answered, p50 {:?}, p99 {:?}; webhook peak memory (cAdvisor): {}",
+                flood_for.as_secs(),
+                latencies.len(),
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                peaks.join(", ")
+            );
+            ensure!(failures.is_empty(), "ordinary reviews not answered during the flood: {failures:?}");
+            let names_created = container_names(&created);
+            ensure!(
+                names_created.contains(&sidecar_name("main")),
+                "the pod created during the flood was not injected: {names_created:?}"
+            );
+            ensure!(
+                shed(client.clone()).await? > shed_before,
+                "no request was shed: the flood did not reach the in-flight budget ({answered} answered, {refused} refused)"
+            );
+            let after = webhook_restarts(&client).await?;
+            for (name, restarts, oom) in &after {
+                let was = before.iter().find(|(n, ..)| n == name).map_or(0, |b| b.1);
+                ensure!(
+                    *restarts == was && !oom,
+                    "webhook pod {name} restarted during the flood ({was} -> {restarts} restarts, OOM-killed: {oom})"
+                );
+            }
+            ensure!(
+                after.len() == before.len(),
+                "webhook pods before {before:?}, after {after:?}"
+            );
+            Ok(())
+        }
+    })
+    .await
 }
