@@ -536,10 +536,12 @@ async fn webhook_restarts(client: &Client) -> Result<Vec<(String, i32, bool)>> {
         .collect())
 }
 
-/// The webhook container's peak memory in bytes, as the kubelet's cAdvisor
+/// The webhook pod's peak memory in bytes, as the kubelet's cAdvisor
 /// reports it (`container_memory_max_usage_bytes`, cgroup v1
-/// `memory.max_usage_in_bytes`); `None` where the runtime or cgroup version
-/// gives none.
+/// `memory.max_usage_in_bytes`): the webhook container's own series, or,
+/// where cAdvisor labels only the pod's cgroup (containerd 2 here), the
+/// pod's, which holds the webhook container and an exited init container;
+/// `None` where neither is reported (cgroup v2 has no such file).
 async fn webhook_peak_memory(client: &Client, pod: &Pod) -> Option<f64> {
     let node = pod.spec.as_ref()?.node_name.clone()?;
     let name = pod.metadata.name.clone()?;
@@ -547,10 +549,16 @@ async fn webhook_peak_memory(client: &Client, pod: &Pod) -> Option<f64> {
         .body(Vec::new())
         .ok()?;
     let text = client.request_text(req).await.ok()?;
-    text.lines()
-        .filter(|l| l.starts_with("container_memory_max_usage_bytes{"))
-        .filter(|l| l.contains("container=\"webhook\"") && l.contains(&format!("pod=\"{name}\"")))
-        .find_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+    let series = |container: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("container_memory_max_usage_bytes{"))
+            .filter(|l| {
+                l.contains(&format!("container=\"{container}\""))
+                    && l.contains(&format!("pod=\"{name}\""))
+            })
+            .find_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+    };
+    series("webhook").or_else(|| series(""))
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -598,9 +606,10 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
                 flood.spawn(async move {
                     let (mut answered, mut refused) = (0u32, 0u32);
                     while started.elapsed() < flood_for {
+                        // The proxy passes the webhook's 503 (shed) on.
                         match post_raw(&client, &pod, big.clone()).await {
-                            Ok(_) => answered += 1,
-                            Err(_) => refused += 1,
+                            Ok(text) if text.contains("\"uid\":\"flood\"") => answered += 1,
+                            _ => refused += 1,
                         }
                     }
                     (answered, refused)
@@ -642,6 +651,9 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
                 refused += r;
             }
             latencies.sort();
+            // kube's client retries a 503 with backoff, so the sheds are
+            // counted where they happen: the webhook's metrics.
+            let shed_count = shed(client.clone()).await? - shed_before;
             let peaks: Vec<String> = {
                 let mut v = Vec::new();
                 for p in &pods {
@@ -655,7 +667,7 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
                 v
             };
             println!(
-                "flood: {answered} large reviews answered, {refused} refused (48 connections, {} s); ordinary reviews beside it: {} answered, p50 {:?}, p99 {:?}; webhook peak memory (cAdvisor): {}",
+                "flood: {answered} large reviews answered, {shed_count} shed by the webhook, {refused} failed after the client's retries (48 connections, {} s); ordinary reviews beside it: {} answered, p50 {:?}, p99 {:?}; webhook peak memory (cAdvisor): {}",
                 flood_for.as_secs(),
                 latencies.len(),
                 percentile(&latencies, 0.5),
@@ -669,8 +681,8 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
                 "the pod created during the flood was not injected: {names_created:?}"
             );
             ensure!(
-                shed(client.clone()).await? > shed_before,
-                "no request was shed: the flood did not reach the in-flight budget ({answered} answered, {refused} refused)"
+                shed_count > 0.0,
+                "no request was shed: the flood did not reach the in-flight budget ({answered} answered)"
             );
             let after = webhook_restarts(&client).await?;
             for (name, restarts, oom) in &after {
