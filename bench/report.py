@@ -310,7 +310,9 @@ def burst_rows(fig, rows, notes):
         return f"{float(b[f'burst_log_{q}_ms']):.2f}"
 
     rows.append((
-        f"burst: Indexed Job of {comp} completions, parallelism {b['burst_parallelism']}: Job created → Complete",
+        f"burst: Indexed Job of {comp} completions, parallelism {b['burst_parallelism']}"
+        + (f", beside {b['burst_busy_pods']} busy pods of {b['burst_busy_cpu']} CPU" if int(b.get('burst_busy_pods', '0')) else "")
+        + ": Job created → Complete",
         f"{secs:.1f} s ({comp / secs:.1f} completions/s)", "—",
         f"Job {b['burst_outcome']}; {pods} pods, {b['burst_succeeded']} Succeeded"))
     same = b["burst_wh_replicas_same"] == "1"

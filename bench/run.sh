@@ -37,6 +37,9 @@
 # phase each; default imageVolume,configMap,installContainer; `current`:
 # the release as installed, no Helm),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
+# BENCH_BURST_COMMAND (the burst's container command, sh; default an echo),
+# BENCH_BURST_BUSY_PODS (pods spinning a CPU beside the burst, 0) and
+# BENCH_BURST_BUSY_CPU (each one's CPU request = limit, 400m): a saturated node,
 # BENCH_FLOOD_BYTES (4194304), BENCH_FLOOD_CONNECTIONS (64), BENCH_FLOOD_RATE
 # (ordinary reviews per second beside the flood, 50),
 # BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
@@ -61,6 +64,9 @@ start_pods="${BENCH_START_PODS:-20}"
 start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
 burst_completions="${BENCH_BURST_COMPLETIONS:-200}"
 burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
+burst_command="${BENCH_BURST_COMMAND:-echo index \$JOB_COMPLETION_INDEX}"
+burst_busy_pods="${BENCH_BURST_BUSY_PODS:-0}"
+burst_busy_cpu="${BENCH_BURST_BUSY_CPU:-400m}"
 # The flood (webhook part): body size (the server's default cap), connections,
 # and the ordinary reviews' rate beside it.
 flood_bytes="${BENCH_FLOOD_BYTES:-4194304}"
@@ -363,8 +369,9 @@ if want cluster; then
         --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
     # The machine's load right after the start part (before the burst's pods).
     printf 'load_after_start=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >> "${work}/cluster-start.txt"
-    log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}"
+    log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}, ${burst_busy_pods} busy pods of ${burst_busy_cpu} CPU beside"
     "${cluster_bench_bin}" burst --completions "${burst_completions}" --parallelism "${burst_parallelism}" \
+        --command "${burst_command}" --busy-pods "${burst_busy_pods}" --busy-cpu "${burst_busy_cpu}" \
         --raw "${work}/cluster-burst.json" > "${work}/cluster-burst.txt"
 fi
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -10,8 +10,10 @@
 //! plain pod and one with a do-nothing native sidecar, and where the time
 //! goes ([`start`]).
 //!
-//! `burst [--completions 200] [--parallelism 20]`: an Indexed Job in a
-//! labelled namespace. Admission latency from the webhook's histogram (every
+//! `burst [--completions 200] [--parallelism 20] [--command SH]
+//! [--busy-pods N --busy-cpu Q]`: an Indexed Job in a labelled namespace,
+//! optionally beside N pods that each spin a CPU at `Q` (request = limit,
+//! e.g. `400m`): issue 24's saturated node. Admission latency from the webhook's histogram (every
 //! replica scraped through the API server before and after, buckets diffed
 //! and summed, quantiles interpolated inside a bucket) and from the API
 //! server's histogram for our webhook (what the call cost the API server);
@@ -59,7 +61,7 @@ fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
      [--helm PATH --chart DIR] [--runtime-log PATH] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
-     [--command SH] [--prefix P] [--raw FILE]"
+     [--command SH] [--busy-pods N --busy-cpu Q] [--prefix P] [--raw FILE]"
 }
 
 struct Args {
@@ -161,6 +163,10 @@ async fn main() -> Result<()> {
                 args.num("completions", 200)?,
                 args.num("parallelism", 20)?,
                 &args.str("command", "echo index $JOB_COMPLETION_INDEX"),
+                Busy {
+                    pods: args.num("busy-pods", 0)?,
+                    cpu: args.str("busy-cpu", "400m"),
+                },
             )
             .await?
         }
@@ -265,12 +271,81 @@ async fn webhook_histogram(client: &Client) -> Result<(Histogram, BTreeSet<Strin
     Ok((h, names))
 }
 
+/// Pods that keep CPUs busy beside the burst.
+struct Busy {
+    /// How many (0: none).
+    pods: u32,
+    /// Each one's CPU request and limit (a Kubernetes quantity).
+    cpu: String,
+}
+
+/// A pod that spins one CPU at `cpu` (request = limit), in the test image;
+/// not Job-owned and not opted in, so never injected.
+fn busy_pod(i: u32, cpu: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": format!("busy-{i}") },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "busy",
+                "image": kube_prestop_e2e::DEFAULT_TEST_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", "while :; do :; done"],
+                "resources": {
+                    "requests": { "cpu": cpu },
+                    "limits": { "cpu": cpu }
+                }
+            }]
+        }
+    }))?)
+}
+
+/// Creates `busy.pods` busy pods in `ns` and waits until all run.
+async fn start_busy(client: &Client, ns: &str, busy: &Busy) -> Result<()> {
+    if busy.pods == 0 {
+        return Ok(());
+    }
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    for i in 0..busy.pods {
+        api.create(&kube::api::PostParams::default(), &busy_pod(i, &busy.cpu)?)
+            .await
+            .with_context(|| format!("creating busy pod {i}"))?;
+    }
+    poll_until(POD_TIMEOUT, Duration::from_secs(1), || {
+        let api = api.clone();
+        async move {
+            Ok(api
+                .list(&ListParams::default().fields("status.phase=Running"))
+                .await?
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("busy-"))
+                })
+                .count()
+                == usize::try_from(busy.pods).unwrap_or(usize::MAX))
+        }
+    })
+    .await
+    .context("busy pods did not all run")?;
+    log(&format!(
+        "burst: {} busy pods of {} CPU running",
+        busy.pods, busy.cpu
+    ));
+    Ok(())
+}
+
 async fn burst(
     client: &Client,
     prefix: &str,
     completions: u32,
     parallelism: u32,
     command: &str,
+    busy: Busy,
 ) -> Result<(String, Value)> {
     let ns = TestNamespace::create(client, &format!("{prefix}-burst"), true).await?;
     let records = Records::create(&format!("{prefix}-burst"))?;
@@ -281,6 +356,7 @@ async fn burst(
         let ns = names.concat();
         let run = unique_suffix();
         let job = burst_job(&rec, completions, parallelism, &command, &run)?;
+        start_busy(&client, &ns, &busy).await?;
         let (wh_before, replicas_before) = webhook_histogram(&client).await?;
         let api_before = ApiserverWebhookStats::scrape(&client).await?;
         log(&format!(
@@ -359,6 +435,8 @@ async fn burst(
         let mut lines = String::new();
         out(&mut lines, "burst_completions", completions);
         out(&mut lines, "burst_parallelism", parallelism);
+        out(&mut lines, "burst_busy_pods", busy.pods);
+        out(&mut lines, "burst_busy_cpu", &busy.cpu);
         out(&mut lines, "burst_outcome", format!("{outcome:?}"));
         out(&mut lines, "burst_seconds", format!("{:.1}", took.as_secs_f64()));
         out(&mut lines, "burst_pods", pods.len());
