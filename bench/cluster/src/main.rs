@@ -11,9 +11,10 @@
 //! goes ([`start`]).
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
-//! [--busy-pods N --busy-cpu Q]`: an Indexed Job in a labelled namespace,
-//! optionally beside N pods that each spin a CPU at `Q` (request = limit,
-//! e.g. `400m`): issue 24's saturated node. Admission latency from the webhook's histogram (every
+//! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q]`: an Indexed Job
+//! in a labelled namespace, optionally beside N pods that each spin a CPU
+//! at `Q` (request = limit, e.g. `400m`): issue 24's saturated node; the
+//! pods may ask for another sidecar CPU request (the annotation). Admission latency from the webhook's histogram (every
 //! replica scraped through the API server before and after, buckets diffed
 //! and summed, quantiles interpolated inside a bucket) and from the API
 //! server's histogram for our webhook (what the call cost the API server);
@@ -61,7 +62,7 @@ fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
      [--helm PATH --chart DIR] [--runtime-log PATH] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
-     [--command SH] [--busy-pods N --busy-cpu Q] [--prefix P] [--raw FILE]"
+     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--prefix P] [--raw FILE]"
 }
 
 struct Args {
@@ -166,6 +167,7 @@ async fn main() -> Result<()> {
                 Busy {
                     pods: args.num("busy-pods", 0)?,
                     cpu: args.str("busy-cpu", "400m"),
+                    sidecar_cpu_request: args.opts.get("sidecar-cpu-request").cloned(),
                 },
             )
             .await?
@@ -206,7 +208,12 @@ fn burst_job(
     parallelism: u32,
     command: &str,
     run: &str,
+    sidecar_cpu_request: Option<&str>,
 ) -> Result<Job> {
+    let annotations = match sidecar_cpu_request {
+        Some(q) => json!({ kube_prestop_engine::annotations::SIDECAR_CPU_REQUEST: q }),
+        None => json!({}),
+    };
     let hook =
         "echo \"$JOB_COMPLETION_INDEX ${KUBE_PRESTOP_INSTANCE:-by-kubelet}\" >> /records/hooks";
     Ok(serde_json::from_value(json!({
@@ -217,7 +224,7 @@ fn burst_job(
             "completionMode": "Indexed",
             "backoffLimit": completions,
             "template": {
-                "metadata": { "labels": { RUN_LABEL: run } },
+                "metadata": { "labels": { RUN_LABEL: run }, "annotations": annotations },
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
@@ -271,12 +278,15 @@ async fn webhook_histogram(client: &Client) -> Result<(Histogram, BTreeSet<Strin
     Ok((h, names))
 }
 
-/// Pods that keep CPUs busy beside the burst.
+/// Pods that keep CPUs busy beside the burst, and the sidecars' CPU request.
 struct Busy {
     /// How many (0: none).
     pods: u32,
     /// Each one's CPU request and limit (a Kubernetes quantity).
     cpu: String,
+    /// The burst pods' `kube-prestop.io/sidecar-cpu-request` (none: the
+    /// webhook's default).
+    sidecar_cpu_request: Option<String>,
 }
 
 /// A pod that spins one CPU at `cpu` (request = limit), in the test image;
@@ -355,7 +365,14 @@ async fn burst(
     let result = with_namespaces(vec![ns], |names| async move {
         let ns = names.concat();
         let run = unique_suffix();
-        let job = burst_job(&rec, completions, parallelism, &command, &run)?;
+        let job = burst_job(
+            &rec,
+            completions,
+            parallelism,
+            &command,
+            &run,
+            busy.sidecar_cpu_request.as_deref(),
+        )?;
         start_busy(&client, &ns, &busy).await?;
         let (wh_before, replicas_before) = webhook_histogram(&client).await?;
         let api_before = ApiserverWebhookStats::scrape(&client).await?;
@@ -437,6 +454,11 @@ async fn burst(
         out(&mut lines, "burst_parallelism", parallelism);
         out(&mut lines, "burst_busy_pods", busy.pods);
         out(&mut lines, "burst_busy_cpu", &busy.cpu);
+        out(
+            &mut lines,
+            "burst_sidecar_cpu_request",
+            busy.sidecar_cpu_request.as_deref().unwrap_or("default"),
+        );
         out(&mut lines, "burst_outcome", format!("{outcome:?}"));
         out(&mut lines, "burst_seconds", format!("{:.1}", took.as_secs_f64()));
         out(&mut lines, "burst_pods", pods.len());
