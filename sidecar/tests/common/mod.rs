@@ -555,7 +555,8 @@ impl Pod {
     /// more `seen-` record), start it and wait for it; returns its exit
     /// status. For the tests of what follows an exit: whether the watcher
     /// catches a container that ends within milliseconds of its start,
-    /// unhelped, is [`Pod::run_main_racing`]'s to test.
+    /// unhelped, is measured on a real runtime by the cluster bench (issue
+    /// 24), not asserted here.
     pub fn run_main(&mut self, payload: &[&str]) -> ExitStatus {
         let before = self.records("seen-").len();
         let mut m = self.create_main(payload);
@@ -565,15 +566,6 @@ impl Pod {
             || format!("state directory: {:?}", self.records("")),
             || self.records("seen-").len() > before,
         );
-        m.start();
-        m.wait(T)
-    }
-
-    /// Create, start at once and wait for a main container, racing the
-    /// watcher as a real runtime does (`runc start` follows `runc create`
-    /// within milliseconds); returns its exit status.
-    pub fn run_main_racing(&mut self, payload: &[&str]) -> ExitStatus {
-        let mut m = self.create_main(payload);
         m.start();
         m.wait(T)
     }
