@@ -104,16 +104,27 @@ async fn post_to_webhook_pod(client: &Client, pod: &str, body: &Value) -> Result
     serde_json::from_str(&text).with_context(|| format!("answer of {pod}: {text}"))
 }
 
-async fn refusals(client: &Client, reason: &str) -> Result<f64> {
+/// Counter `metric` with label `reason`, summed over every running webhook
+/// replica.
+async fn with_reason(client: &Client, metric: &str, reason: &str) -> Result<f64> {
     Ok(webhook_replica_metrics(client)
         .await?
         .iter()
         .map(|(_, samples)| {
-            sum(samples, REFUSALS, |l| {
+            sum(samples, metric, |l| {
                 l.get("reason").map(String::as_str) == Some(reason)
             })
         })
         .sum())
+}
+
+/// `kube_prestop_admissions_total` with label `reason`, all replicas.
+async fn admissions_with_reason(client: &Client, reason: &str) -> Result<f64> {
+    with_reason(client, "kube_prestop_admissions_total", reason).await
+}
+
+async fn refusals(client: &Client, reason: &str) -> Result<f64> {
+    with_reason(client, REFUSALS, reason).await
 }
 
 async fn sidecar_config_maps(client: &Client, ns: &str) -> Result<Vec<String>> {
@@ -191,20 +202,7 @@ async fn a_pod_the_patch_would_take_too_large_is_admitted_unmodified() -> Result
     with_namespace(ns, |ns| {
         let client = client.clone();
         async move {
-            let errors = |c: Client| async move {
-                Ok::<f64, anyhow::Error>(
-                    webhook_replica_metrics(&c)
-                        .await?
-                        .iter()
-                        .map(|(_, s)| {
-                            sum(s, "kube_prestop_admissions_total", |l| {
-                                l.get("reason").map(String::as_str) == Some("pod_too_large")
-                            })
-                        })
-                        .sum(),
-                )
-            };
-            let before = errors(client.clone()).await?;
+            let before = admissions_with_reason(&client, "pod_too_large").await?;
             let pod: Pod = serde_json::from_value(json!({
                 "metadata": {"name": "oversize", "annotations": {"kube-prestop.io/inject": "true"}},
                 "spec": {"restartPolicy": "Never", "containers": [{
@@ -224,7 +222,7 @@ async fn a_pod_the_patch_would_take_too_large_is_admitted_unmodified() -> Result
             );
             poll_until(WAIT, Duration::from_millis(500), || {
                 let client = client.clone();
-                async move { Ok(errors(client).await? > before) }
+                async move { Ok(admissions_with_reason(&client, "pod_too_large").await? > before) }
             })
             .await
             .context("pod_too_large was not counted")?;
@@ -582,20 +580,7 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
                 .filter_map(|p| p.metadata.name.clone())
                 .collect();
             let before = webhook_restarts(&client).await?;
-            let shed = |c: Client| async move {
-                Ok::<f64, anyhow::Error>(
-                    webhook_replica_metrics(&c)
-                        .await?
-                        .iter()
-                        .map(|(_, s)| {
-                            sum(s, "kube_prestop_admissions_total", |l| {
-                                l.get("reason").map(String::as_str) == Some("overloaded")
-                            })
-                        })
-                        .sum(),
-                )
-            };
-            let shed_before = shed(client.clone()).await?;
+            let shed_before = admissions_with_reason(&client, "overloaded").await?;
             let big = padded_review("flood", &ns, MAX_BODY_BYTES)?;
             let flood_for = Duration::from_secs(15);
             let started = Instant::now();
@@ -653,7 +638,7 @@ async fn a_flood_of_maximum_size_reviews_neither_restarts_the_webhook_nor_stops_
             latencies.sort();
             // kube's client retries a 503 with backoff, so the sheds are
             // counted where they happen: the webhook's metrics.
-            let shed_count = shed(client.clone()).await? - shed_before;
+            let shed_count = admissions_with_reason(&client, "overloaded").await? - shed_before;
             let peaks: Vec<String> = {
                 let mut v = Vec::new();
                 for p in &pods {
