@@ -268,8 +268,87 @@ pub fn render(runs: &[HookRun], max: usize) -> String {
     out
 }
 
+/// The start of the message's first line, with or without the count of runs
+/// left out (see [`render`]).
+const HEADER_START: &str = "kube-prestop hook runs, oldest first";
+
+/// A termination message as a reader sees it ([`parse_message`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    /// Runs the writer left out (the header's count; 0 without one).
+    pub left_out: usize,
+    /// The lines that parse as [`RunLine`], in the message's order.
+    pub runs: Vec<RunLine>,
+    /// Lines that do not: another writer's text, or the last line cut short
+    /// by the kubelet (which keeps the *first* bytes of each message when a
+    /// pod's messages exceed [`POD_TERMINATION_MESSAGES_MAX_BYTES`]).
+    pub unreadable_lines: usize,
+}
+
+/// Why a text is not a termination message of kube-prestop's sidecar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageError {
+    /// Longer than [`TERMINATION_MESSAGE_MAX_BYTES`]: no sidecar writes it,
+    /// and the kubelet keeps no more.
+    TooLarge,
+    /// The first line is not [`render`]'s header.
+    NoHeader,
+}
+
+impl fmt::Display for MessageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TooLarge => "termination message over 4096 bytes",
+            Self::NoHeader => "not a kube-prestop termination message (no header)",
+        })
+    }
+}
+
+impl std::error::Error for MessageError {}
+
+/// Reads a message as [`render`] writes it: the header, then one
+/// [`RunLine`] per line. The empty text (no runs) is an empty message.
+/// Never panics, whatever the text: a line that is not a run line is
+/// counted in [`Message::unreadable_lines`], not an error.
+///
+/// Errors: [`MessageError::TooLarge`] over
+/// [`TERMINATION_MESSAGE_MAX_BYTES`]; [`MessageError::NoHeader`] when the
+/// first line is not the header.
+pub fn parse_message(text: &str) -> Result<Message, MessageError> {
+    if text.len() > TERMINATION_MESSAGE_MAX_BYTES {
+        return Err(MessageError::TooLarge);
+    }
+    if text.is_empty() {
+        return Ok(Message::default());
+    }
+    let mut lines = text.split('\n');
+    let first = lines.next().unwrap_or_default();
+    let left_out = match first.strip_prefix(HEADER_START) {
+        Some(":") => 0,
+        Some(rest) => rest
+            .strip_prefix(" (")
+            .and_then(|r| r.strip_suffix(" older left out):"))
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| header(*n).trim_end_matches('\n') == first)
+            .ok_or(MessageError::NoHeader)?,
+        None => return Err(MessageError::NoHeader),
+    };
+    let mut message = Message {
+        left_out,
+        ..Message::default()
+    };
+    for line in lines.filter(|l| !l.is_empty()) {
+        match RunLine::parse(line) {
+            Some(run) => message.runs.push(run),
+            None => message.unreadable_lines += 1,
+        }
+    }
+    Ok(message)
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn run(c: &str, id: &str, ticks: u64) -> HookRun {
@@ -402,5 +481,73 @@ mod tests {
             HookToken::Verbatim("exit:+1".into())
         );
         assert_eq!(HookToken::parse("ran"), HookToken::Verbatim("ran".into()));
+    }
+    #[test]
+    fn messages_parse_back() {
+        let runs = vec![run("b", "2-2", 20), run("a", "1-1", 10)];
+        let m = parse_message(&render(&runs, 4096)).unwrap();
+        assert_eq!(m.left_out, 0);
+        assert_eq!(m.unreadable_lines, 0);
+        assert_eq!(
+            m.runs,
+            vec![run("a", "1-1", 10).line, run("b", "2-2", 20).line]
+        );
+        assert_eq!(parse_message(""), Ok(Message::default()));
+        // Left out: the header's count.
+        let many: Vec<HookRun> = (0..200)
+            .map(|i| run("main", &format!("{i}-{i}"), i))
+            .collect();
+        let text = render(&many, 1228);
+        let m = parse_message(&text).unwrap();
+        assert_eq!(m.left_out + m.runs.len(), 200);
+        assert!(m.left_out > 0);
+        assert_eq!(m.unreadable_lines, 0);
+        // The kubelet keeps the first bytes: the last line cut short is
+        // unreadable, the others are kept.
+        let cut = &text[..text.len() - 10];
+        let m2 = parse_message(cut).unwrap();
+        assert_eq!(m2.runs.len(), m.runs.len() - 1);
+        assert_eq!(m2.unreadable_lines, 1);
+        // A missed line (instance `-`).
+        let missed = "kube-prestop hook runs, oldest first:\n\
+             container=main instance=- container_exit=unknown hook=missed duration_ms=- grace_cut=false\n";
+        let m = parse_message(missed).unwrap();
+        assert_eq!(m.runs.len(), 1);
+        assert_eq!(m.runs[0].hook, HookToken::Missed);
+        assert_eq!(m.runs[0].instance, "-");
+    }
+
+    #[test]
+    fn hostile_messages_are_refused_or_counted() {
+        assert_eq!(parse_message("hello"), Err(MessageError::NoHeader));
+        assert_eq!(
+            parse_message("kube-prestop hook runs, oldest first (x older left out):\n"),
+            Err(MessageError::NoHeader)
+        );
+        assert_eq!(
+            parse_message("kube-prestop hook runs, oldest first (01 older left out):\n"),
+            Err(MessageError::NoHeader)
+        );
+        assert_eq!(
+            parse_message("kube-prestop hook runs, oldest first:extra\n"),
+            Err(MessageError::NoHeader)
+        );
+        let big = format!(
+            "kube-prestop hook runs, oldest first:\n{}",
+            "x".repeat(TERMINATION_MESSAGE_MAX_BYTES)
+        );
+        assert_eq!(parse_message(&big), Err(MessageError::TooLarge));
+        let m = parse_message(
+            "kube-prestop hook runs, oldest first:\ngarbage\n\u{0}\u{7f}é\ncontainer=a instance=1-1 container_exit=exit:0 hook=exit:0 duration_ms=1 grace_cut=false",
+        )
+        .unwrap();
+        assert_eq!(m.unreadable_lines, 2);
+        assert_eq!(m.runs.len(), 1);
+        assert_eq!(
+            parse_message("kube-prestop hook runs, oldest first (3 older left out):")
+                .unwrap()
+                .left_out,
+            3
+        );
     }
 }
