@@ -44,6 +44,13 @@ pub const VERSION: &str = "kube-prestop.io/version";
 /// does not set it.
 pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 
+/// Label written on injection, [`INJECTED_LABEL_VALUE`]: what the outcome
+/// exporter's pod watch selects (`kube-prestop.io/injected=true`), so it
+/// lists and watches injected pods only, not every pod of the cluster.
+pub const INJECTED_LABEL: &str = "kube-prestop.io/injected";
+/// Value of [`INJECTED_LABEL`].
+pub const INJECTED_LABEL_VALUE: &str = "true";
+
 /// The annotations under [`PREFIX`] a user sets, in the documented order.
 pub const SETTABLE: [&str; 8] = [
     INJECT,

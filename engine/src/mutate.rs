@@ -393,6 +393,9 @@ pub struct Mutation {
     /// Annotations set, added or overwritten: status, version and (when
     /// the pod has none) kubectl's default container.
     pub annotations: Vec<(String, String)>,
+    /// Labels set, added or overwritten: [`annotations::INJECTED_LABEL`]
+    /// (what the outcome exporter's watch selects).
+    pub labels: Vec<(String, String)>,
     /// Where the binary comes from and why (not a change to the pod: for
     /// the caller's log, metrics and ConfigMap creation).
     pub binary: Choice,
@@ -433,6 +436,10 @@ impl Mutation {
             .annotations
             .get_or_insert_with(Default::default);
         annotations.extend(self.annotations);
+        pod.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .extend(self.labels);
     }
 }
 
@@ -620,6 +627,10 @@ pub fn build(
         watched: changes,
         share_process_namespace: !host_pid,
         annotations,
+        labels: vec![(
+            annotations::INJECTED_LABEL.to_owned(),
+            annotations::INJECTED_LABEL_VALUE.to_owned(),
+        )],
         binary: choice,
     })
 }

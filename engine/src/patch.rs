@@ -2,10 +2,10 @@
 //!
 //! The webhook answers with a patch, and the engine knows exactly what it
 //! changes ([`Mutation`]), so the patch is built from that knowledge: only
-//! the added containers, volume, mounts and annotations are serialized,
+//! the added containers, volume, mounts, annotations and label are serialized,
 //! nothing is diffed. Appends use the `-` index (so the user's entries are
 //! never rewritten); a list or map the pod does not have yet is added
-//! whole. Operations that would change nothing (an annotation or
+//! whole. Operations that would change nothing (an annotation, the label or
 //! `shareProcessNamespace` already set to our value) are left out.
 //!
 //! [`operations`] is the one rendering. Its [`Operation`]s borrow their
@@ -68,13 +68,13 @@ pub enum OpValue<'a> {
     Command(&'a [String]),
     /// `shareProcessNamespace`.
     Bool(bool),
-    /// One annotation's value.
+    /// One annotation's or label's value.
     Str(&'a str),
-    /// A whole `annotations` map.
+    /// A whole `annotations` or `labels` map.
     Annotations(AnnotationMap<'a>),
 }
 
-/// Annotations as a JSON object, in the mutation's order (keys are unique).
+/// Annotations or labels as a JSON object, in the mutation's order (keys are unique).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnnotationMap<'a>(pub &'a [(String, String)]);
 
@@ -171,23 +171,49 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
         });
     }
 
-    match pod.metadata.annotations.as_ref() {
+    set_map(
+        &mut ops,
+        "annotations",
+        pod.metadata.annotations.as_ref(),
+        &mutation.annotations,
+    );
+    set_map(
+        &mut ops,
+        "labels",
+        pod.metadata.labels.as_ref(),
+        &mutation.labels,
+    );
+    ops
+}
+
+/// Sets `entries` in the map `metadata.<field>` (`annotations`, `labels`):
+/// the whole map when the pod has none, else one `add` per entry whose
+/// value differs.
+fn set_map<'a>(
+    ops: &mut Vec<Operation<'a>>,
+    field: &str,
+    existing: Option<&std::collections::BTreeMap<String, String>>,
+    entries: &'a [(String, String)],
+) {
+    if entries.is_empty() {
+        return;
+    }
+    match existing {
         None => ops.push(Operation::Add {
-            path: pointer(["metadata", "annotations"]),
-            value: OpValue::Annotations(AnnotationMap(&mutation.annotations)),
+            path: pointer(["metadata", field]),
+            value: OpValue::Annotations(AnnotationMap(entries)),
         }),
         Some(existing) => {
-            for (key, value) in &mutation.annotations {
+            for (key, value) in entries {
                 if existing.get(key) != Some(value) {
                     ops.push(Operation::Add {
-                        path: pointer(["metadata", "annotations", key.as_str()]),
+                        path: pointer(["metadata", field, key.as_str()]),
                         value: OpValue::Str(value),
                     });
                 }
             }
         }
     }
-    ops
 }
 
 /// The JSON Patch of `mutation` on `pod` as a `json_patch::Patch`.
@@ -203,6 +229,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
     use crate as engine;
+    use crate::annotations;
     use crate::{ClusterContext, EngineConfig, Plan};
     use json_patch::PatchOperation;
     use serde_json::{Value, json};
@@ -281,6 +308,27 @@ mod tests {
                 .iter()
                 .any(|p| p.contains("team") || p.contains("odd"))
         );
+    }
+
+    #[test]
+    fn the_injected_label_is_added_whole_or_beside_the_users() {
+        let mut pod = job_pod(Value::Null);
+        pod.metadata.labels = None;
+        let patch = patch_and_check(&pod);
+        assert!(paths(&patch).contains(&"/metadata/labels".to_owned()));
+        pod.metadata.labels = Some([("team".to_owned(), "a".to_owned())].into());
+        let patch = patch_and_check(&pod);
+        let paths_ = paths(&patch);
+        assert!(
+            paths_.contains(&"/metadata/labels/kube-prestop.io~1injected".to_owned()),
+            "{paths_:?}"
+        );
+        assert!(!paths_.iter().any(|p| p.contains("team")), "{paths_:?}");
+        // Already there: no operation.
+        pod.metadata.labels =
+            Some([(annotations::INJECTED_LABEL.to_owned(), "true".to_owned())].into());
+        let patch = patch_and_check(&pod);
+        assert!(!paths(&patch).iter().any(|p| p.contains("labels")));
     }
 
     #[test]

@@ -539,7 +539,9 @@ fn list(v: Value) -> Vec<Value> {
 ///   `volumeMounts`;
 /// * `metadata.annotations`: additions of `kube-prestop.io/status`,
 ///   `kube-prestop.io/version` and, when absent, the default container;
-///   ours (status, version) may be overwritten.
+///   ours (status, version) may be overwritten;
+/// * `metadata.labels`: `kube-prestop.io/injected: "true"` added (or
+///   overwritten).
 ///
 /// Returns the number of watched containers. What remains must equal
 /// `before` exactly.
@@ -685,6 +687,29 @@ fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
     }
     if !ann_a_map.is_empty() || before["metadata"].get("annotations").is_some() {
         put(meta_a, "annotations", ann_a);
+    }
+    let labels_b = before["metadata"].get("labels").cloned();
+    let mut labels_a = take(meta_a, "labels");
+    let labels_a_map = labels_a.as_object_mut().expect("labels added");
+    assert_eq!(
+        labels_a_map.get(annotations::INJECTED_LABEL),
+        Some(&Value::String(annotations::INJECTED_LABEL_VALUE.to_owned())),
+        "{} set",
+        annotations::INJECTED_LABEL
+    );
+    match labels_b
+        .as_ref()
+        .and_then(|l| l.get(annotations::INJECTED_LABEL))
+    {
+        Some(v) => {
+            labels_a_map.insert(annotations::INJECTED_LABEL.to_owned(), v.clone());
+        }
+        None => {
+            labels_a_map.remove(annotations::INJECTED_LABEL);
+        }
+    }
+    if labels_b.is_some() {
+        put(meta_a, "labels", labels_a);
     }
     watched
 }
