@@ -1,5 +1,6 @@
 //! `kube-prestop-webhook`: the admission server (`serve`), offline
-//! injection (`inject`) and the installation check (`check`).
+//! injection (`inject`), the installation check (`check`) and the optional
+//! hook-outcome exporter (`outcomes`).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use kube_prestop_cluster::{client, self_managed_certs};
 use kube_prestop_metrics::Metrics;
 use kube_prestop_server::{ConnLimits, Server, ServerConfig};
 use kube_prestop_tools::{check, inject};
-use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, ServeArgs};
+use kube_prestop_webhook::cli::{Cli, Command, InjectArgs, OutcomesArgs, ServeArgs};
 use kube_prestop_webhook::logging;
 
 /// mimalloc instead of the C library's malloc. The shipped image is a static
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Inject(args) => inject(*args),
+        Command::Outcomes(args) => outcomes(*args),
         Command::Check(args) => {
             return match check::run_to_stdout(&args.options(), args.kubeconfig.as_deref()) {
                 Ok(true) => ExitCode::SUCCESS,
@@ -89,6 +91,30 @@ fn inject(args: InjectArgs) -> anyhow::Result<()> {
         .and_then(|()| stdout.flush())
         .context("cannot write stdout")?;
     Ok(())
+}
+
+fn outcomes(args: OutcomesArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async {
+        let client = client::client(args.kubeconfig.as_deref())
+            .await
+            .context("cannot set up the cluster client")?;
+        let config = kube_prestop_outcomes::OutcomesConfig {
+            metrics_addr: args.metrics_addr,
+        };
+        kube_prestop_outcomes::run(
+            client,
+            config,
+            // Machine-readable for scripts that start with port 0.
+            |addr| println!("listening metrics={addr}"),
+            shutdown_signal(),
+        )
+        .await
+        .context("outcome exporter")
+    })
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {

@@ -60,7 +60,24 @@ fn every_flag_is_in_the_reference() {
 #[test]
 fn every_metric_and_label_value_is_in_the_reference() {
     let page = reference();
-    let exposition = kube_prestop_metrics::Metrics::new().encode().unwrap();
+    let mut exposition = kube_prestop_metrics::Metrics::new().encode().unwrap();
+    // The outcome exporter's (`outcomes`), with a count of every outcome
+    // and owner kind so that their label values show (not the namespace,
+    // which is the counted pods').
+    {
+        use kube_prestop_outcomes::{Count, OutcomeLabel, OutcomeMetrics, OwnerKind};
+        let outcomes = OutcomeMetrics::new();
+        for (i, outcome) in OutcomeLabel::ALL.into_iter().enumerate() {
+            for owner_kind in OwnerKind::ALL.into_iter().skip(i % 2) {
+                outcomes.record(&Count::Outcome {
+                    outcome,
+                    namespace: "jobs".to_owned(),
+                    owner_kind,
+                });
+            }
+        }
+        exposition.push_str(&outcomes.encode().unwrap());
+    }
     let mut names = BTreeSet::new();
     let mut values = BTreeSet::new();
     for line in exposition.lines() {
@@ -81,6 +98,7 @@ fn every_metric_and_label_value_is_in_the_reference() {
             {
                 if let Some((key, value)) = pair.split_once('=')
                     && key != "le"
+                    && key != "namespace"
                 {
                     values.insert(value.trim_matches('"').to_owned());
                 }
@@ -197,12 +215,13 @@ fn every_environment_variable_of_the_sidecar_is_in_the_reference() {
 /// under `dir`, each with its `{...}` format placeholders as `\0`.
 /// The source folders of the webhook binary and its crates, relative to
 /// `webhook/`.
-const WEBHOOK_SOURCES: [&str; 5] = [
+const WEBHOOK_SOURCES: [&str; 6] = [
     "src",
     "server/src",
     "cluster/src",
     "tools/src",
     "metrics/src",
+    "outcomes/src",
 ];
 
 fn string_literals(dir: &Path) -> Vec<Vec<char>> {
@@ -303,7 +322,7 @@ fn every_log_line_the_reference_names_is_in_the_code() {
         (
             webhook_part,
             // The binary's crate and the crates it wires (server, cluster,
-            // tools, metrics): every `src/` of the webhook's folder.
+            // tools, metrics, outcomes): every `src/` of the webhook's folder.
             WEBHOOK_SOURCES
                 .iter()
                 .flat_map(|dir| string_literals(&root.join(dir)))

@@ -29,10 +29,11 @@ const CHAPTER: &str = "## Commands and flags";
 const GLOBAL_SECTION: &str = "### Flags of every command";
 
 /// Each command, with the start of its section's heading.
-const COMMANDS: [(&str, &str); 3] = [
+const COMMANDS: [(&str, &str); 4] = [
     ("serve", "### `serve`"),
     ("inject", "### `inject`"),
     ("check", "### `check`"),
+    ("outcomes", "### `outcomes`"),
 ];
 
 /// The command whose flags read `KUBE_PRESTOP_<FLAG>`: a flag of another

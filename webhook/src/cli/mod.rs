@@ -1,6 +1,7 @@
 //! Command line of `kube-prestop-webhook`: `serve` (the admission server),
-//! `inject` (offline injection), sharing the engine and logging flags, and
-//! `check` (an installation, from the operator's side).
+//! `inject` (offline injection), sharing the engine and logging flags,
+//! `check` (an installation, from the operator's side) and `outcomes` (the
+//! optional hook-outcome exporter).
 
 mod cert_flags;
 mod check_args;
@@ -50,6 +51,12 @@ pub enum Command {
     /// the caBundle, a dry-run pod in every labelled namespace (and, with
     /// --run-job, a test Job's preStop). Exit status 1 if anything failed.
     Check(Box<CheckArgs>),
+    /// Export the hook outcomes of injected pods as Prometheus counters:
+    /// watch the pods labelled `kube-prestop.io/injected=true` cluster-wide,
+    /// read their sidecars' termination messages, count each run once
+    /// (plain-HTTP `/metrics`, `/livez`, `/readyz`). Needs list and watch on
+    /// pods.
+    Outcomes(Box<OutcomesArgs>),
 }
 
 /// Logging flags, for both subcommands.
@@ -199,4 +206,20 @@ pub struct InjectArgs {
     /// Namespace of documents without `metadata.namespace`.
     #[arg(short = 'n', long, default_value = "default")]
     pub namespace: String,
+}
+
+/// Flags of `outcomes`.
+#[derive(Debug, Args)]
+pub struct OutcomesArgs {
+    /// Plain-HTTP listen address for `/metrics`, `/livez`, `/readyz`.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:9464",
+        env = "KUBE_PRESTOP_METRICS_ADDR"
+    )]
+    pub metrics_addr: SocketAddr,
+    /// Kubeconfig (default: the KUBECONFIG environment variable,
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
