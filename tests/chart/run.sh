@@ -83,6 +83,7 @@ cases=(
     "hostnetwork-k8s1.34|values-hostnetwork.yaml|1.34.0"
     "networkpolicy-k8s1.34|values-networkpolicy.yaml|1.34.0"
     "clientca-k8s1.34|values-clientca.yaml|1.34.0"
+    "outcomes-k8s1.34|values-outcomes.yaml|1.34.0"
 )
 
 for entry in "${cases[@]}"; do
@@ -214,6 +215,9 @@ expect_refused "an unknown validatingAdmissionPolicy value" --set validatingAdmi
 expect_refused "an unknown workload kind" --set 'webhook.workloadKinds={job,argo}'
 expect_refused "a workload kind in another spelling" --set 'webhook.workloadKinds={Job}'
 expect_refused "no workload kind" --set-json 'webhook.workloadKinds=[]'
+expect_refused "an unknown outcomes value" --set outcomes.unknownKey=1
+expect_refused "an outcomes port below 1024" --set outcomes.enabled=true --set outcomes.port=80
+expect_refused "a negative failed-hook alert threshold" --set outcomes.failedAlertAbove=-1
 expect_refused "a workload kind twice" --set 'webhook.workloadKinds={job,job}'
 
 # Facts the renders must show.
@@ -283,8 +287,29 @@ check_render "hostNetwork: no surge pod during a rollout" hostnetwork-k8s1.34 "m
 check_render "hostNetwork: the Service still targets the named port" hostnetwork-k8s1.34 "targetPort: https" 1
 check_render "monitoring off by default: no ServiceMonitor" selfmanaged-k8s1.34 "kind: ServiceMonitor" 0
 check_render "monitoring off by default: no PrometheusRule" selfmanaged-k8s1.34 "kind: PrometheusRule" 0
-check_render "monitoring: ServiceMonitor on the metrics port" monitoring-k8s1.34 "    - port: metrics" 1
-check_render "monitoring: the selector labels of kube-prometheus-stack" monitoring-k8s1.34 "    release: prom" 2
+check_render "monitoring: ServiceMonitors on the metrics port (the webhook's, the outcome exporter's)" monitoring-k8s1.34 "    - port: metrics" 2
+check_render "monitoring: the selector labels of kube-prometheus-stack" monitoring-k8s1.34 "    release: prom" 3
+check_render "outcomes off by default: nothing of the exporter" selfmanaged-k8s1.34 "outcomes" 0
+check_render "outcomes: one Deployment of the webhook image running outcomes" outcomes-k8s1.34 "^            - outcomes$" 1
+check_render "outcomes: one replica" outcomes-k8s1.34 "^  replicas: 1$" 1
+check_render "outcomes: metrics on the configured port" outcomes-k8s1.34 "metrics-addr=0.0.0.0:9500$" 1
+if python3 - "${out}/outcomes-k8s1.34.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "kube-prestop-outcomes"]
+want = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+sys.exit(0 if len(roles) == 1 and roles[0]["rules"] == want else f"rules: {[r['rules'] for r in roles]}")
+PY
+then
+    pass "outcomes: its ClusterRole is list/watch on pods, nothing else"
+else
+    fail "outcomes: its ClusterRole is list/watch on pods, nothing else"
+fi
+check_render "outcomes: its own selector, never the webhook's" outcomes-k8s1.34 "app.kubernetes.io/name: kube-prestop-outcomes$" 10
+check_render "outcomes: its own NetworkPolicy" outcomes-k8s1.34 "^kind: NetworkPolicy" 2
+check_render "outcomes: no ServiceMonitor or PrometheusRule without monitoring" outcomes-k8s1.34 "monitoring.coreos.com" 0
+check_render "outcomes with monitoring: a second ServiceMonitor, honouring the pods' namespace label" monitoring-k8s1.34 "      honorLabels: true" 1
+check_render "outcomes with monitoring: the alerts on misses and failures" monitoring-k8s1.34 "alert: KubePrestopHooks\(Missed\|Failed\)$" 2
 
 printf '\nchart: %d passed, %d failed\n' "${passed}" "${failed}"
 [[ "${failed}" -eq 0 ]]

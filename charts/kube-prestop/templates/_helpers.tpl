@@ -85,3 +85,24 @@ sidecar-binary ConfigMaps. */}}
 {{- define "kube-prestop.namespaceSelector" -}}
 kube-prestop.io/inject=enabled,kubernetes.io/metadata.name notin ({{ include "kube-prestop.excludedNamespaces" . }})
 {{- end }}
+
+{{/* The outcome exporter's objects: their own name and selector labels, so
+that the webhook's Service, PodDisruptionBudget, NetworkPolicy and
+ServiceMonitor never select its pod or Service. */}}
+{{- define "kube-prestop.outcomesName" -}}
+{{- printf "%s-outcomes" (include "kube-prestop.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kube-prestop.outcomesSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-outcomes" (include "kube-prestop.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "kube-prestop.outcomesLabels" -}}
+helm.sh/chart: {{ include "kube-prestop.chart" . }}
+{{ include "kube-prestop.outcomesSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kube-prestop
+app.kubernetes.io/component: outcomes
+{{- end }}
