@@ -1,5 +1,5 @@
 //! What has been counted, per live pod, so that each run's outcome is
-//! counted exactly once however often the pod is seen: on each of its
+//! counted once however often the pod is seen: on each of its
 //! updates, again on every re-list of the watch, in every sidecar's message
 //! and after a sidecar restart. Pure: pods in, counts out.
 //!
