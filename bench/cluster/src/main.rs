@@ -20,9 +20,15 @@
 //! server's histogram for our webhook (what the call cost the API server);
 //! pods injected (sidecar and status annotation); hooks that ran (a line per
 //! run in a hostPath record, and the sidecars' `hook finished` log lines).
+//!
+//! `outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] [--concurrency
+//! 32] [--exporter PATH]`: the outcome exporter's memory at that many
+//! injected pods on API-created nodes ([`outcomes_memory`];
+//! bench/outcomes-memory.sh).
 #![allow(clippy::print_stdout)]
 
 mod clock;
+mod outcomes_memory;
 mod release;
 mod runtime_log;
 mod start;
@@ -62,7 +68,9 @@ fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
      [--helm PATH --chart DIR] [--runtime-log PATH] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
-     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--prefix P] [--raw FILE]"
+     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--prefix P] [--raw FILE]\n\
+     \x20      kube-prestop-cluster-bench outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] \
+     [--concurrency 32] [--exporter PATH] [--prefix P] [--raw FILE]"
 }
 
 struct Args {
@@ -168,6 +176,20 @@ async fn main() -> Result<()> {
                     pods: args.num("busy-pods", 0)?,
                     cpu: args.str("busy-cpu", "400m"),
                     sidecar_cpu_request: args.opts.get("sidecar-cpu-request").cloned(),
+                },
+            )
+            .await?
+        }
+        "outcomes-memory" => {
+            outcomes_memory::outcomes_memory(
+                &client,
+                &prefix,
+                outcomes_memory::OutcomesOpts {
+                    pods: args.num("pods", 10_000)?,
+                    nodes: args.num("nodes", 100)?.max(1),
+                    runs: args.num("runs", 2)?,
+                    concurrency: usize::try_from(args.num("concurrency", 32)?)?.max(1),
+                    exporter: args.str("exporter", "target/release/kube-prestop-webhook"),
                 },
             )
             .await?
