@@ -97,11 +97,14 @@ impl Tracker {
         if messages.iter().all(|m| m.text.is_empty()) {
             return counts;
         }
-        if self
-            .pods
-            .get(uid)
-            .is_some_and(|p| p.full || messages.iter().all(|m| p.keys.contains(&m.key)))
-        {
+        // Every message with runs read before (the usual update of a
+        // finished pod): nothing to parse.
+        if self.pods.get(uid).is_some_and(|p| {
+            p.full
+                || messages
+                    .iter()
+                    .all(|m| m.text.is_empty() || p.keys.contains(&m.key))
+        }) {
             return counts;
         }
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
