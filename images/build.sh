@@ -35,10 +35,11 @@
 #
 # Knobs: IMAGES_SKIP_CARGO=1 takes the binaries already in target/images
 # (no cargo); IMAGE_PLATFORMS (default linux/amd64,linux/arm64) the
-# platforms of the image index, e.g. one platform only, to see what a node of
-# a missing architecture does (docs/install.md). The binaries are always
-# built for both architectures: every platform's sidecar image carries both
-# in /architectures/.
+# platforms of the image index and the architectures built: the binaries,
+# the SBOMs and every platform's sidecar /architectures/ hold exactly these.
+# One platform (`make demo` builds only its node's, half the cargo time) is a
+# development image, not what a release ships: its index has one platform and
+# its ConfigMap delivery can serve only that architecture (docs/install.md).
 #
 # Toolchain (installed by .ci/install-deps.sh; missing parts are installed
 # here too): the rustup targets, Debian's musl-tools (musl-gcc compiles the
@@ -60,14 +61,24 @@ source "${repo}/scripts/supply-chain-tools.sh"
 profile="${SHIPPED_CARGO_PROFILE}"
 platforms="${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}"
 # The architectures kube-prestop ships (Kubernetes' names, as in the node
-# label kubernetes.io/arch and the OCI platform) and their Rust targets.
-archs=(amd64 arm64)
+# label kubernetes.io/arch and the OCI platform) and their Rust targets;
+# archs: those of IMAGE_PLATFORMS, in its order.
+shipped_archs=(amd64 arm64)
+archs=()
 declare -A rust_target=([amd64]=x86_64-unknown-linux-musl [arm64]=aarch64-unknown-linux-musl)
 # ELF e_machine of each, as readelf -h prints it.
 declare -A elf_machine=([amd64]="Advanced Micro Devices X86-64" [arm64]="AArch64")
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+for platform in ${platforms//,/ }; do
+    arch="${platform#linux/}"
+    [[ "${platform}" == linux/* && " ${shipped_archs[*]} " == *" ${arch} "* ]] ||
+        die "IMAGE_PLATFORMS: ${platform} is not one of linux/${shipped_archs[*]// /, linux/}"
+    [[ " ${archs[*]} " == *" ${arch} "* ]] || archs+=("${arch}")
+done
+((${#archs[@]})) || die "IMAGE_PLATFORMS is empty"
 
 apt_install() {
     log "installing Debian packages: $*"
@@ -152,6 +163,19 @@ build_binaries() {
     done
 }
 
+# stage_architectures: the sidecar image's /architectures/ in the build
+# context (context/architectures/<arch>/kube-prestop-sidecar), exactly the
+# architectures built now: a binary left by an earlier build of another set
+# never reaches an image.
+stage_architectures() {
+    local arch
+    rm -rf "${context}/architectures"
+    for arch in "${archs[@]}"; do
+        install -D -m 0755 "${context}/linux/${arch}/kube-prestop-sidecar" \
+            "${context}/architectures/${arch}/kube-prestop-sidecar"
+    done
+}
+
 # check_binaries: what a scratch image needs: static, of its architecture.
 check_binaries() {
     local arch name bin
@@ -215,9 +239,11 @@ build_sboms() {
     done
     # Every platform of the sidecar image holds every architecture's sidecar
     # binary, so its SBOMs must agree.
-    cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-amd64.json") \
-        <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-arm64.json") ||
-        die "kube-prestop-sidecar: the SBOMs of ${archs[*]} list different crates, but each platform's image holds both binaries"
+    if ((${#archs[@]} == 2)); then
+        cmp -s <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-amd64.json") \
+            <(jq -S '[.components[] | .purl]' "${sboms}/sidecar-arm64.json") ||
+            die "kube-prestop-sidecar: the SBOMs of ${archs[*]} list different crates, but each platform's image holds both binaries"
+    fi
     rm -rf "${sboms}"
 }
 
@@ -281,6 +307,7 @@ main() {
     ensure_tools "${which[0]}"
     [[ -n "${IMAGES_SKIP_CARGO:-}" ]] || build_binaries
     check_binaries
+    stage_architectures
     [[ "${which[*]}" == binaries ]] && {
         ls -l "${context}"/linux/*/kube-prestop-* >&2
         return 0

@@ -3,7 +3,9 @@
 # context is target/images, where `make binaries` (images/build.sh binaries)
 # puts linux/<arch>/kube-prestop-sidecar for every shipped architecture, and
 # the build picks the platform's binary by TARGETARCH, so a multi-platform
-# build needs no emulation. Built by `make images` with buildah; with Docker:
+# build needs no emulation; and architectures/<arch>/kube-prestop-sidecar for
+# each architecture built (images/build.sh stages it). Built by `make images`
+# with buildah; with Docker:
 #
 #   make binaries
 #   docker buildx build -f images/sidecar.Dockerfile target/images \
@@ -15,9 +17,10 @@
 #   /kube-prestop-sidecar                         this platform's binary, the
 #                                                 ENTRYPOINT (install init container;
 #                                                 the image volume's mount)
-#   /architectures/<arch>/kube-prestop-sidecar    every shipped architecture's
-#                                                 binary (amd64, arm64), the same
-#                                                 files in every platform's image
+#   /architectures/<arch>/kube-prestop-sidecar    every built architecture's
+#                                                 binary (amd64, arm64 for a
+#                                                 release), the same files in
+#                                                 every platform's image
 FROM scratch
 ARG TARGETARCH
 ARG VERSION=0.1.0
@@ -31,8 +34,7 @@ LABEL org.opencontainers.image.title="kube-prestop-sidecar" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.source="https://github.com/kube-prestop/kube-prestop"
 COPY linux/${TARGETARCH}/kube-prestop-sidecar /kube-prestop-sidecar
-COPY linux/amd64/kube-prestop-sidecar /architectures/amd64/kube-prestop-sidecar
-COPY linux/arm64/kube-prestop-sidecar /architectures/arm64/kube-prestop-sidecar
+COPY architectures/ /architectures/
 # Non-root; no /etc/passwd needed for a numeric user.
 USER 65532:65532
 ENTRYPOINT ["/kube-prestop-sidecar"]

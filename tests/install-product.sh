@@ -4,7 +4,10 @@
 # image indexes, linux/amd64 + linux/arm64), imports them into the node's
 # containerd (ctr takes the index and the node's platform's content), and
 # installs the chart with Helm into namespace kube-prestop (release
-# kube-prestop), waiting for the rollout.
+# kube-prestop), waiting for the rollout. The harness's install also runs the
+# hook-outcome exporter (outcomes.enabled=true, off in the chart's defaults),
+# which the e2e suite checks (tests/e2e/tests/outcomes.rs); IMAGE_PLATFORMS
+# goes to images/build.sh (make demo: the node's platform only).
 #
 #   tests/install-product.sh            build, import, helm upgrade --install
 #   SKIP_IMAGE_BUILD=1 tests/install-product.sh   reuse target/oci/*.tar
@@ -59,5 +62,6 @@ log "helm upgrade --install ${release} in namespace ${namespace}"
   --namespace "${namespace}" --create-namespace \
   "${LOCAL_IMAGE_VALUES[@]}" \
   --set-string "podAnnotations.kube-prestop\.io/images=${digest}" \
+  --set outcomes.enabled=true \
   --wait --timeout 240s "$@" >&2
 log "ready: $(kubectl -n "${namespace}" get deploy "${release}" -o jsonpath='{.status.readyReplicas}') webhook replicas"
