@@ -64,4 +64,5 @@ if ! flock -n 9; then
     echo "outcomes-memory: a cluster-up/cluster-down is running: waiting for it" >&2
     flock 9
 fi
-"${target}/debug/kube-prestop-cluster-bench" "${args[@]}"
+# The lock stays with this shell: the bench and its exporter do not inherit it.
+"${target}/debug/kube-prestop-cluster-bench" "${args[@]}" 9>&-

@@ -129,7 +129,13 @@ impl Exporter {
         }
     }
 
-    fn stop(mut self) {
+    /// Stops the exporter (also done on drop, so an error on the way never
+    /// leaves it running).
+    fn stop(self) {}
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -152,10 +158,13 @@ async fn http_get(url: &str) -> Result<String> {
     Ok(body.to_owned())
 }
 
-fn counted(samples: &BTreeMap<String, f64>) -> f64 {
+/// The runs counted in namespace `ns` (the bench's own: the cluster may
+/// hold other injected pods, which the exporter counts too).
+fn counted(samples: &BTreeMap<String, f64>, ns: &str) -> f64 {
+    let label = format!("namespace=\"{ns}\"");
     samples
         .iter()
-        .filter(|(k, _)| k.starts_with("kube_prestop_hook_outcomes_total{"))
+        .filter(|(k, _)| k.starts_with("kube_prestop_hook_outcomes_total{") && k.contains(&label))
         .map(|(_, v)| v)
         .sum()
 }
@@ -381,7 +390,9 @@ async fn run(
     results.into_iter().collect::<Result<()>>()?;
     let want = f64::from(o.pods) * f64::from(o.runs);
     let waited = exporter
-        .wait("counting", Duration::from_secs(600), |s| counted(s) >= want)
+        .wait("counting", Duration::from_secs(600), |s| {
+            counted(s, ns) >= want
+        })
         .await?;
     let count_s = started.elapsed().as_secs_f64();
     let samples = exporter.scrape().await?;
@@ -393,7 +404,7 @@ async fn run(
         "counted",
         &exporter,
         &[
-            ("runs", format!("{}", counted(&samples))),
+            ("runs", format!("{}", counted(&samples, ns))),
             ("tracked_pods", format!("{tracked}")),
             ("count_s", format!("{count_s:.1}")),
             (
@@ -402,10 +413,10 @@ async fn run(
             ),
         ],
     )?;
-    if counted(&samples) > want {
+    if counted(&samples, ns) > want {
         bail!(
             "counted {} runs, {want} written: counted twice",
-            counted(&samples)
+            counted(&samples, ns)
         );
     }
     exporter.stop();
@@ -414,7 +425,7 @@ async fn run(
     let exporter = Exporter::start(&o.exporter)?;
     exporter
         .wait("recounting", Duration::from_secs(600), |s| {
-            counted(s) >= want
+            counted(s, ns) >= want
         })
         .await?;
     let relist_s = started.elapsed().as_secs_f64();
