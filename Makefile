@@ -136,6 +136,10 @@ demo: ## The main job: cluster up, install kube-prestop, run an example Job, sho
 
 ##@ Benchmarks
 
+.PHONY: bench-profiles
+bench-profiles: ## Candidate Cargo profiles (fat/thin LTO, codegen units): cold build time, binary sizes, webhook CPU per review (bench/profiles.sh; root not needed)
+	bench/profiles.sh
+
 .PHONY: bench
 bench: ## Benchmarks (not part of the tests; root): webhook vs ceiling and floor, sidecar costs, on-cluster pod start and burst (BENCH_PARTS=webhook,sidecar,cluster); one table into bench/out/results.md
 	bench/run.sh
