@@ -74,7 +74,7 @@ lint: ## cargo fmt --check, cargo clippy -D warnings, the engine pure and portab
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	scripts/engine-pure.sh
-	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh tests/release/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
+	shellcheck -x .ci/run .ci/*.sh bench/*.sh tests/*.sh tests/cluster/*.sh tests/chart/*.sh tests/docs/*.sh tests/release/*.sh tests/argo/*.sh images/*.sh certs/*.sh sidecar/*.sh $(wildcard scripts/*.sh)
 	tests/docs/check.sh
 	tests/matrix.sh self-test
 	scripts/actionlint.sh
@@ -101,9 +101,10 @@ install: ## Build the images (images/build.sh), import them and helm install the
 	tests/install-product.sh
 
 .PHONY: e2e-all
-e2e-all: ## Cluster up, install, the e2e suite and the chart install check, cluster down (always)
+e2e-all: ## Cluster up, install kube-prestop and Argo Workflows (tests/argo/install.sh), the e2e suite and the chart install check, cluster down (always)
 	@rc=0; \
-	{ $(CLUSTER)/up.sh && tests/install-product.sh && $(MAKE) --no-print-directory e2e && \
+	{ $(CLUSTER)/up.sh && tests/install-product.sh && tests/argo/install.sh && \
+	  $(MAKE) --no-print-directory e2e && \
 	  tests/install-product.sh --uninstall && \
 	  source $(CLUSTER_ENV) && tests/chart/install-check.sh && \
 	  KUBE_PRESTOP_TEST_KUBECONFIG=$$KUBECONFIG cargo test -p kube-prestop-cluster --lib \
@@ -119,14 +120,11 @@ e2e-matrix: ## The e2e suite over Kubernetes versions x runtimes, cell by cell (
 .PHONY: test
 test: ## Everything CI runs: installs what is missing (.ci/install-deps.sh), lint, unit, chart and deny checks, the images and their checks, then the e2e suite on a real cluster and the release path
 	.ci/install-deps.sh
-	$(MAKE) --no-print-directory lint
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory chart-test
-	$(MAKE) --no-print-directory deny
-	$(MAKE) --no-print-directory images
-	$(MAKE) --no-print-directory images-test
-	$(MAKE) --no-print-directory e2e-all
-	$(MAKE) --no-print-directory release-test
+	@for part in lint unit chart-test deny images images-test e2e-all release-test; do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$part || exit 1; \
+	  echo "==> make $$part: $$(( $$(date +%s) - start )) s, disk used $$(df --output=used -BG / | tail -1 | tr -d ' ')"; \
+	done
 
 ##@ Demo
 

@@ -6,7 +6,10 @@
 # installs the chart with Helm into namespace kube-prestop (release
 # kube-prestop), waiting for the rollout. The harness's install also runs the
 # hook-outcome exporter (outcomes.enabled=true, off in the chart's defaults),
-# which the e2e suite checks (tests/e2e/tests/outcomes.rs); IMAGE_PLATFORMS
+# which the e2e suite checks (tests/e2e/tests/outcomes.rs), and injects Argo
+# Workflows' pods besides Jobs' (webhook.workloadKinds job,argo-workflows;
+# tests/e2e/tests/argo.rs runs Workflows, tests/argo/install.sh installs
+# Argo); IMAGE_PLATFORMS
 # goes to images/build.sh (make demo: the node's platform only).
 #
 #   tests/install-product.sh            build, import, helm upgrade --install
@@ -24,7 +27,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=tests/cluster/images.sh
 source "${repo}/tests/cluster/images.sh"
 # shellcheck source=tests/chart/tools.sh
-source "${repo}/tests/chart/tools.sh"
+source "${repo}/tests/chart/tools.sh" # LOCAL_IMAGE_VALUES
 
 release="${KUBE_PRESTOP_RELEASE:-kube-prestop}"
 namespace="${KUBE_PRESTOP_NAMESPACE:-kube-prestop}"
@@ -36,7 +39,10 @@ log() { printf '[install] %s\n' "$*" >&2; }
 source "${state_env}"
 # ctr of the running cluster's runtime, whatever RUNTIME the caller has.
 use_running_platform
-chart_tools_install >/dev/null
+# Only helm (the harness's cached build): the chart checks' other tools
+# (kubeconform, its schemas, promtool) are not needed to install, and
+# promtool is a build of minutes on a fresh machine (make demo).
+HELM="$(bash "${repo}/tests/cluster/tools.sh" helm)"
 
 if [[ "${1:-}" == --uninstall ]]; then
   log "helm uninstall ${release} in namespace ${namespace}"
@@ -63,5 +69,6 @@ log "helm upgrade --install ${release} in namespace ${namespace}"
   "${LOCAL_IMAGE_VALUES[@]}" \
   --set-string "podAnnotations.kube-prestop\.io/images=${digest}" \
   --set outcomes.enabled=true \
+  --set 'webhook.workloadKinds={job,argo-workflows}' \
   --wait --timeout 240s "$@" >&2
 log "ready: $(kubectl -n "${namespace}" get deploy "${release}" -o jsonpath='{.status.readyReplicas}') webhook replicas"

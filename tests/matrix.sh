@@ -82,6 +82,7 @@ cell_tests() {
   local nextest="scripts/nextest.sh run --profile matrix --no-tests=fail"
   if [[ "$1" == "$DEFAULT_CELL" ]]; then
     # What `make e2e-all` runs.
+    echo "tests/argo/install.sh"
     echo "$nextest -p kube-prestop-e2e"
     echo "tests/install-product.sh --uninstall"
     echo "tests/chart/install-check.sh"

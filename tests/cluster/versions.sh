@@ -28,6 +28,12 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
 # youki: `cargo info youki` (crates.io).
 YOUKI_VERSION="${YOUKI_VERSION:-0.7.0}"
+# Argo Workflows (tests/argo/install.sh, the e2e suite's batch system): the
+# newest v4 the Go module proxy serves (`go list -m -versions
+# github.com/argoproj/argo-workflows/v4`). Security flaws are reported
+# against v4.0.5: it is a test fixture on the local cluster only, without
+# argo-server (the UI and API) and without a port reachable from outside.
+ARGO_WORKFLOWS_VERSION="${ARGO_WORKFLOWS_VERSION:-v4.0.5}"
 
 # Everything built or downloaded lives here, keyed by version, never in the repo.
 KUBE_PRESTOP_CACHE="${KUBE_PRESTOP_CACHE:-/var/cache/kube-prestop}"
@@ -43,6 +49,7 @@ CONTAINERD_DIR="$KUBE_PRESTOP_CACHE/containerd-$CONTAINERD_VERSION"
 RUNC_DIR="$KUBE_PRESTOP_CACHE/runc-$RUNC_VERSION"
 # -seccomp: built with the features v1 and seccomp (the default features have no seccomp).
 YOUKI_DIR="$KUBE_PRESTOP_CACHE/youki-$YOUKI_VERSION-seccomp"
+ARGO_WORKFLOWS_DIR="$KUBE_PRESTOP_CACHE/argo-workflows-$ARGO_WORKFLOWS_VERSION"
 
 # The runtime's binaries: RUNTIME_BIN goes first on the PATH of containerd (so it
 # finds its own containerd-shim-runc-v2, not Debian's) and of the clients (ctr);
