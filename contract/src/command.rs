@@ -26,6 +26,25 @@ pub const SUBCOMMAND_PROBE: &str = "probe";
 /// the watcher is armed, without a startupProbe's period (1 s minimum) and
 /// its extra pod sync, which cost about a second of pod start.
 pub const SUBCOMMAND_POST_START: &str = "post-start";
+/// Subcommand that sends a signal to the first process of the container it
+/// runs in (`kube-prestop signal SIGNAL`, SIGNAL a number), found in the
+/// pod's shared PID namespace, where that process is not PID 1.
+///
+/// Argo Workflows' controller stops a step's containers by exec'ing
+/// `argoexec kill SIGNAL 1` (or `/bin/sh -c "kill -SIGNAL 1"`) in each
+/// (argo-workflows v4.0.5 `workflow/signal/signal.go` `SignalContainer`).
+/// In a pod with `shareProcessNamespace: true`, PID 1 is the pod sandbox's
+/// pause process, which exits on SIGTERM (kubernetes `build/pause/linux/pause.c`),
+/// and the kernel then kills every process of the namespace: the whole pod,
+/// a running hook included (kubernetes.io, "Share Process Namespace between
+/// Containers in a Pod": `kill -HUP 1` signals the pod sandbox). The webhook
+/// therefore gives each regular container of an injected Argo pod this
+/// command through Argo's per-container kill-command annotation
+/// ([`argo_kill_command_at`]).
+pub const SUBCOMMAND_SIGNAL: &str = "signal";
+/// The placeholder Argo replaces with the signal number in a kill command
+/// (`SignalContainer`: `fmt.Sprintf(v, s)` on every argument holding `%d`).
+pub const ARGO_SIGNAL_PLACEHOLDER: &str = "%d";
 /// How long the postStart handler waits for the watcher to arm (seconds)
 /// before it lets the kubelet go on with the pod anyway, so that a watcher
 /// that cannot arm never blocks the Job (fail-open; the watcher's own log
@@ -239,6 +258,16 @@ pub fn watch_command_at(
 /// The wrapper records the kubelet's run, then `execvp`s `HOOK`.
 pub fn prestop_command(container: &str, hook: &[String]) -> Vec<String> {
     prestop_command_at(BINARY_PATH, container, hook)
+}
+
+/// Argo's kill command for a container of an injected pod, with the binary
+/// at `binary`: `[binary, "signal", "%d"]` (see [`SUBCOMMAND_SIGNAL`]).
+pub fn argo_kill_command_at(binary: &str) -> Vec<String> {
+    vec![
+        binary.to_owned(),
+        SUBCOMMAND_SIGNAL.to_owned(),
+        ARGO_SIGNAL_PLACEHOLDER.to_owned(),
+    ]
 }
 
 /// [`prestop_command`] running the binary at `binary` (one of

@@ -28,6 +28,7 @@ use super::delivery::{self, Choice, Delivery};
 use super::names;
 use super::resources::{self, ResourceContext};
 use super::select::exec_prestop;
+use super::workload::{self, WorkloadKind};
 use super::{ClusterContext, EngineError};
 
 /// UID and GID of the install init container (the conventional "nonroot").
@@ -372,6 +373,15 @@ pub struct WatchedChange {
     pub volume_mounts: Vec<VolumeMount>,
 }
 
+/// Mounts added to a container that is not watched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerMounts {
+    /// Index of the container in `spec.containers`.
+    pub index: usize,
+    /// Appended to its `volumeMounts`.
+    pub volume_mounts: Vec<VolumeMount>,
+}
+
 /// Everything the mutation changes in a pod, as data: [`Mutation::apply`]
 /// makes the changes on the pod, and `engine::patch` renders them as a JSON
 /// Patch against the pod as received (so the webhook never has to diff
@@ -387,6 +397,10 @@ pub struct Mutation {
     pub volumes: Vec<Volume>,
     /// The changes to the watched containers, in `spec.containers` order.
     pub watched: Vec<WatchedChange>,
+    /// Mounts of the binary (read-only) in the regular containers that are
+    /// not watched, for Argo's kill command ([`argo_kill_commands`]); empty
+    /// for other pods.
+    pub other_mounts: Vec<ContainerMounts>,
     /// Whether `spec.shareProcessNamespace` is set to `true` (not with
     /// `hostPID: true`).
     pub share_process_namespace: bool,
@@ -420,6 +434,13 @@ impl Mutation {
                 x.volume_mounts
                     .get_or_insert_with(Vec::new)
                     .extend(change.volume_mounts);
+            }
+            for change in self.other_mounts {
+                if let Some(c) = spec.containers.get_mut(change.index) {
+                    c.volume_mounts
+                        .get_or_insert_with(Vec::new)
+                        .extend(change.volume_mounts);
+                }
             }
             spec.init_containers
                 .get_or_insert_with(Vec::new)
@@ -621,10 +642,17 @@ pub fn build(
         ));
     }
 
+    let other_mounts = if host_pid {
+        Vec::new()
+    } else {
+        argo_kill_commands(pod, spec, &changes, binary, &volume, &mut annotations)?
+    };
+
     Ok(Mutation {
         init_containers,
         volumes,
         watched: changes,
+        other_mounts,
         share_process_namespace: !host_pid,
         annotations,
         labels: vec![(
@@ -633,6 +661,52 @@ pub fn build(
         )],
         binary: choice,
     })
+}
+
+/// In an Argo Workflows pod (owner Workflow and its label, whether or not
+/// the `argo-workflows` kind is enabled), gives every regular container
+/// without one Argo's kill-command annotation
+/// ([`workload::argo_kill_command_annotation`]) running our binary's
+/// `signal` subcommand ([`contract::SUBCOMMAND_SIGNAL`]), and mounts the
+/// binary read-only in those that are not watched (the watched ones have
+/// it). Argo's default, `kill SIGNAL 1`, would signal the pod sandbox's
+/// pause process once the pod shares its PID namespace, and its exit takes
+/// every container down (see [`contract::SUBCOMMAND_SIGNAL`]). A kill
+/// command the pod already has stays. Adds the annotations to
+/// `annotations`; returns the mounts.
+///
+/// Errors: [`EngineError::MountPathConflict`] when such a container already
+/// mounts under `/.kube-prestop` or `/.kube-prestop-id`.
+fn argo_kill_commands(
+    pod: &Pod,
+    spec: &PodSpec,
+    watched: &[WatchedChange],
+    binary: BinaryMount<'_>,
+    volume: &str,
+    annotations: &mut Vec<(String, String)>,
+) -> Result<Vec<ContainerMounts>, EngineError> {
+    if !WorkloadKind::ArgoWorkflows.matches(&pod.metadata) {
+        return Ok(Vec::new());
+    }
+    let existing = pod.metadata.annotations.as_ref();
+    let command = serde_json::to_string(&contract::argo_kill_command_at(binary.path()))
+        .map_err(|e| EngineError::Invalid(format!("Argo kill command: {e}")))?;
+    let mut mounts = Vec::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        let key = workload::argo_kill_command_annotation(&c.name);
+        if existing.is_some_and(|a| a.contains_key(&key)) {
+            continue;
+        }
+        if !watched.iter().any(|w| w.index == i) {
+            check_mounts(i, c)?;
+            mounts.push(ContainerMounts {
+                index: i,
+                volume_mounts: vec![binary.mount(volume)],
+            });
+        }
+        annotations.push((key, command.clone()));
+    }
+    Ok(mounts)
 }
 
 #[cfg(test)]

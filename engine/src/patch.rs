@@ -146,6 +146,18 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
             OpValue::Mounts,
         );
     }
+    for change in &mutation.other_mounts {
+        let index = change.index.to_string();
+        let container = spec.and_then(|s| s.containers.get(change.index));
+        append(
+            &mut ops,
+            &["spec", "containers", index.as_str(), "volumeMounts"],
+            container.is_some_and(|c| c.volume_mounts.is_some()),
+            &change.volume_mounts,
+            OpValue::Mount,
+            OpValue::Mounts,
+        );
+    }
     append(
         &mut ops,
         &["spec", "initContainers"],

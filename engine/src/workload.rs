@@ -59,6 +59,17 @@ pub const ARGO_WAIT_CONTAINER: &str = "wait";
 /// Prefix of Argo's artifact-plugin sidecars
 /// (`workflow/common/common.go` `ArtifactPluginSidecarPrefix`).
 pub const ARGO_ARTIFACT_PLUGIN_PREFIX: &str = "artifact-plugin-";
+/// Prefix of Argo's per-container kill-command annotation: the command
+/// (a JSON array of strings, `%d` replaced by the signal number) the
+/// controller execs in that container instead of `argoexec kill SIGNAL 1`
+/// (`workflow/common/common.go` `AnnotationKeyKillCmd`;
+/// `workflow/signal/signal.go` `SignalContainer`).
+pub const ARGO_KILL_COMMAND_ANNOTATION_PREFIX: &str = "workflows.argoproj.io/kill-cmd-";
+
+/// Argo's kill-command annotation for `container`.
+pub fn argo_kill_command_annotation(container: &str) -> String {
+    format!("{ARGO_KILL_COMMAND_ANNOTATION_PREFIX}{container}")
+}
 /// Group of Volcano's Job (volcano v1.15.1
 /// `staging/src/volcano.sh/apis/pkg/apis/batch/v1alpha1/register.go`
 /// `GroupName`).

@@ -91,6 +91,7 @@ const REQUIRED: &[&str] = &[
     "unsupported-architecture",
     "argo-workflows",
     "argo-workflows-wait-prestop",
+    "argo-workflows-own-kill-command",
     "volcano-job",
     "spark-driver",
     "spark-executor",

@@ -8,6 +8,7 @@
 //! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
 //! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
+//! kube-prestop signal SIGNAL
 //! ```
 //!
 //! Flags take their value as the next argument or after `=`; a next
@@ -35,6 +36,7 @@ pub const USAGE: &str = "usage:
   kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]
+  kube-prestop signal SIGNAL
   kube-prestop --help | --version";
 
 /// A malformed command line.
@@ -98,6 +100,9 @@ pub enum Cli {
         /// [`contract::POST_START_TIMEOUT_SECONDS`]).
         timeout: Duration,
     },
+    /// `signal SIGNAL`: signal this container's first process
+    /// ([`contract::SUBCOMMAND_SIGNAL`]).
+    Signal(nix::sys::signal::Signal),
     /// `--help` / `-h`.
     Help,
     /// `--version` / `-V`.
@@ -118,6 +123,20 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         "--help" | "-h" | "help" => return Ok(Cli::Help),
         "--version" | "-V" => return Ok(Cli::Version),
         _ => {}
+    }
+    if sub == contract::SUBCOMMAND_SIGNAL {
+        return match rest {
+            [n] if n == "--help" || n == "-h" => Ok(Cli::Help),
+            [n] => n
+                .parse::<i32>()
+                .ok()
+                .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
+                .map(Cli::Signal)
+                .ok_or_else(|| {
+                    UsageError(format!("{sub}: {n:?} is not a signal number (1 to 31)"))
+                }),
+            _ => err(format!("{sub} takes one argument, the signal number")),
+        };
     }
     let known = [
         contract::SUBCOMMAND_INSTALL,
@@ -327,6 +346,30 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn signal_parses_argos_kill_command() {
+        use nix::sys::signal::Signal;
+        // What Argo execs: the annotation's command with %d replaced.
+        let mut argo = contract::argo_kill_command_at(contract::BINARY_PATH);
+        for a in &mut argo {
+            *a = a.replace(contract::ARGO_SIGNAL_PLACEHOLDER, "15");
+        }
+        assert_eq!(parse(&argo[1..]).unwrap(), Cli::Signal(Signal::SIGTERM));
+        assert_eq!(
+            parse(&s(&["signal", "9"])).unwrap(),
+            Cli::Signal(Signal::SIGKILL)
+        );
+        for bad in [
+            &["signal"][..],
+            &["signal", "TERM"],
+            &["signal", "0"],
+            &["signal", "15", "1"],
+        ] {
+            let e = parse(&s(bad)).unwrap_err().0;
+            assert!(e.starts_with("signal"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

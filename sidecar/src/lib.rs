@@ -19,6 +19,7 @@
 //! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`), the I/O shell around [`lifecycle`];
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
+//! - [`signal`]: Argo's kill command, signalling the first process of the caller's container;
 //! - [`poststart`]: the sidecar's postStart handler, which waits until the watcher is armed;
 //! - [`cli`]: command-line parsing over the contract's names.
 //!
@@ -36,6 +37,7 @@ pub mod poststart;
 pub mod procfs;
 pub mod recovery;
 pub mod run_on;
+pub mod signal;
 pub mod state;
 pub mod termination;
 pub mod watch;

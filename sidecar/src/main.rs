@@ -5,7 +5,7 @@ use std::process::exit;
 
 use kube_prestop_contract as contract;
 use kube_prestop_sidecar::cli::{self, Cli, USAGE};
-use kube_prestop_sidecar::{install, log, poststart, procfs, watch, wrapper};
+use kube_prestop_sidecar::{install, log, poststart, procfs, signal, watch, wrapper};
 
 fn main() {
     let args: Vec<String> = match std::env::args_os()
@@ -126,6 +126,7 @@ fn main() {
             }
         }
         Cli::PreStop(t, hook) => wrapper::run(&t, &hook),
+        Cli::Signal(sig) => signal::run(sig),
         Cli::Watch {
             target,
             started_after,

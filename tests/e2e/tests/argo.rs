@@ -6,8 +6,11 @@
 //!
 //! Each case is a one-step Workflow whose `main` container has a preStop,
 //! run twice at the same time: in a namespace labelled for injection and in
-//! one that is not (its twin). For a step that succeeds, fails and is
-//! OOM-killed:
+//! one that is not (its twin). For a step that succeeds, fails, is
+//! OOM-killed, and whose Workflow is terminated while it runs (Argo's
+//! controller then runs its kill command in `main` and `wait`, which the
+//! webhook sets to `kube-prestop signal`: Argo's own `kill 1` would stop
+//! the whole pod once it shares its PID namespace):
 //! - the injected pod's hook runs exactly once (a record on the node and the
 //!   sidecar's log), and the twin's never (the kubelet does not run a
 //!   preStop for a container that exits on its own: the gap kube-prestop
@@ -15,7 +18,10 @@
 //! - the Workflow's result is the twin's: its phase and the exit code that
 //!   Argo's `wait` container reported for the step (`status.nodes[].outputs
 //!   .exitCode`, from the WorkflowTaskResult the executor writes);
-//! - Argo's `wait` container ended with exit code 0 in both.
+//! - Argo's `wait` container ended with exit code 0 in both (also when the
+//!   controller had to signal it: after an OOM kill of emissary no exit code
+//!   reaches `wait`, argoproj/argo-workflows#9083, and the controller
+//!   signals the pod's running containers).
 //!
 //! A cluster without Argo fails this test with the command that installs it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -25,7 +31,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{
+    ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{container_status, ensure_injected, ensure_sidecar_hooks, phase};
 use kube_prestop_e2e::fixtures::{container, set};
@@ -67,6 +75,10 @@ struct Case {
     labels: [&'static str; 2],
     command: &'static str,
     resources: Option<Value>,
+    /// Whether the test terminates the Workflow while the step runs
+    /// (`spec.shutdown: Terminate`, what `argo terminate` sets): Argo's
+    /// controller then runs its kill command in `main` and `wait`.
+    terminate: bool,
     phase: &'static str,
 }
 
@@ -77,6 +89,7 @@ fn cases() -> Vec<Case> {
             labels: ["argo step succeeds (injected)", "argo step succeeds (twin)"],
             command: "echo step done",
             resources: None,
+            terminate: false,
             phase: "Succeeded",
         },
         Case {
@@ -84,6 +97,7 @@ fn cases() -> Vec<Case> {
             labels: ["argo step fails (injected)", "argo step fails (twin)"],
             command: "echo step failing; exit 3",
             resources: None,
+            terminate: false,
             phase: "Failed",
         },
         Case {
@@ -97,6 +111,18 @@ fn cases() -> Vec<Case> {
                 "requests": { "cpu": "10m", "memory": "16Mi" },
                 "limits": { "memory": "20Mi" }
             })),
+            terminate: false,
+            phase: "Failed",
+        },
+        Case {
+            name: "terminated",
+            labels: [
+                "argo Workflow terminated (injected)",
+                "argo Workflow terminated (twin)",
+            ],
+            command: "echo step running; sleep 300",
+            resources: None,
+            terminate: true,
             phase: "Failed",
         },
     ]
@@ -190,6 +216,35 @@ async fn wait_workflow(client: &Client, ns: &str, name: &str) -> Result<Outcome>
     workflow_outcome(&wf).with_context(|| format!("Workflow {ns}/{name}: no outcome"))
 }
 
+/// Once the Workflow's `main` container runs, terminates the Workflow as
+/// `argo terminate` does (a merge patch of `spec.shutdown: Terminate`).
+async fn terminate_when_running(client: &Client, ns: &str, name: &str) -> Result<()> {
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
+    let selector = format!("{WORKFLOW_LABEL}={name}");
+    poll_until(POD_TIMEOUT, Duration::from_millis(250), || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            let list = pods.list(&ListParams::default().labels(&selector)).await?;
+            Ok(list.items.iter().any(|p| {
+                container_status(p, MAIN)
+                    .and_then(|s| s.state)
+                    .is_some_and(|s| s.running.is_some())
+            }))
+        }
+    })
+    .await
+    .with_context(|| format!("Workflow {ns}/{name}: main running"))?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &workflow_resource())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "shutdown": "Terminate" } })),
+        )
+        .await
+        .with_context(|| format!("terminating Workflow {ns}/{name}"))?;
+    Ok(())
+}
+
 /// The Workflow's one pod, finished.
 async fn workflow_pod(client: &Client, ns: &str, name: &str) -> Result<Pod> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
@@ -232,6 +287,9 @@ async fn run_case(client: Client, case: &Case, inject: bool) -> Result<Outcome> 
             api.create(&PostParams::default(), &workflow(&name, case, &rec)?)
                 .await
                 .with_context(|| format!("creating Workflow {ns}/{name}"))?;
+            if case.terminate {
+                terminate_when_running(&client, &ns, &name).await?;
+            }
             let outcome = wait_workflow(&client, &ns, &name).await?;
             let pod = workflow_pod(&client, &ns, &name).await?;
             let pod_name = pod.metadata.name.clone().unwrap_or_default();
