@@ -11,8 +11,10 @@
 //! - [`state`]: the per-instance records in the shared volume (atomic writes);
 //! - [`exit_info`]: the container's exit status through its pidfd (`PIDFD_INFO_EXIT`);
 //! - [`run_on`]: whether a hook runs, by `--run-on` and the exit status (pure);
+//! - [`container_process`]: the first process of the caller's container in the shared PID namespace;
 //! - [`container_root`]: holding the container's root and mount namespace for the hook;
 //! - [`termination`]: the sidecar's termination message (a summary of the pod's hook runs);
+//! - [`sender`]: whether a stop signal came from the runtime or from a process of the pod;
 //! - [`hook`]: running the hook command as a child in its own process group;
 //! - [`recovery`]: what a restarted watcher does about a previous run's records (pure);
 //! - [`lifecycle`]: the watcher's decisions, events in and actions out (pure);
@@ -27,6 +29,7 @@
 //! with [`LOG_PREFIX`]; the hook's output is passed through untouched.
 
 pub mod cli;
+pub mod container_process;
 pub mod container_root;
 pub mod exit_info;
 pub mod finder;
@@ -37,6 +40,7 @@ pub mod poststart;
 pub mod procfs;
 pub mod recovery;
 pub mod run_on;
+pub mod sender;
 pub mod signal;
 pub mod state;
 pub mod termination;

@@ -156,26 +156,15 @@ pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::
 /// container).
 pub fn container_watcher(proc_root: &Path) -> Option<i32> {
     use std::os::unix::fs::MetadataExt as _;
-    let me = crate::procfs::self_pid(proc_root).ok()?;
-    let at = |pid: i32, what: &str| proc_root.join(pid.to_string()).join(what);
     let exe = |pid: i32| {
-        std::fs::metadata(at(pid, "exe"))
+        std::fs::metadata(proc_root.join(pid.to_string()).join("exe"))
             .ok()
             .map(|m| (m.dev(), m.ino()))
     };
-    let ns = |pid: i32| std::fs::read_link(at(pid, "ns/mnt")).ok();
-    let (own_exe, own_ns) = (exe(me)?, ns(me)?);
-    crate::procfs::list_pids(proc_root)
-        .ok()?
-        .into_iter()
-        .filter(|pid| *pid != me)
-        .filter_map(|pid| {
-            let st = crate::procfs::read_stat(proc_root, pid).ok()?;
-            (st.ppid == 0 && exe(pid) == Some(own_exe) && ns(pid).as_ref() == Some(&own_ns))
-                .then_some((st.start_time, pid))
-        })
-        .min()
-        .map(|(_, pid)| pid)
+    let own_exe = exe(crate::procfs::self_pid(proc_root).ok()?)?;
+    crate::container_process::find(proc_root, |pid| exe(pid) == Some(own_exe))
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]

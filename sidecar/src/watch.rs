@@ -62,6 +62,7 @@ use crate::lifecycle::{Action, Event, KubeletRun, Lifecycle};
 use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
+use crate::sender;
 use crate::state::{self, StateStore};
 use crate::termination;
 
@@ -171,6 +172,9 @@ struct Watcher {
     exit_status: Result<(), String>,
     /// This process's PID in `proc_root` (for `KUBE_PRESTOP_ROOT`).
     own_pid: Option<i32>,
+    /// The watcher runs in the host's PID namespace (a `hostPID` pod):
+    /// every stop signal counts ([`sender`]).
+    initial_pid_namespace: bool,
     /// The termination message could not be written (logged once).
     termination_error_logged: bool,
     /// The signal that stopped the watcher.
@@ -252,8 +256,10 @@ pub fn run(cfg: WatchConfig) -> i32 {
         last_scan_error: None,
         exit_status,
         own_pid: None,
+        initial_pid_namespace: false,
         termination_error_logged: false,
     };
+    w.initial_pid_namespace = sender::in_initial_pid_namespace(&w.cfg.proc_root);
     w.own_pid = procfs::self_pid(&w.cfg.proc_root).ok();
     log!(
         "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} run_on={} hook_root={} pid={}",
@@ -1112,6 +1118,16 @@ impl Watcher {
             match sfd.read_signal() {
                 Ok(Some(si)) => match Signal::try_from(si.ssi_signo as i32) {
                     Ok(Signal::SIGCHLD) => chld = true,
+                    Ok(s @ (Signal::SIGTERM | Signal::SIGINT))
+                        if sender::from_inside_the_pod(si.ssi_pid, self.initial_pid_namespace) =>
+                    {
+                        log!(
+                            "ignored {s} from PID {} ({}) container={}: a process of the pod sent it, not the kubelet (whose stop comes through the runtime, from outside the pod's PID namespace); still watching",
+                            si.ssi_pid,
+                            sender::comm(&self.cfg.proc_root, si.ssi_pid),
+                            self.container()
+                        );
+                    }
                     Ok(s @ (Signal::SIGTERM | Signal::SIGINT)) => term = Some(s),
                     _ => {}
                 },

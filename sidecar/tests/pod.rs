@@ -551,3 +551,31 @@ fn a_process_exec_d_into_the_container_that_outlives_it_is_not_an_instance() {
         .collect();
     assert!(held.len() <= 1, "{held:?}");
 }
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_sigterm_from_a_process_of_the_pod_is_not_the_kubelets_stop() {
+    // Argo's emissary signals `kill(-1, SIGTERM)` when it is stopped, which
+    // in a shared PID namespace reaches the sidecar too (src/sender.rs).
+    require_root_and_util_linux();
+    let mut pod = Pod::new("insider");
+    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    let (mut m, _) = pod.watched_sleeper();
+    let st = std::process::Command::new("nsenter")
+        .arg(format!("--target={}", pod.init))
+        .args(["--pid", "--", "sh", "-c"])
+        .arg(format!("kill -TERM {}", ns_pid(sc.pid)))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_for("the ignored SIGTERM's log line", T, || {
+        sc.log_text().contains("ignored SIGTERM from PID")
+    });
+    assert!(sc.alive(), "a process of the pod stopped the sidecar");
+    kill(m.pid, libc::SIGTERM);
+    assert_eq!(code(m.wait(T)), 128 + 15);
+    expect_hooks(&pod, 1);
+    // The runtime's SIGTERM comes from outside the pod's PID namespace.
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+}
