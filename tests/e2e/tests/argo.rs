@@ -312,7 +312,14 @@ async fn run_case(client: Client, case: &Case, inject: bool) -> Result<Outcome> 
                     lines[0].starts_with(&format!("{MAIN} ")),
                     "the hook record was not the sidecar's: {lines:?}"
                 );
-                ensure_sidecar_hooks(&client, &ns, &pod_name, MAIN, 1).await?;
+                let logs = ensure_sidecar_hooks(&client, &ns, &pod_name, MAIN, 1).await?;
+                tracing::info!(%ns, hook_record = %lines[0], "hook ran once");
+                // Emissary forwards Argo's SIGTERM with kill(-1): the
+                // sidecar sees it and stays (sidecar/src/sender.rs).
+                ensure!(
+                    !case.terminate || logs.contains("ignored SIGTERM from PID"),
+                    "the sidecar of {pod_name} did not log emissary's SIGTERM as ignored:\n{logs}"
+                );
             } else {
                 ensure!(
                     !kube_prestop_e2e::container_names(&pod).contains(&sidecar_name(MAIN)),
