@@ -35,7 +35,8 @@ pub const SUBCOMMAND_POST_START: &str = "post-start";
 /// (argo-workflows v4.0.5 `workflow/signal/signal.go` `SignalContainer`).
 /// In a pod with `shareProcessNamespace: true`, PID 1 is the pod sandbox's
 /// pause process, which exits on SIGTERM (kubernetes `build/pause/linux/pause.c`),
-/// and the kernel then kills every process of the namespace: the whole pod,
+/// and the kernel then kills every process of the namespace (`docs/facts.md`
+/// L10): the whole pod,
 /// a running hook included (kubernetes.io, "Share Process Namespace between
 /// Containers in a Pod": `kill -HUP 1` signals the pod sandbox). The webhook
 /// therefore gives each regular container of an injected Argo pod this

@@ -5,14 +5,16 @@
 //! containerd's shim runs `runc kill`, which calls `kill(2)` on the host).
 //! A signal from an ancestor PID namespace reaches the receiver with
 //! `si_pid` 0 (Linux `kernel/signal.c`, `__send_signal_locked`: "From an
-//! ancestor pid namespace?" sets `info->si_pid = 0`; v6.18), so a SIGTERM
+//! ancestor pid namespace?" sets `info->si_pid = 0`; v6.18; `docs/facts.md`
+//! L9), so a SIGTERM
 //! whose `ssi_pid` is not 0 came from a process the sidecar can see: one of
 //! the pod's own. Argo Workflows' emissary executor is one such sender: on
 //! SIGTERM it signals its command with `kill(-1, SIGTERM)` once Go has set
 //! the released process's PID to -1 (argo-workflows v4.0.5
 //! `workflow/executor/osspecific/signal_darwin.go` `Kill`, also built for
 //! Linux, after `osspecific.Wait` called `Process.Release`; seen with
-//! strace on the local cluster), which in a shared PID namespace reaches
+//! strace on the local cluster; `docs/facts.md` R6), which in a shared PID
+//! namespace reaches
 //! every process of the pod, the sidecar included. Such a SIGTERM is not
 //! the kubelet stopping the pod, and the watched container still gets its
 //! hook when it then exits.
