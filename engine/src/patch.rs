@@ -116,6 +116,25 @@ fn append<'a, T>(
     }
 }
 
+/// Appends `mounts` to the `volumeMounts` of `spec.containers[index]`.
+fn append_mounts<'a>(
+    ops: &mut Vec<Operation<'a>>,
+    pod: &Pod,
+    index: usize,
+    mounts: &'a [VolumeMount],
+) {
+    let container = pod.spec.as_ref().and_then(|s| s.containers.get(index));
+    let index = index.to_string();
+    append(
+        ops,
+        &["spec", "containers", index.as_str(), "volumeMounts"],
+        container.is_some_and(|c| c.volume_mounts.is_some()),
+        mounts,
+        OpValue::Mount,
+        OpValue::Mounts,
+    );
+}
+
 /// The operations that make `mutation`'s changes on `pod`, the pod it was
 /// planned for (see the module docs).
 pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
@@ -124,7 +143,6 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
 
     for change in &mutation.watched {
         let index = change.index.to_string();
-        let container = spec.and_then(|s| s.containers.get(change.index));
         ops.push(Operation::Replace {
             path: pointer([
                 "spec",
@@ -137,26 +155,10 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
             ]),
             value: OpValue::Command(&change.prestop_command),
         });
-        append(
-            &mut ops,
-            &["spec", "containers", index.as_str(), "volumeMounts"],
-            container.is_some_and(|c| c.volume_mounts.is_some()),
-            &change.volume_mounts,
-            OpValue::Mount,
-            OpValue::Mounts,
-        );
+        append_mounts(&mut ops, pod, change.index, &change.volume_mounts);
     }
     for change in &mutation.other_mounts {
-        let index = change.index.to_string();
-        let container = spec.and_then(|s| s.containers.get(change.index));
-        append(
-            &mut ops,
-            &["spec", "containers", index.as_str(), "volumeMounts"],
-            container.is_some_and(|c| c.volume_mounts.is_some()),
-            &change.volume_mounts,
-            OpValue::Mount,
-            OpValue::Mounts,
-        );
+        append_mounts(&mut ops, pod, change.index, &change.volume_mounts);
     }
     append(
         &mut ops,
