@@ -362,7 +362,16 @@ impl Pod {
             .args(hook)
             .stdin(Stdio::null())
             .stdout(fs::File::create(self.dir.join(format!("sidecar-{n}.out"))).unwrap())
-            .stderr(fs::File::create(&log).unwrap());
+            // Appending, as a container's log pipe behaves: post-start
+            // writes into this log too (through /proc/PID/fd/2, O_APPEND),
+            // and a plain file's own offset would overwrite its line.
+            .stderr(
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .unwrap(),
+            );
         for (k, v) in env {
             cmd.env(k, v);
         }
