@@ -103,6 +103,7 @@ for _ in $(seq 1 "${repeat}"); do
 done
 
 hz="$(getconf CLK_TCK)"
+mkdir -p bench/out
 {
     echo "| profile (lto:codegen-units) | cold build, both binaries, ${triple} | webhook | sidecar | reviews/s (saturated, ${conns} conn.) | webhook CPU per review |"
     echo "|---|---|---|---|---|---|"
