@@ -208,7 +208,7 @@ main() {
   write_env
   log "cluster ready in $((SECONDS - start))s"
   echo "export KUBECONFIG=$KUBECONFIG_HOST"
-  echo "export PATH=$K8S_BIN:\$PATH"
+  echo "export PATH=$K8S_BIN:$HELM_DIR/bin:\$PATH"
 }
 
 take_lock
