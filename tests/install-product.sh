@@ -31,14 +31,10 @@ source "${repo}/tests/chart/tools.sh" # LOCAL_IMAGE_VALUES
 
 release="${KUBE_PRESTOP_RELEASE:-kube-prestop}"
 namespace="${KUBE_PRESTOP_NAMESPACE:-kube-prestop}"
-state_env="/var/lib/kube-prestop/cluster/env.sh"
 log() { printf '[install] %s\n' "$*" >&2; }
 
-[[ -f "${state_env}" ]] || { log "no cluster: run 'make cluster-up' first"; exit 1; }
-# shellcheck source=/dev/null
-source "${state_env}"
-# ctr of the running cluster's runtime, whatever RUNTIME the caller has.
-use_running_platform
+# Its KUBECONFIG, and ctr of the running cluster's runtime, whatever RUNTIME the caller has.
+join_running_cluster "[install]"
 # Only helm (the harness's cached build): the chart checks' other tools
 # (kubeconform, its schemas, promtool) are not needed to install, and
 # promtool is a build of minutes on a fresh machine (make demo).

@@ -156,13 +156,13 @@ pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::
 /// container).
 pub fn container_watcher(proc_root: &Path) -> Option<i32> {
     use std::os::unix::fs::MetadataExt as _;
-    let exe = |pid: i32| {
-        std::fs::metadata(proc_root.join(pid.to_string()).join("exe"))
+    let exe = |process: &str| {
+        std::fs::metadata(proc_root.join(process).join("exe"))
             .ok()
             .map(|m| (m.dev(), m.ino()))
     };
-    let own_exe = exe(crate::procfs::self_pid(proc_root).ok()?)?;
-    crate::container_process::find(proc_root, |pid| exe(pid) == Some(own_exe))
+    let own_exe = exe("self")?;
+    crate::container_process::find(proc_root, |pid| exe(&pid.to_string()) == Some(own_exe))
         .ok()
         .flatten()
 }

@@ -234,6 +234,7 @@ pub fn run(cfg: WatchConfig) -> i32 {
         &cfg.target.id_root,
         &cfg.target.container,
     );
+    let initial_pid_namespace = sender::in_initial_pid_namespace(&cfg.proc_root);
     let mut w = Watcher {
         store: StateStore::new(&cfg.target.root, &cfg.target.container),
         scanner: Scanner::new(&cfg.proc_root, mount_point.clone()).infer_unseen(cfg.sole_container),
@@ -256,10 +257,9 @@ pub fn run(cfg: WatchConfig) -> i32 {
         last_scan_error: None,
         exit_status,
         own_pid: None,
-        initial_pid_namespace: false,
+        initial_pid_namespace,
         termination_error_logged: false,
     };
-    w.initial_pid_namespace = sender::in_initial_pid_namespace(&w.cfg.proc_root);
     w.own_pid = procfs::self_pid(&w.cfg.proc_root).ok();
     log!(
         "watch starting container={} mount_point={} state_dir={} hook={:?} grace_period={} sole_container={} run_on={} hook_root={} pid={}",

@@ -31,16 +31,12 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 source "${repo}/tests/cluster/images.sh"
 
 namespace=argo
-state_env="/var/lib/kube-prestop/cluster/env.sh"
 module="github.com/argoproj/argo-workflows/v4"
 controller_image="localhost/kube-prestop/argo-workflow-controller:${ARGO_WORKFLOWS_VERSION}"
 executor_image="localhost/kube-prestop/argoexec:${ARGO_WORKFLOWS_VERSION}"
 log() { printf '[argo] %s\n' "$*" >&2; }
 
-[[ -f "${state_env}" ]] || { log "no cluster: run 'make cluster-up' first"; exit 1; }
-# shellcheck source=/dev/null
-source "${state_env}"
-use_running_platform
+join_running_cluster "[argo]"
 
 # The cluster-scoped objects install creates (the namespace holds the rest).
 cluster_objects=(

@@ -212,6 +212,18 @@ netns_exists() {
   [[ -e "/run/netns/$NETNS" ]]
 }
 
+# join_running_cluster PREFIX: for scripts that install into the running
+# cluster (tests/install-product.sh, tests/argo/install.sh): its env.sh
+# (KUBECONFIG, kubectl and helm on the PATH) and its platform
+# (use_running_platform); without a running cluster, exits 1 saying
+# "PREFIX no cluster: run 'make cluster-up' first".
+join_running_cluster() {
+  [[ -f "$STATE/env.sh" ]] || { printf "%s no cluster: run 'make cluster-up' first\n" "$1" >&2; exit 1; }
+  # shellcheck source=/dev/null
+  source "$STATE/env.sh"
+  use_running_platform
+}
+
 # use_running_platform: for scripts that act on the running cluster (down, status):
 # its K8S_VERSION and RUNTIME (kubectl, ctr), whatever the caller's environment says.
 use_running_platform() {
