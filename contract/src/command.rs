@@ -100,6 +100,24 @@ pub const FLAG_TERMINATION_MESSAGE: &str = "--termination-message";
 /// Left out when 0 (unknown: the watcher then writes up to
 /// [`TERMINATION_MESSAGE_MAX_BYTES`](crate::TERMINATION_MESSAGE_MAX_BYTES)).
 pub const FLAG_POD_CONTAINERS: &str = "--pod-containers";
+/// Flag of `watch`: the TCP port of the sidecar's start gate, the port its
+/// `lifecycle.postStart` `httpGet` handler asks (see [`GATE_PATH`]). The
+/// watcher listens on it from its first instruction and answers a request
+/// once it is armed (at the latest after [`POST_START_TIMEOUT_SECONDS`]).
+/// Left out when the sidecar's postStart handler is the exec of
+/// [`SUBCOMMAND_POST_START`] (`hostNetwork` pods, or the exec gate chosen).
+pub const FLAG_GATE_PORT: &str = "--gate-port";
+/// Path of the start gate's `httpGet` postStart handler. The watcher answers
+/// any path the same way; this one says what the request waits for.
+pub const GATE_PATH: &str = "/armed";
+/// The first port the webhook tries for a sidecar's start gate; the `k`-th
+/// sidecar of a pod gets the `k`-th port from here on that no container of
+/// the pod declares (`containerPort` or `hostPort`). Above the ports of the
+/// common service meshes' sidecars (Istio 15000-15090, Linkerd 4140-4191)
+/// and below the kernel's default ephemeral range (32768-60999,
+/// `net.ipv4.ip_local_port_range`), so no outgoing connection of the pod
+/// holds it by chance.
+pub const GATE_PORT_BASE: u16 = 17430;
 /// Separates the flags from the hook command, which is passed verbatim.
 pub const COMMAND_SEPARATOR: &str = "--";
 
@@ -178,6 +196,8 @@ pub struct WatchOptions {
     pub hook_root: HookRoot,
     /// [`FLAG_POD_CONTAINERS`]; left out when 0.
     pub pod_containers: usize,
+    /// [`FLAG_GATE_PORT`]; left out when `None` (the exec gate).
+    pub gate_port: Option<u16>,
 }
 
 fn with_hook(mut head: Vec<String>, hook: &[String]) -> Vec<String> {
@@ -250,6 +270,10 @@ pub fn watch_command_at(
     if opts.pod_containers > 0 {
         cmd.push(FLAG_POD_CONTAINERS.to_owned());
         cmd.push(opts.pod_containers.to_string());
+    }
+    if let Some(port) = opts.gate_port {
+        cmd.push(FLAG_GATE_PORT.to_owned());
+        cmd.push(port.to_string());
     }
     with_hook(cmd, hook)
 }
@@ -490,6 +514,7 @@ mod tests {
                     run_on: RunOn::Failure,
                     hook_root: HookRoot::Container,
                     pod_containers: 3,
+                    gate_port: Some(GATE_PORT_BASE),
                 },
                 &hook
             ),
@@ -506,6 +531,8 @@ mod tests {
                 "container",
                 "--pod-containers",
                 "3",
+                "--gate-port",
+                "17430",
                 "--",
                 "true"
             ])

@@ -25,6 +25,10 @@ pub const RUN_ON: &str = "kube-prestop.io/run-on";
 /// (chrooted into the exited container's file system); for every watched
 /// container or per container (see [`PerContainer`]).
 pub const HOOK_ROOT: &str = "kube-prestop.io/hook-root";
+/// How the kubelet waits for each sidecar's watcher to be armed before it
+/// starts the pod's next containers ([`StartGate`]): `http-get` (default;
+/// the exec gate for `hostNetwork` pods) or `exec`.
+pub const GATE: &str = "kube-prestop.io/gate";
 /// Overrides the sidecar's `resources.requests.cpu`.
 pub const SIDECAR_CPU_REQUEST: &str = "kube-prestop.io/sidecar-cpu-request";
 /// Overrides the sidecar's `resources.requests.memory`.
@@ -52,7 +56,7 @@ pub const INJECTED_LABEL: &str = "kube-prestop.io/injected";
 pub const INJECTED_LABEL_VALUE: &str = "true";
 
 /// The annotations under [`PREFIX`] a user sets, in the documented order.
-pub const SETTABLE: [&str; 8] = [
+pub const SETTABLE: [&str; 9] = [
     INJECT,
     CONTAINERS,
     SIDECAR_CPU_REQUEST,
@@ -61,7 +65,43 @@ pub const SETTABLE: [&str; 8] = [
     SIDECAR_MEMORY_LIMIT,
     RUN_ON,
     HOOK_ROOT,
+    GATE,
 ];
+
+/// The sidecar's `lifecycle.postStart` handler, which holds the pod's next
+/// containers until its watcher is armed ([`GATE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartGate {
+    /// An `httpGet` to the watcher's gate port
+    /// ([`kube_prestop_contract::FLAG_GATE_PORT`]): one request from the
+    /// kubelet, no `runc exec`. Not for `hostNetwork` pods (the port would be
+    /// the node's): they get [`StartGate::Exec`].
+    #[default]
+    HttpGet,
+    /// An exec of the binary's `post-start`
+    /// ([`kube_prestop_contract::SUBCOMMAND_POST_START`]): about 40 ms more
+    /// of pod start (the runtime's exec), no port; for pods whose network
+    /// sends the kubelet's request elsewhere (a service mesh that redirects
+    /// every inbound port) or that hold the gate's port undeclared.
+    Exec,
+}
+
+impl StartGate {
+    /// The annotation's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HttpGet => "http-get",
+            Self::Exec => "exec",
+        }
+    }
+
+    /// Parses the annotation's value (exact, lower case).
+    pub fn parse(v: &str) -> Option<Self> {
+        [Self::HttpGet, Self::Exec]
+            .into_iter()
+            .find(|g| g.as_str() == v)
+    }
+}
 /// The annotations under [`PREFIX`] the webhook writes.
 pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
 
@@ -133,6 +173,8 @@ pub struct PodOverrides {
     pub run_on: Option<PerContainer<RunOn>>,
     /// [`HOOK_ROOT`]; `None` when absent (every container: `sidecar`).
     pub hook_root: Option<PerContainer<HookRoot>>,
+    /// [`GATE`] (default [`StartGate::HttpGet`]).
+    pub gate: StartGate,
     /// [`SIDECAR_CPU_REQUEST`].
     pub cpu_request: Option<Quantity>,
     /// [`SIDECAR_MEMORY_REQUEST`].
@@ -313,11 +355,17 @@ impl PodOverrides {
             .get(HOOK_ROOT)
             .map(|v| per_container(HOOK_ROOT, v, HookRoot::parse, "sidecar, container"))
             .transpose()?;
+        let gate = match annotations.get(GATE) {
+            None => StartGate::default(),
+            Some(v) => StartGate::parse(v.trim())
+                .ok_or_else(|| invalid(GATE, v, "is not one of http-get, exec"))?,
+        };
         Ok(Self {
             inject,
             containers,
             run_on,
             hook_root,
+            gate,
             cpu_request: positive_quantity(annotations, SIDECAR_CPU_REQUEST)?,
             memory_request: positive_quantity(annotations, SIDECAR_MEMORY_REQUEST)?,
             cpu_limit: positive_quantity(annotations, SIDECAR_CPU_LIMIT)?,
@@ -463,6 +511,23 @@ mod tests {
     }
 
     #[test]
+    fn gate_parses_and_defaults_to_http_get() {
+        let o = PodOverrides::parse(None).unwrap();
+        assert_eq!(o.gate, StartGate::HttpGet);
+        for g in [StartGate::HttpGet, StartGate::Exec] {
+            let o = PodOverrides::parse(Some(&ann(&[(GATE, g.as_str())]))).unwrap();
+            assert_eq!(o.gate, g);
+        }
+        match PodOverrides::parse(Some(&ann(&[(GATE, "tcp")]))) {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of http-get, exec"
+            ),
+            Ok(o) => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
     fn invalid_run_on_and_hook_root_name_the_annotation() {
         for (key, value) in [
             (RUN_ON, "sometimes"),
@@ -474,6 +539,9 @@ mod tests {
             (RUN_ON, "main="),
             (HOOK_ROOT, "host"),
             (HOOK_ROOT, "main=chroot"),
+            (GATE, "httpGet"),
+            (GATE, "tcp"),
+            (GATE, ""),
         ] {
             assert_eq!(err_of(&[(key, value)]), (key.to_owned(), value.to_owned()));
         }

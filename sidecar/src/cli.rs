@@ -21,8 +21,8 @@
 use std::path::PathBuf;
 
 use kube_prestop_contract::{
-    self as contract, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_HOOK_ROOT,
-    FLAG_ID_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
+    self as contract, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_GATE_PORT,
+    FLAG_HOOK_ROOT, FLAG_ID_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
     FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
 };
 use std::time::Duration;
@@ -85,6 +85,8 @@ pub enum Cli {
         termination_message: PathBuf,
         /// [`FLAG_POD_CONTAINERS`], when given (a positive count).
         pod_containers: Option<usize>,
+        /// [`FLAG_GATE_PORT`], when given (1-65535): the start gate's port.
+        gate_port: Option<u16>,
         /// The hook command.
         hook: Vec<String>,
     },
@@ -159,6 +161,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             FLAG_HOOK_ROOT,
             FLAG_TERMINATION_MESSAGE,
             FLAG_POD_CONTAINERS,
+            FLAG_GATE_PORT,
             FLAG_ROOT,
             FLAG_ID_ROOT,
         ],
@@ -316,6 +319,12 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
                 ))
             })?),
         };
+        let gate_port = match get(FLAG_GATE_PORT) {
+            None => None,
+            Some(v) => Some(v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                UsageError(format!("{FLAG_GATE_PORT} {v:?} is not a port (1-65535)"))
+            })?),
+        };
         Ok(Cli::Watch {
             target,
             started_after,
@@ -323,6 +332,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             hook_root,
             termination_message,
             pod_containers,
+            gate_port,
             hook,
         })
     } else {
@@ -381,6 +391,7 @@ mod tests {
                 run_on: RunOn::Failure,
                 hook_root: HookRoot::Container,
                 pod_containers: 5,
+                gate_port: Some(17430),
             },
             &s(&["true"]),
         );
@@ -388,6 +399,7 @@ mod tests {
             run_on,
             hook_root,
             pod_containers,
+            gate_port,
             ..
         } = parse(&w[1..]).unwrap()
         else {
@@ -395,6 +407,21 @@ mod tests {
         };
         assert_eq!((run_on, hook_root), (RunOn::Failure, HookRoot::Container));
         assert_eq!(pod_containers, Some(5));
+        assert_eq!(gate_port, Some(17430));
+        for bad in ["0", "65536", "http", "17430x"] {
+            let e = parse(&s(&[
+                "watch",
+                "--container",
+                "m",
+                "--gate-port",
+                bad,
+                "--",
+                "x",
+            ]))
+            .unwrap_err()
+            .0;
+            assert!(e.contains(&format!("--gate-port {bad:?}")), "{e}");
+        }
         let bad = parse(&s(&[
             "watch",
             "--container",
@@ -460,11 +487,13 @@ mod tests {
             hook_root,
             termination_message,
             pod_containers,
+            gate_port,
         } = parse(&w[1..]).unwrap()
         else {
             unreachable!()
         };
         assert_eq!(pod_containers, None);
+        assert_eq!(gate_port, None);
         assert_eq!(run_on, RunOn::Always);
         assert_eq!(hook_root, HookRoot::Sidecar);
         assert_eq!(

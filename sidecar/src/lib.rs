@@ -22,7 +22,8 @@
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
 //! - [`install`]: copying the binary into the shared volume;
 //! - [`signal`]: Argo's kill command, signalling the first process of the caller's container;
-//! - [`poststart`]: the sidecar's postStart handler, which waits until the watcher is armed;
+//! - [`gate`]: the start gate, the `httpGet` postStart handler the watcher answers once armed;
+//! - [`poststart`]: the exec postStart handler, which waits until the watcher is armed;
 //! - [`cli`]: command-line parsing over the contract's names.
 //!
 //! The sidecar's own log lines go to stderr, one line per event, each starting
@@ -33,6 +34,7 @@ pub mod container_process;
 pub mod container_root;
 pub mod exit_info;
 pub mod finder;
+pub mod gate;
 pub mod hook;
 pub mod install;
 pub mod lifecycle;

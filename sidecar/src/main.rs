@@ -5,7 +5,7 @@ use std::process::exit;
 
 use kube_prestop_contract as contract;
 use kube_prestop_sidecar::cli::{self, Cli, USAGE};
-use kube_prestop_sidecar::{install, log, poststart, procfs, signal, watch, wrapper};
+use kube_prestop_sidecar::{gate, install, log, poststart, procfs, signal, watch, wrapper};
 
 fn main() {
     let args: Vec<String> = match std::env::args_os()
@@ -134,8 +134,12 @@ fn main() {
             hook_root,
             termination_message,
             pod_containers,
+            gate_port,
             hook,
         } => {
+            // First: until the gate listens, the kubelet's postStart request
+            // is refused and the kubelet restarts this sidecar.
+            let gate = gate_port.map(|port| (port, gate::listen(port)));
             let grace_seconds = std::env::var(contract::ENV_GRACE_PERIOD_SECONDS)
                 .ok()
                 .and_then(|v| v.trim().parse().ok());
@@ -149,6 +153,7 @@ fn main() {
                 run_on,
                 hook_root,
                 termination_message,
+                gate,
                 termination_message_max: pod_containers.map_or(
                     contract::TERMINATION_MESSAGE_MAX_BYTES,
                     contract::termination_message_budget,

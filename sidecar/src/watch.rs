@@ -57,6 +57,7 @@ use crate::cli::Target;
 use crate::container_root::{self, HeldRoot};
 use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
+use crate::gate;
 use crate::hook::{self, Chroot, HookContext, RunningHook};
 use crate::lifecycle::{Action, Event, KubeletRun, Lifecycle};
 use crate::log;
@@ -101,7 +102,7 @@ pub const WRAPPER_WAIT_MAX: Duration = Duration::from_secs(2);
 const ROOT_HOLD_RETRY: Duration = Duration::from_secs(2);
 
 /// Settings of the `watch` subcommand.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WatchConfig {
     /// Container, shared volume and identifying-mount root.
     pub target: Target,
@@ -127,6 +128,10 @@ pub struct WatchConfig {
     /// ([`contract::termination_message_budget`] of
     /// [`kube_prestop_contract::FLAG_POD_CONTAINERS`]).
     pub termination_message_max: usize,
+    /// The start gate ([`kube_prestop_contract::FLAG_GATE_PORT`]): its port
+    /// and the listening sockets [`gate::listen`] opened (or why not), when
+    /// the postStart handler is an `httpGet`.
+    pub gate: Option<(u16, std::io::Result<Vec<std::net::TcpListener>>)>,
 }
 
 use crate::procfs::pidfd_open;
@@ -186,6 +191,8 @@ struct Watcher {
     /// The process exit status, once [`Action::Exit`] came.
     exit: Option<i32>,
     armed: bool,
+    /// Set when armed: the start gate's requests wait for it.
+    armed_flag: gate::Armed,
     arm_retry_at: Instant,
     arm_backoff: Duration,
     searching_since: Instant,
@@ -194,13 +201,36 @@ struct Watcher {
     last_scan_error: Option<Instant>,
 }
 
+/// Serves the start gate on the sockets [`gate::listen`] opened, or logs why
+/// it cannot: then the kubelet's postStart request fails (refused) or
+/// reaches whatever holds the port.
+fn start_gate(
+    port: u16,
+    listening: std::io::Result<Vec<std::net::TcpListener>>,
+    armed: &gate::Armed,
+    container: &str,
+) {
+    let fail_open_at = Instant::now() + Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS);
+    let served =
+        listening.and_then(|l| gate::serve(l, armed.clone(), fail_open_at, container.to_owned()));
+    match served {
+        Ok(()) => log!("gate listening container={container} port={port}"),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => log!(
+            "warning: gate cannot listen container={container} port={port}: a process of the pod holds the port without declaring it, so the kubelet's postStart request reaches that process and the pod's next containers may start before this watcher is armed; use the exec gate for this pod (kube-prestop.io/gate: exec)"
+        ),
+        Err(e) => log!(
+            "error: gate cannot listen container={container} port={port}: {e}; the kubelet's postStart request fails and it restarts this sidecar; use the exec gate for this pod (kube-prestop.io/gate: exec)"
+        ),
+    }
+}
+
 fn secs(d: Duration) -> String {
     format!("{:.3}s", d.as_secs_f64())
 }
 
 /// Runs the watcher. Returns the process exit status (0) only after
 /// `SIGTERM` or `SIGINT`, once no hook is running or queued.
-pub fn run(cfg: WatchConfig) -> i32 {
+pub fn run(mut cfg: WatchConfig) -> i32 {
     // Before SIGCHLD is blocked: the probe forks and reaps a child.
     let exit_status = exit_info::probe();
     let mut mask = SigSet::empty();
@@ -227,6 +257,10 @@ pub fn run(cfg: WatchConfig) -> i32 {
             "warning: cannot become a child subreaper ({e}); orphans of the hook are reaped by the pod's init instead"
         );
     }
+    let armed_flag = gate::Armed::new();
+    if let Some((port, listening)) = cfg.gate.take() {
+        start_gate(port, listening, &armed_flag, &cfg.target.container);
+    }
     let now = Instant::now();
     let mount_point = finder::id_mount(
         &cfg.proc_root,
@@ -249,6 +283,7 @@ pub fn run(cfg: WatchConfig) -> i32 {
         missed: false,
         exit: None,
         armed: false,
+        armed_flag,
         arm_retry_at: now,
         arm_backoff: Duration::from_secs(1),
         searching_since: now,
@@ -618,6 +653,7 @@ impl Watcher {
         match res {
             Ok(()) => {
                 self.armed = true;
+                self.armed_flag.set();
                 log!(
                     "armed container={} mark={}",
                     self.container(),
