@@ -35,7 +35,8 @@
 # say so, 300), BENCH_START_PODS (pods of each kind per source, 20),
 # BENCH_START_SOURCES (comma-separated sidecarBinary.source values, one
 # phase each; default imageVolume,configMap,installContainer; `current`:
-# the release as installed, no Helm),
+# the release as installed, no Helm), BENCH_START_GATE (the injected pods'
+# kube-prestop.io/gate, http-get or exec; default the webhook's: http-get),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
 # BENCH_BURST_COMMAND (the burst's container command, sh; default an echo),
 # BENCH_BURST_BUSY_PODS (pods spinning a CPU beside the burst, 0) and
@@ -62,6 +63,7 @@ runs="${BENCH_RUNS:-1000}"
 budget="${BENCH_LATENCY_BUDGET:-300}"
 start_pods="${BENCH_START_PODS:-20}"
 start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
+start_gate="${BENCH_START_GATE:-}"
 burst_completions="${BENCH_BURST_COMPLETIONS:-200}"
 burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
 burst_command="${BENCH_BURST_COMMAND:-echo index \$JOB_COMPLETION_INDEX}"
@@ -365,8 +367,10 @@ if want cluster; then
     fi
     runtime_log="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}/cluster/logs/containerd.log"
     log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved"
+    gate_args=()
+    [[ -z "${start_gate}" ]] || gate_args=(--gate "${start_gate}")
     "${cluster_bench_bin}" start --pods "${start_pods}" --sources "${start_sources}" "${helm_args[@]}" \
-        --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
+        "${gate_args[@]}" --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
     # The machine's load right after the start part (before the burst's pods).
     printf 'load_after_start=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >> "${work}/cluster-start.txt"
     log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}, ${burst_busy_pods} busy pods of ${burst_busy_cpu} CPU beside"

@@ -18,7 +18,8 @@
 //! [`workload`] (the batch systems' pods, by how each marks them),
 //! [`annotations`] (per-pod settings, status), [`names`] (names of what we
 //! add), [`resources`] (QoS class, LimitRanges), [`mutate`] (the mutation),
-//! [`patch`] (the mutation as a JSON Patch), [`delivery`] (where the
+//! [`patch`] (the mutation as a JSON Patch), [`gate`] (each sidecar's start
+//! gate: httpGet or exec, its port, the meshes' exclusions), [`delivery`] (where the
 //! sidecar binary comes from),
 //! [`quantity`] (Kubernetes quantities), [`config`] (configuration).
 //! `ANNOTATIONS.md` beside this file is the user-facing annotation table.
@@ -28,6 +29,7 @@ use k8s_openapi::api::core::v1::{LimitRange, Pod, PodTemplateSpec};
 pub mod annotations;
 pub mod config;
 pub mod delivery;
+pub mod gate;
 pub mod mutate;
 pub mod names;
 pub mod patch;

@@ -23,9 +23,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube_prestop_contract as contract;
 
-use super::annotations::{self, PodOverrides, StartGate};
+use super::annotations::{self, PodOverrides};
 use super::config::EngineConfig;
 use super::delivery::{self, Choice, Delivery};
+use super::gate;
 use super::names;
 use super::resources::{self, ResourceContext};
 use super::select::exec_prestop;
@@ -369,33 +370,6 @@ fn post_start(binary: &str, container: &str, gate_port: Option<u16>) -> Lifecycl
     }
 }
 
-/// The ports of `n` start gates ([`contract::FLAG_GATE_PORT`]): the first
-/// `n` ports from [`contract::GATE_PORT_BASE`] up that no container, init
-/// container or ephemeral container of the pod declares, as
-/// `containerPort` or `hostPort`. Fewer than `n` only when the pod declares
-/// nearly every port above the base (the caller then uses the exec gate).
-pub fn gate_ports(spec: &PodSpec, n: usize) -> Vec<u16> {
-    let declared: BTreeSet<i32> = spec
-        .containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .flat_map(|c| c.ports.iter().flatten())
-        .flat_map(|p| [Some(p.container_port), p.host_port])
-        .flatten()
-        .chain(
-            spec.ephemeral_containers
-                .iter()
-                .flatten()
-                .flat_map(|c| c.ports.iter().flatten())
-                .map(|p| p.container_port),
-        )
-        .collect();
-    (contract::GATE_PORT_BASE..=u16::MAX)
-        .filter(|p| !declared.contains(&i32::from(*p)))
-        .take(n)
-        .collect()
-}
-
 /// X's mounts: the binary, read-only ([`BinaryMount::mount`]: the wrapper
 /// runs it), X's own state directory read-write ([`state_mount`]: the
 /// wrapper writes its mark there), and the identifying mount (`subPath:
@@ -640,13 +614,9 @@ pub fn build(
         + spec.init_containers.as_ref().map_or(0, Vec::len)
         + init_containers.len()
         + sidecars.len();
-    // The start gate: an httpGet to each watcher unless the pod shares the
-    // node's network (the port would be the node's) or asks for the exec.
-    let gate_ports = if overrides.gate == StartGate::HttpGet && spec.host_network != Some(true) {
-        Some(gate_ports(spec, sidecars.len())).filter(|p| p.len() == sidecars.len())
-    } else {
-        None
-    };
+    // The start gate: an httpGet to each watcher where the kubelet's request
+    // reaches it (`gate::plan`), else the exec.
+    let gate = gate::plan(pod, spec, overrides.gate, sidecars.len());
     for (k, (x, hook, name)) in sidecars.iter().enumerate() {
         // With hostPID every pod's containers are visible: no inference.
         let started_after: Vec<String> = if host_pid {
@@ -667,7 +637,7 @@ pub fn build(
                 run_on: overrides.run_on_for(&x.name),
                 hook_root: overrides.hook_root_for(&x.name),
                 pod_containers,
-                gate_port: gate_ports.as_ref().map(|p| p[k]),
+                gate_port: gate.port(k),
             },
             (binary, &volume),
             grace,
@@ -703,6 +673,10 @@ pub fn build(
             annotations::DEFAULT_CONTAINER.to_owned(),
             first.name.clone(),
         ));
+    }
+
+    if let gate::Plan::HttpGet(ports) = &gate {
+        annotations.extend(gate::mesh_exclusions(pod, ports));
     }
 
     let other_mounts = if host_pid {

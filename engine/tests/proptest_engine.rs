@@ -539,7 +539,8 @@ fn list(v: Value) -> Vec<Value> {
 ///   `volumeMounts`;
 /// * `metadata.annotations`: additions of `kube-prestop.io/status`,
 ///   `kube-prestop.io/version` and, when absent, the default container;
-///   ours (status, version) may be overwritten;
+///   ours (status, version) may be overwritten; the meshes' inbound port
+///   exclusions keep the pod's own list and add gate ports only;
 /// * `metadata.labels`: `kube-prestop.io/injected: "true"` added (or
 ///   overwritten).
 ///
@@ -684,6 +685,34 @@ fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
     }
     if ann_b.get(annotations::DEFAULT_CONTAINER).is_none() {
         ann_a_map.remove(annotations::DEFAULT_CONTAINER);
+    }
+    // The meshes' port exclusions: the pod's own list, then the gate ports.
+    for key in [
+        engine::gate::ISTIO_EXCLUDE_INBOUND_PORTS,
+        engine::gate::LINKERD_SKIP_INBOUND_PORTS,
+    ] {
+        let Some(Value::String(v)) = ann_a_map.remove(key) else {
+            continue;
+        };
+        let own: Vec<&str> = ann_b
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let items: Vec<&str> = v.split(',').collect();
+        assert!(items.starts_with(&own), "{key}: {v:?} drops the pod's own");
+        assert!(
+            items[own.len()..].iter().all(|p| p
+                .parse::<u16>()
+                .is_ok_and(|p| p >= contract::GATE_PORT_BASE)),
+            "{key}: {v:?}"
+        );
+        if let Some(b) = ann_b.get(key) {
+            ann_a_map.insert(key.to_owned(), b.clone());
+        }
     }
     if !ann_a_map.is_empty() || before["metadata"].get("annotations").is_some() {
         put(meta_a, "annotations", ann_a);

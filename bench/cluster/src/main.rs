@@ -6,9 +6,10 @@
 //! suite's helpers (the `kube-prestop-e2e` library).
 //!
 //! `start [--pods N] [--sources S,...] [--helm PATH --chart DIR]
-//! [--runtime-log PATH]`: pod start per sidecar-binary source, against a
-//! plain pod and one with a do-nothing native sidecar, and where the time
-//! goes ([`start`]).
+//! [--runtime-log PATH] [--gate http-get|exec]`: pod start per
+//! sidecar-binary source, against a plain pod and one with a do-nothing
+//! native sidecar, and where the time goes ([`start`]); `--gate` sets the
+//! injected pods' `kube-prestop.io/gate`.
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
 //! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q]`: an Indexed Job
@@ -66,7 +67,7 @@ const POD_TIMEOUT: Duration = Duration::from_secs(180);
 
 fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
-     [--helm PATH --chart DIR] [--runtime-log PATH] [--prefix P] [--raw FILE]\n\
+     [--helm PATH --chart DIR] [--runtime-log PATH] [--gate http-get|exec] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
      [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] \
@@ -162,6 +163,7 @@ async fn main() -> Result<()> {
                     .collect(),
                 release,
                 runtime_log: args.opts.get("runtime-log").map(Into::into),
+                gate: args.opts.get("gate").cloned(),
             };
             start::start(&client, &prefix, opts).await?
         }

@@ -94,6 +94,9 @@ pub struct StartOpts {
     pub release: Option<Release>,
     /// The node's containerd log, for the breakdown (none: no CRI times).
     pub runtime_log: Option<PathBuf>,
+    /// `kube-prestop.io/gate` on the injected pods (`http-get`, `exec`);
+    /// none: the webhook's default.
+    pub gate: Option<String>,
 }
 
 impl StartOpts {
@@ -101,6 +104,12 @@ impl StartOpts {
     /// Helm given when a source is switched to.
     pub fn check(&self) -> Result<()> {
         ensure!(!self.sources.is_empty(), "--sources is empty");
+        if let Some(g) = &self.gate {
+            ensure!(
+                g == "http-get" || g == "exec",
+                "--gate: {g:?} is not one of http-get, exec"
+            );
+        }
         for s in &self.sources {
             ensure!(
                 SOURCES.contains(&s.as_str()) || (s == CURRENT && self.sources.len() == 1),
@@ -217,18 +226,24 @@ fn reference_sidecar() -> Value {
     })
 }
 
-fn start_job(name: &str, run: &str, kind: Kind) -> Result<Job> {
+/// The bench's Job of `kind`; `gate` is the injected kind's
+/// `kube-prestop.io/gate` annotation, if any.
+fn start_job(name: &str, run: &str, kind: Kind, gate: Option<&str>) -> Result<Job> {
     let init: Vec<Value> = if kind == Kind::OneSidecar {
         vec![reference_sidecar()]
     } else {
         Vec::new()
+    };
+    let annotations = match (kind, gate) {
+        (Kind::Injected, Some(g)) => json!({ "kube-prestop.io/gate": g }),
+        _ => json!({}),
     };
     Ok(serde_json::from_value(json!({
         "metadata": { "name": name },
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": { "labels": { RUN_LABEL: run } },
+                "metadata": { "labels": { RUN_LABEL: run }, "annotations": annotations },
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
@@ -402,6 +417,18 @@ const STEPS: &[(&str, &str, &str, &str)] = &[
         "sidecar_armed",
     ),
     (
+        "gate",
+        "sidecar's StartContainer returned → `gate answered` (httpGet gate: the kubelet's GetPod, GetPodStatus and request, held until armed)",
+        "sidecar_started",
+        "sidecar_gate_answered",
+    ),
+    (
+        "gate_to_main",
+        "`gate answered` → main's CreateContainer called (the handler's response read, sync ends, next sync)",
+        "sidecar_gate_answered",
+        "main_create_requested",
+    ),
+    (
         "post_start_exec",
         "sidecar's StartContainer returned → postStart handler running (kubelet's exec: ExecSync, runc exec)",
         "sidecar_started",
@@ -534,7 +561,16 @@ pub async fn start(client: &Client, prefix: &str, opts: StartOpts) -> Result<(St
         let mut phases = Vec::new();
         let run = async {
             for (idx, source) in opts.sources.iter().enumerate() {
-                phases.push(run_phase(&client, &names, idx, source, opts.pods, opts.release.as_ref()).await?);
+                phases.push(run_phase(
+                    &client,
+                    &names,
+                    idx,
+                    source,
+                    opts.pods,
+                    opts.release.as_ref(),
+                    opts.gate.as_deref(),
+                )
+                .await?);
             }
             Ok::<_, anyhow::Error>(())
         };
@@ -583,6 +619,7 @@ async fn run_phase(
     source: &str,
     pods: u32,
     release: Option<&Release>,
+    gate: Option<&str>,
 ) -> Result<Phase> {
     let ns_inj = &names[0];
     if source != CURRENT {
@@ -598,7 +635,7 @@ async fn run_phase(
     if source != CURRENT && source != "configMap" {
         wait_delivery(client, ns_inj, &probe, source, DELIVERY_TIMEOUT).await?;
     }
-    let warm_up = start_job(&format!("warm-up-{idx}"), "warm-up", Kind::Injected)?;
+    let warm_up = start_job(&format!("warm-up-{idx}"), "warm-up", Kind::Injected, gate)?;
     run_job(client, ns_inj, &warm_up, POD_TIMEOUT)
         .await
         .context("the warm-up Job")?;
@@ -622,7 +659,7 @@ async fn run_phase(
             };
             let ns = &names[usize::from(kind != Kind::Injected)];
             let job = format!("p{idx}-{i:03}");
-            match start_one(client, ns, &job, &run, &map, kind, source).await? {
+            match start_one(client, ns, &job, &run, &map, kind, (source, gate)).await? {
                 Ok(sample) => {
                     log(&format!(
                         "{source} {job} ({}): pod added -> main started {:.1} ms",
@@ -718,12 +755,12 @@ async fn start_one(
     run: &str,
     map: &WatchMap,
     kind: Kind,
-    source: &str,
+    (source, gate): (&str, Option<&str>),
 ) -> Result<Result<StartSample, Refused>> {
     let expect_injected = kind == Kind::Injected;
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let job_created = now_ns();
-    jobs.create(&PostParams::default(), &start_job(job, run, kind)?)
+    jobs.create(&PostParams::default(), &start_job(job, run, kind, gate)?)
         .await
         .with_context(|| format!("creating Job {ns}/{job}"))?;
     let find = || -> Option<(String, Watched)> {
@@ -787,6 +824,7 @@ async fn start_one(
             ("sidecar_first_line", "kube-prestop: watch starting"),
             ("sidecar_armed", "kube-prestop: armed"),
             ("sidecar_post_start_done", "kube-prestop: post-start done"),
+            ("sidecar_gate_answered", "kube-prestop: gate answered"),
         ] {
             if let Some(t) = first_with(&sidecar, needle) {
                 marks.insert(mark.to_owned(), t);
@@ -992,6 +1030,7 @@ mod tests {
             "sidecar_armed",
             "sidecar_post_start_done",
             "sidecar_post_start_begin",
+            "sidecar_gate_answered",
             "sandbox_requested",
             "sandbox_ready",
             "first_create_requested",
@@ -1024,8 +1063,16 @@ mod tests {
                 chart: "chart".into(),
             }),
             runtime_log: None,
+            gate: None,
         };
         assert!(opts(&["imageVolume", "configMap"], true).check().is_ok());
+        for (gate, ok) in [("exec", true), ("http-get", true), ("httpGet", false)] {
+            let o = StartOpts {
+                gate: Some(gate.to_owned()),
+                ..opts(&[CURRENT], false)
+            };
+            assert_eq!(o.check().is_ok(), ok, "{gate}");
+        }
         assert!(opts(&[CURRENT], false).check().is_ok());
         assert!(opts(&["imageVolume"], false).check().is_err());
         assert!(opts(&["auto"], true).check().is_err());
@@ -1100,7 +1147,7 @@ mod tests {
 
     #[test]
     fn the_main_container_prints_the_status_too() {
-        let job = serde_json::to_value(start_job("j", "r", Kind::Plain).unwrap()).unwrap();
+        let job = serde_json::to_value(start_job("j", "r", Kind::Plain, None).unwrap()).unwrap();
         let cmd = &job["spec"]["template"]["spec"]["containers"][0]["command"][2];
         assert_eq!(cmd, "adjtimex | grep -E 'status:|tv_'; sleep 1.500");
     }

@@ -128,6 +128,16 @@ async fn exit_zero_runs_hook_once(client: Client) -> Result<()> {
             logs.lines().filter(|l| l.trim() == token).count() == 1,
             "hook output not once in sidecar logs:\n{logs}"
         );
+        // The default start gate: the kubelet's httpGet, answered once armed.
+        ensure!(
+            post_start_of(&pod).is_some_and(|h| h.http_get.is_some()),
+            "the sidecar's postStart is not the httpGet gate"
+        );
+        ensure!(
+            logs.contains("kube-prestop: gate answered container=main")
+                && !logs.contains("without the watcher armed"),
+            "the gate did not answer the kubelet armed:\n{logs}"
+        );
         // The same through kubectl, as a user would look.
         let out = kubectl(&["logs", "-n", &ns, &pod_name(&pod), "-c", &sidecar_name(C)]).await?;
         ensure!(
@@ -778,6 +788,61 @@ async fn host_pid_hook_runs_without_shared_pid_namespace(client: Client) -> Resu
     .await
 }
 
+/// The sidecar's postStart handler (the start gate).
+fn post_start_of(pod: &Pod) -> Option<k8s_openapi::api::core::v1::LifecycleHandler> {
+    pod.spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == sidecar_name(C))?
+        .lifecycle
+        .clone()?
+        .post_start
+}
+
+/// `kube-prestop.io/gate: exec`, and a `hostNetwork` pod (where the gate's
+/// port would be the node's): the exec gate, `post-start done` in the
+/// sidecar's log, the hook once; the watcher opens no port.
+async fn exec_gate_by_annotation_and_for_host_network(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-exec-gate", |ns, rec| async move {
+        let mut annotated = job(
+            "gate-exec",
+            pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]),
+            json!({}),
+        )?;
+        if let Some(spec) = annotated.spec.as_mut() {
+            spec.template
+                .metadata
+                .get_or_insert_with(Default::default)
+                .annotations =
+                Some([("kube-prestop.io/gate".to_owned(), "exec".to_owned())].into());
+        }
+        let mut host = pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]);
+        set(&mut host, "hostNetwork", json!(true));
+        let jobs = [annotated, job("gate-host-net", host, json!({}))?];
+        for (n, j) in jobs.iter().enumerate() {
+            let pod = run_expecting(&client, &ns, j, JobOutcome::Complete).await?;
+            ensure_injected(&pod, C)?;
+            ensure!(
+                post_start_of(&pod).is_some_and(|h| h.exec.is_some() && h.http_get.is_none()),
+                "{}: the sidecar's postStart is not the exec gate",
+                pod_name(&pod)
+            );
+            ensure_records(&rec, "hooks", n + 1).await?;
+            let logs = ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
+            ensure!(
+                logs.contains("kube-prestop: post-start done container=main")
+                    && !logs.contains("gate listening"),
+                "{}: no exec gate in the sidecar's log:\n{logs}",
+                pod_name(&pod)
+            );
+        }
+        Ok(())
+    })
+    .await
+}
+
 /// Sidecar SIGKILLed while watching -> restarted; hook still exactly once.
 async fn killed_sidecar_restarts_and_hook_runs_once(client: Client) -> Result<()> {
     with_scenario(
@@ -1083,6 +1148,7 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, cronjob_pods_injected_and_hooks_run),
         scenario!(client, on_failure_restarts_run_a_hook_each),
         scenario!(client, exit_zero_runs_hook_once),
+        scenario!(client, exec_gate_by_annotation_and_for_host_network),
         scenario!(client, exit_three_runs_hook_once_and_job_fails),
         scenario!(client, oom_kill_runs_hook_once),
         scenario!(client, deleted_pod_gets_only_the_kubelets_prestop),
