@@ -341,6 +341,12 @@ def burst_rows(fig, rows, notes):
            if int(b['burst_sidecar_no_hook']) and 'burst_sidecar_no_hook_reported' in b else "")
         + ", "
         f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"))
+    if int(b.get("burst_exit_hook_count", "0")):
+        rows.append((
+            "burst: exit -> hook started (main's last log line -> the sidecar's `hook started`, runtime timestamps), p50 / p99 / max",
+            " / ".join(f"{float(b[f'burst_exit_hook_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
+            "",
+            f"{b['burst_exit_hook_count']} pods whose main printed a line"))
     inst = fig.kv("cluster-install.txt") if fig.have("cluster-install.txt") else {}
     notes.append(
         "Cluster: the local single-node cluster (tests/cluster; 2 cores shared with whatever else runs "

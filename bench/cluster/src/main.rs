@@ -55,7 +55,7 @@ use kube_prestop_e2e::metrics::{
 use kube_prestop_e2e::records::Records;
 use kube_prestop_e2e::waits::poll_until;
 use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, webhook_pods};
-use kube_prestop_e2e::{JOB_NAME_LABEL, TestNamespace, run_job, unique_suffix};
+use kube_prestop_e2e::{JOB_NAME_LABEL, TestNamespace, run_job, sidecar_name, unique_suffix};
 use serde_json::{Value, json};
 
 /// The watched container of every bench Job.
@@ -449,6 +449,27 @@ async fn burst(
             .buffer_unordered(8)
             .collect()
             .await;
+        // Exit -> hook: from the main container's last log line to the
+        // sidecar's `hook started`, both stamped by the runtime as it read
+        // them (one clock); pods whose main printed nothing give no sample.
+        let mut exit_hook_ms: Vec<f64> = futures::stream::iter(names.clone())
+            .map(|pod| {
+                let (client, ns) = (client.clone(), ns.clone());
+                async move {
+                    let main = start::timed_lines(&client, &ns, &pod, C).await.ok()?;
+                    let side = start::timed_lines(&client, &ns, &pod, &sidecar_name(C))
+                        .await
+                        .ok()?;
+                    let exited = main.last()?.0;
+                    let hook = start::first_with(&side, "kube-prestop: hook started")?;
+                    Some(ms(hook - exited))
+                }
+            })
+            .buffer_unordered(8)
+            .filter_map(|v| async move { v })
+            .collect()
+            .await;
+        exit_hook_ms.sort_by(f64::total_cmp);
         let hooks = |l: &Option<(usize, String)>| l.as_ref().map(|(n, _)| *n);
         let with_hook = hook_logs.iter().filter(|(_, l)| hooks(l) == Some(1)).count();
         // A pod whose hook did not run, with its sidecar's last log lines:
@@ -495,6 +516,14 @@ async fn burst(
         out(&mut lines, "burst_sidecar_no_hook_reported", reported);
         out(&mut lines, "burst_sidecar_more_hooks", more_hooks);
         out(&mut lines, "burst_sidecar_no_logs", no_logs);
+        out(&mut lines, "burst_exit_hook_count", exit_hook_ms.len());
+        for (q, n) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
+            out_ms(
+                &mut lines,
+                &format!("burst_exit_hook_{n}_ms"),
+                percentile(&exit_hook_ms, q),
+            );
+        }
         out(&mut lines, "burst_log_count", log_ms.len());
         out(
             &mut lines,

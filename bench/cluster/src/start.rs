@@ -269,7 +269,7 @@ fn start_job(name: &str, run: &str, kind: Kind, gate: Option<&str>) -> Result<Jo
 }
 
 /// A container's log lines with the runtime's timestamp of each (ns).
-async fn timed_lines(
+pub(crate) async fn timed_lines(
     client: &Client,
     ns: &str,
     pod: &str,
@@ -306,7 +306,7 @@ fn post_start_waited_ns(line: &str) -> Option<i128> {
 }
 
 /// The time of the first line containing `needle`.
-fn first_with(lines: &[(i128, String)], needle: &str) -> Option<i128> {
+pub(crate) fn first_with(lines: &[(i128, String)], needle: &str) -> Option<i128> {
     lines
         .iter()
         .find(|(_, l)| l.contains(needle))
