@@ -104,8 +104,9 @@ pub const FLAG_POD_CONTAINERS: &str = "--pod-containers";
 /// `lifecycle.postStart` `httpGet` handler asks (see [`GATE_PATH`]). The
 /// watcher listens on it from its first instruction and answers a request
 /// once it is armed (at the latest after [`POST_START_TIMEOUT_SECONDS`]).
-/// Left out when the sidecar's postStart handler is the exec of
-/// [`SUBCOMMAND_POST_START`] (`hostNetwork` pods, or the exec gate chosen).
+/// Given only with the pod annotation `kube-prestop.io/gate: http-get`;
+/// left out when the sidecar's postStart handler is the exec of
+/// [`SUBCOMMAND_POST_START`] (the default).
 pub const FLAG_GATE_PORT: &str = "--gate-port";
 /// Path of the start gate's `httpGet` postStart handler. The watcher answers
 /// any path the same way; this one says what the request waits for.

@@ -26,8 +26,8 @@ pub const RUN_ON: &str = "kube-prestop.io/run-on";
 /// container or per container (see [`PerContainer`]).
 pub const HOOK_ROOT: &str = "kube-prestop.io/hook-root";
 /// How the kubelet waits for each sidecar's watcher to be armed before it
-/// starts the pod's next containers ([`StartGate`]): `http-get` (default;
-/// the exec gate for `hostNetwork` pods) or `exec`.
+/// starts the pod's next containers ([`StartGate`]): `exec` (default) or
+/// `http-get` (opt-in; the exec gate still for `hostNetwork` and mesh pods).
 pub const GATE: &str = "kube-prestop.io/gate";
 /// Overrides the sidecar's `resources.requests.cpu`.
 pub const SIDECAR_CPU_REQUEST: &str = "kube-prestop.io/sidecar-cpu-request";
@@ -72,18 +72,22 @@ pub const SETTABLE: [&str; 9] = [
 /// containers until its watcher is armed ([`GATE`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StartGate {
+    /// An exec of the binary's `post-start`
+    /// ([`kube_prestop_contract::SUBCOMMAND_POST_START`]), the default: a
+    /// `runc exec` (about 40 ms of pod start), and nothing can make the
+    /// kubelet fail it while the watcher starts.
+    #[default]
+    Exec,
     /// An `httpGet` to the watcher's gate port
     /// ([`kube_prestop_contract::FLAG_GATE_PORT`]): one request from the
-    /// kubelet, no `runc exec`. Not for `hostNetwork` pods (the port would be
-    /// the node's): they get [`StartGate::Exec`].
-    #[default]
+    /// kubelet, no `runc exec` (about 40 ms less pod start on an idle node).
+    /// The kubelet sends it right after the runtime's `StartContainer`
+    /// returns and fails it if nothing listens yet (`docs/facts.md` K14):
+    /// a sidecar starved of CPU loses that race, and the kubelet restarts
+    /// it with back-off, so on a CPU-saturated node the pod may not start
+    /// for minutes (measured: `docs/figures.md`). Not for `hostNetwork`
+    /// pods or pods with a mesh's proxy: they get [`StartGate::Exec`].
     HttpGet,
-    /// An exec of the binary's `post-start`
-    /// ([`kube_prestop_contract::SUBCOMMAND_POST_START`]): about 40 ms more
-    /// of pod start (the runtime's exec), no port; for pods whose network
-    /// sends the kubelet's request elsewhere (a service mesh that redirects
-    /// every inbound port) or that hold the gate's port undeclared.
-    Exec,
 }
 
 impl StartGate {
@@ -173,7 +177,7 @@ pub struct PodOverrides {
     pub run_on: Option<PerContainer<RunOn>>,
     /// [`HOOK_ROOT`]; `None` when absent (every container: `sidecar`).
     pub hook_root: Option<PerContainer<HookRoot>>,
-    /// [`GATE`] (default [`StartGate::HttpGet`]).
+    /// [`GATE`] (default [`StartGate::Exec`]).
     pub gate: StartGate,
     /// [`SIDECAR_CPU_REQUEST`].
     pub cpu_request: Option<Quantity>,
@@ -358,7 +362,7 @@ impl PodOverrides {
         let gate = match annotations.get(GATE) {
             None => StartGate::default(),
             Some(v) => StartGate::parse(v.trim())
-                .ok_or_else(|| invalid(GATE, v, "is not one of http-get, exec"))?,
+                .ok_or_else(|| invalid(GATE, v, "is not one of exec, http-get"))?,
         };
         Ok(Self {
             inject,
@@ -511,9 +515,9 @@ mod tests {
     }
 
     #[test]
-    fn gate_parses_and_defaults_to_http_get() {
+    fn gate_parses_and_defaults_to_exec() {
         let o = PodOverrides::parse(None).unwrap();
-        assert_eq!(o.gate, StartGate::HttpGet);
+        assert_eq!(o.gate, StartGate::Exec);
         for g in [StartGate::HttpGet, StartGate::Exec] {
             let o = PodOverrides::parse(Some(&ann(&[(GATE, g.as_str())]))).unwrap();
             assert_eq!(o.gate, g);
@@ -521,7 +525,7 @@ mod tests {
         match PodOverrides::parse(Some(&ann(&[(GATE, "tcp")]))) {
             Err(e) => assert_eq!(
                 e.to_string(),
-                "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of http-get, exec"
+                "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of exec, http-get"
             ),
             Ok(o) => panic!("{o:?}"),
         }

@@ -2,15 +2,18 @@
 //! pod's next containers until the watcher is armed, its port, and the
 //! annotations that keep a service mesh's proxy off that port.
 //!
-//! The `httpGet` gate is one request from the kubelet to the pod's IP,
-//! without timeout or retry; a refused or reset connection makes the kubelet
-//! restart the sidecar (`docs/facts.md` K14). A mesh proxy that takes every
-//! inbound port would answer or refuse the kubelet's plain-text request in
-//! the watcher's place; under Istio's `STRICT` mutual TLS it refuses it on
-//! every restart. So a pod that already carries a mesh's proxy or its
-//! injection marks gets the exec gate, and every other pod's gate port is
-//! excluded from the meshes' inbound redirection, for a mesh injected after
-//! this webhook.
+//! The default is the exec of `post-start`. `kube-prestop.io/gate:
+//! http-get` asks for the `httpGet` gate: one request from the kubelet to
+//! the pod's IP, without timeout or retry, sent as soon as the runtime has
+//! started the sidecar; a refused or reset connection makes the kubelet
+//! restart the sidecar (`docs/facts.md` K14), which is what happens when
+//! the watcher is not scheduled before the request (a CPU-starved node).
+//! A mesh proxy that takes every inbound port would answer or refuse the
+//! kubelet's plain-text request in the watcher's place; under Istio's
+//! `STRICT` mutual TLS it refuses it on every restart. So a pod that
+//! already carries a mesh's proxy or its injection marks gets the exec gate
+//! whatever it asks, and an `httpGet` gate's port is excluded from the
+//! meshes' inbound redirection, for a mesh injected after this webhook.
 
 use std::collections::BTreeSet;
 
@@ -59,8 +62,8 @@ impl Plan {
 }
 
 /// The gate of `sidecars` sidecars of `pod` (spec `spec`), `requested` by
-/// the annotation ([`StartGate`]). The exec gate when asked for, for a
-/// `hostNetwork` pod (the port would be the node's), for a pod with a
+/// the annotation ([`StartGate`]). The exec gate when asked for (the
+/// default), and instead of `http-get` for a `hostNetwork` pod (the port would be the node's), for a pod with a
 /// mesh's proxy or injection marks ([`mesh_of`]), and when the pod declares
 /// nearly every port above [`contract::GATE_PORT_BASE`].
 pub fn plan(pod: &Pod, spec: &PodSpec, requested: StartGate, sidecars: usize) -> Plan {

@@ -17,12 +17,16 @@
 //!   in `pkg/kubelet/kuberuntime/kuberuntime_manager.go`), so a request the
 //!   gate holds holds the pod's next containers.
 //!
-//! So the watcher listens from its first instruction (before the kubelet's
-//! `StartContainer` call can return, the listening socket is usually there;
-//! see [`listen`] for when it is not) and holds every request until it is
-//! armed ([`Armed`]), or until the fail-open deadline: then it answers
-//! anyway, so that a watcher that cannot arm never blocks the Job. That
-//! costs no `runc exec`, which the exec handler ([`crate::poststart`]) does.
+//! So the watcher listens from its first instruction and holds every
+//! request until it is armed ([`Armed`]), or until the fail-open deadline:
+//! then it answers anyway, so that a watcher that cannot arm never blocks
+//! the Job. That costs no `runc exec`, which the exec handler
+//! ([`crate::poststart`], the default) does. But the kubelet asks right
+//! after the runtime's `StartContainer` returns: a watcher not scheduled by
+//! then is not listening, the request is refused and the kubelet restarts
+//! the sidecar, again and again on a CPU-saturated node (`docs/figures.md`,
+//! "Why `http-get` is not the default"). Hence opt-in only
+//! (`kube-prestop.io/gate: http-get`).
 //!
 //! Anyone who can reach the pod's IP can reach the port: every request is
 //! hostile. A request learns only whether the watcher is armed. At most
@@ -91,8 +95,8 @@ impl Armed {
 /// Call it first: until it returns, the kubelet's request is refused and
 /// the kubelet restarts this sidecar. The kubelet's request comes after the
 /// runtime's `StartContainer` has returned and after two more CRI calls
-/// (`GetPod`, `GetPodStatus`), so a watcher that is scheduled at all in
-/// that time is listening.
+/// (`GetPod`, `GetPodStatus`), about 5 ms on an idle node: a watcher that
+/// is scheduled in that time is listening; a starved one is not.
 ///
 /// # Errors
 /// The bind's error (`EADDRINUSE`: a process of the pod holds the port,

@@ -128,15 +128,14 @@ async fn exit_zero_runs_hook_once(client: Client) -> Result<()> {
             logs.lines().filter(|l| l.trim() == token).count() == 1,
             "hook output not once in sidecar logs:\n{logs}"
         );
-        // The default start gate: the kubelet's httpGet, answered once armed.
+        // The default start gate: the exec of post-start, done once armed.
         ensure!(
-            post_start_of(&pod).is_some_and(|h| h.http_get.is_some()),
-            "the sidecar's postStart is not the httpGet gate"
+            post_start_of(&pod).is_some_and(|h| h.exec.is_some() && h.http_get.is_none()),
+            "the sidecar's postStart is not the exec gate"
         );
         ensure!(
-            logs.contains("kube-prestop: gate answered container=main")
-                && !logs.contains("without the watcher armed"),
-            "the gate did not answer the kubelet armed:\n{logs}"
+            logs.contains("kube-prestop: post-start done container=main"),
+            "no post-start done in the sidecar's log:\n{logs}"
         );
         // The same through kubectl, as a user would look.
         let out = kubectl(&["logs", "-n", &ns, &pod_name(&pod), "-c", &sidecar_name(C)]).await?;
@@ -801,41 +800,57 @@ fn post_start_of(pod: &Pod) -> Option<k8s_openapi::api::core::v1::LifecycleHandl
         .post_start
 }
 
-/// `kube-prestop.io/gate: exec`, and a `hostNetwork` pod (where the gate's
-/// port would be the node's): the exec gate, `post-start done` in the
-/// sidecar's log, the hook once; the watcher opens no port.
-async fn exec_gate_by_annotation_and_for_host_network(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-exec-gate", |ns, rec| async move {
-        let mut annotated = job(
-            "gate-exec",
-            pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]),
-            json!({}),
-        )?;
-        if let Some(spec) = annotated.spec.as_mut() {
-            spec.template
-                .metadata
-                .get_or_insert_with(Default::default)
-                .annotations =
-                Some([("kube-prestop.io/gate".to_owned(), "exec".to_owned())].into());
-        }
+/// `kube-prestop.io/gate: http-get`: the kubelet's request answered by the
+/// watcher once armed (`gate answered`), a `true` container's hook once;
+/// the same annotation on a `hostNetwork` pod (where the port would be the
+/// node's) gets the exec gate, and the watcher opens no port.
+async fn http_get_gate_by_annotation_exec_for_host_network(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-http-get-gate", |ns, rec| async move {
+        let annotated = |name: &str, spec: serde_json::Value| -> Result<Job> {
+            let mut j = job(name, spec, json!({}))?;
+            if let Some(spec) = j.spec.as_mut() {
+                spec.template
+                    .metadata
+                    .get_or_insert_with(Default::default)
+                    .annotations =
+                    Some([("kube-prestop.io/gate".to_owned(), "http-get".to_owned())].into());
+            }
+            Ok(j)
+        };
         let mut host = pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]);
         set(&mut host, "hostNetwork", json!(true));
-        let jobs = [annotated, job("gate-host-net", host, json!({}))?];
-        for (n, j) in jobs.iter().enumerate() {
+        let jobs = [
+            (
+                annotated(
+                    "gate-http-get",
+                    pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]),
+                )?,
+                true,
+            ),
+            (annotated("gate-host-net", host)?, false),
+        ];
+        for (n, (j, http_get)) in jobs.iter().enumerate() {
             let pod = run_expecting(&client, &ns, j, JobOutcome::Complete).await?;
             ensure_injected(&pod, C)?;
+            let handler = post_start_of(&pod);
             ensure!(
-                post_start_of(&pod).is_some_and(|h| h.exec.is_some() && h.http_get.is_none()),
-                "{}: the sidecar's postStart is not the exec gate",
-                pod_name(&pod)
+                handler.as_ref().is_some_and(
+                    |h| h.http_get.is_some() == *http_get && h.exec.is_some() != *http_get
+                ),
+                "{}: the sidecar's postStart is not the {} gate: {handler:?}",
+                pod_name(&pod),
+                if *http_get { "httpGet" } else { "exec" }
             );
             ensure_records(&rec, "hooks", n + 1).await?;
             let logs = ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
+            let answered = logs.contains("kube-prestop: gate answered container=main")
+                && !logs.contains("without the watcher armed");
+            let exec_done = logs.contains("kube-prestop: post-start done container=main");
             ensure!(
-                logs.contains("kube-prestop: post-start done container=main")
-                    && !logs.contains("gate listening"),
-                "{}: no exec gate in the sidecar's log:\n{logs}",
-                pod_name(&pod)
+                answered == *http_get && exec_done != *http_get,
+                "{}: the sidecar's log does not show the {} gate:\n{logs}",
+                pod_name(&pod),
+                if *http_get { "httpGet" } else { "exec" }
             );
         }
         Ok(())
@@ -1148,7 +1163,7 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, cronjob_pods_injected_and_hooks_run),
         scenario!(client, on_failure_restarts_run_a_hook_each),
         scenario!(client, exit_zero_runs_hook_once),
-        scenario!(client, exec_gate_by_annotation_and_for_host_network),
+        scenario!(client, http_get_gate_by_annotation_exec_for_host_network),
         scenario!(client, exit_three_runs_hook_once_and_job_fails),
         scenario!(client, oom_kill_runs_hook_once),
         scenario!(client, deleted_pod_gets_only_the_kubelets_prestop),
