@@ -187,7 +187,7 @@ mod tests {
     }
 
     #[test]
-    fn http_get_by_default_exec_where_the_port_would_not_reach_the_watcher() {
+    fn http_get_when_asked_exec_where_the_port_would_not_reach_the_watcher() {
         let (p, s) = pod(json!({"spec": {"containers": [{"name": "main"}]}}));
         assert_eq!(
             plan(&p, &s, StartGate::HttpGet, 2),

@@ -29,10 +29,14 @@
 //! (`kube-prestop.io/gate: http-get`).
 //!
 //! Anyone who can reach the pod's IP can reach the port: every request is
-//! hostile. A request learns only whether the watcher is armed. At most
-//! [`MAX_CONNECTIONS`] are served at once (more wait in the kernel's accept
-//! queue, never refused), each reads at most [`MAX_REQUEST_BYTES`] within
-//! [`READ_TIMEOUT`], and the answer never depends on what was sent.
+//! hostile. A request learns only whether the watcher is armed. Every
+//! connection is accepted at once (the accept queue is widened to the
+//! kernel's cap); each may take [`READ_TIMEOUT`] for at most
+//! [`MAX_REQUEST_BYTES`] of request head. With [`MAX_CONNECTIONS`] open,
+//! a new one shuts down the oldest that has not sent a whole head (a
+//! silent client: the kubelet sends its head at once), so silent clients
+//! cannot keep the kubelet's request waiting; the answer never depends on
+//! what was sent.
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -40,7 +44,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// Requests served at once; more wait, unaccepted, in the kernel's queue.
+/// Connections served at once before a new one shuts down the oldest
+/// silent one; twice this many, all holding a whole request head, close
+/// any further one.
 pub const MAX_CONNECTIONS: usize = 16;
 /// Most bytes of a request head read (the kubelet's is about 150).
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -110,6 +116,8 @@ pub fn listen(port: u16) -> io::Result<Vec<TcpListener>> {
             out.push(l);
             None
         }
+        // IPv6 requests would reach the holder: say so.
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Err(e),
         Err(e) => Some(e),
     };
     if !dual {
@@ -122,7 +130,20 @@ pub fn listen(port: u16) -> io::Result<Vec<TcpListener>> {
             Err(_) => {}
         }
     }
+    for l in &out {
+        widen_backlog(l);
+    }
     Ok(out)
+}
+
+/// Raises the accept queue from the standard library's 128 to the
+/// kernel's cap (`net.core.somaxconn`, 4096 by default since Linux 5.4),
+/// so that connections waiting for the gate are queued, not dropped.
+fn widen_backlog(l: &TcpListener) {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: listen(2) again on a listening socket only changes its
+    // backlog; the kernel caps the value at somaxconn.
+    let _ = unsafe { libc::listen(l.as_raw_fd(), 4096) };
 }
 
 /// Whether an IPv6 socket takes IPv6 only (`IPV6_V6ONLY`).
@@ -140,7 +161,9 @@ fn v6_only(l: &TcpListener) -> bool {
             &raw mut len,
         )
     };
-    rc != 0 || v != 0
+    // Unknown (the call failed): taken as dual-stack, the kernel default,
+    // rather than binding IPv4 beside it and failing on our own socket.
+    rc == 0 && v != 0
 }
 
 /// What the gate answers with, for the log.
@@ -191,7 +214,7 @@ pub fn serve(
         fail_open_at,
         container,
         started: Instant::now(),
-        slots: (Mutex::new(0), Condvar::new()),
+        conns: Mutex::new(Conns::default()),
         answered: AtomicU64::new(0),
     });
     for listener in listeners {
@@ -209,35 +232,65 @@ struct Shared {
     fail_open_at: Instant,
     container: String,
     started: Instant,
-    /// Connections being served, and the wake-up for a free slot.
-    slots: (Mutex<usize>, Condvar),
+    /// The connections being served ([`Conns`]).
+    conns: Mutex<Conns>,
     answered: AtomicU64,
 }
 
+/// The connections being served: each one's id, a handle to shut it down,
+/// and whether its request head has come whole.
+#[derive(Default)]
+struct Conns {
+    next_id: u64,
+    open: Vec<(u64, TcpStream, bool)>,
+}
+
 impl Shared {
-    fn take_slot(&self) {
-        let (lock, cond) = &self.slots;
-        let mut n = lock.lock().unwrap_or_else(|p| p.into_inner());
-        while *n >= MAX_CONNECTIONS {
-            n = cond.wait(n).unwrap_or_else(|p| p.into_inner());
-        }
-        *n += 1;
+    fn conns(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn free_slot(&self) {
-        let (lock, cond) = &self.slots;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        cond.notify_one();
+    /// Registers a new connection; at [`MAX_CONNECTIONS`], first shuts down
+    /// the oldest one whose request head has not come whole (a client that
+    /// connects and says nothing; the kubelet sends its head at once), so a
+    /// new client is never left waiting behind silent ones. Above twice
+    /// that (every held connection sent a whole head before the watcher
+    /// armed), `None`: the new connection is closed.
+    fn admit(&self, stream: &TcpStream) -> Option<u64> {
+        let mut c = self.conns();
+        if c.open.len() >= MAX_CONNECTIONS
+            && let Some(oldest) = c.open.iter().position(|(_, _, head)| !head)
+        {
+            // Out of the count at once (its thread's `done` finds nothing).
+            let (_, victim, _) = c.open.remove(oldest);
+            let _ = victim.shutdown(Shutdown::Both);
+        }
+        if c.open.len() >= 2 * MAX_CONNECTIONS {
+            return None;
+        }
+        let handle = stream.try_clone().ok()?;
+        c.next_id += 1;
+        let id = c.next_id;
+        c.open.push((id, handle, false));
+        Some(id)
+    }
+
+    fn head_done(&self, id: u64) {
+        if let Some(e) = self.conns().open.iter_mut().find(|(i, _, _)| *i == id) {
+            e.2 = true;
+        }
+    }
+
+    fn done(&self, id: u64) {
+        self.conns().open.retain(|(i, _, _)| *i != id);
     }
 }
 
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     loop {
-        shared.take_slot();
         let stream = match listener.accept() {
             Ok((s, _)) => s,
             Err(e) => {
-                shared.free_slot();
                 // EMFILE and the like: wait a little rather than spin.
                 if e.kind() != io::ErrorKind::Interrupted {
                     std::thread::sleep(Duration::from_millis(50));
@@ -245,27 +298,40 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 continue;
             }
         };
+        let Some(id) = shared.admit(&stream) else {
+            continue;
+        };
         let s = Arc::clone(shared);
+        let conn = Arc::new(Mutex::new(Some(stream)));
+        let theirs = Arc::clone(&conn);
         let spawned = std::thread::Builder::new()
             .name("gate-conn".into())
             .stack_size(THREAD_STACK_BYTES)
             .spawn(move || {
-                serve_one(stream, &s);
-                s.free_slot();
+                if let Some(stream) = theirs.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    serve_one(stream, id, &s);
+                }
+                s.done(id);
             });
         if spawned.is_err() {
-            shared.free_slot();
+            // No thread (the pod's process limit): serve it here rather
+            // than drop it unread, which would reset the kubelet's request.
+            if let Some(stream) = conn.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                serve_one(stream, id, shared);
+            }
+            shared.done(id);
         }
     }
 }
 
-fn serve_one(mut stream: TcpStream, shared: &Shared) {
+fn serve_one(mut stream: TcpStream, id: u64, shared: &Shared) {
     let peer = stream
         .peer_addr()
-        .map_or_else(|_| "?".to_owned(), |a| a.ip().to_string());
+        .map_or_else(|_| "?".to_owned(), |a| a.ip().to_canonical().to_string());
     if !read_head(&mut stream, Instant::now() + READ_TIMEOUT) {
         return;
     }
+    shared.head_done(id);
     let answer = if shared.armed.wait_until(shared.fail_open_at) {
         Answer::Armed
     } else {
@@ -397,13 +463,16 @@ mod tests {
             "main".into(),
         )
         .unwrap();
-        // More silent connections than slots: the rest wait in the queue
-        // until a slot's read timeout frees it, and are never refused.
-        let silent: Vec<TcpStream> = (0..MAX_CONNECTIONS + 4)
+        // Many more silent connections than slots: each new one shuts down
+        // the oldest silent one, and the kubelet's request is answered at
+        // once, well within the silent ones' read timeout.
+        let silent: Vec<TcpStream> = (0..MAX_CONNECTIONS * 4)
             .map(|_| TcpStream::connect((Ipv4Addr::LOCALHOST, port)).unwrap())
             .collect();
+        let t = Instant::now();
         let answer = get(port).unwrap();
         assert!(answer.ends_with("armed\n"), "{answer}");
+        assert!(t.elapsed() < READ_TIMEOUT, "waited {:?}", t.elapsed());
         drop(silent);
     }
 

@@ -246,6 +246,10 @@ pub fn run(mut cfg: WatchConfig) -> i32 {
             // the default dispositions so SIGTERM ends us, and wait for it.
             let _ = sigprocmask(SigmaskHow::SIG_UNBLOCK, Some(&mask), None);
             log!("fatal: cannot create signalfd: {e}; waiting for SIGTERM without watching");
+            // Never armed: the gate lets the pod go at its fail-open deadline.
+            if let Some((port, listening)) = cfg.gate.take() {
+                start_gate(port, listening, &gate::Armed::new(), &cfg.target.container);
+            }
             loop {
                 // SAFETY: pause has no preconditions.
                 unsafe { libc::pause() };
