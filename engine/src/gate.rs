@@ -85,35 +85,29 @@ pub fn plan(pod: &Pod, spec: &PodSpec, requested: StartGate, sidecars: usize) ->
 
 /// The mesh whose proxy or marks `pod` carries: `"istio"` or `"linkerd"`.
 pub fn mesh_of(pod: &Pod, spec: &PodSpec) -> Option<&'static str> {
-    let named = |n: &str| {
-        if n.starts_with("istio") || n.contains(".istio.io/") {
-            "istio"
-        } else {
+    // Every proxy name and mark prefix names its mesh: Linkerd's say so.
+    let mesh = |name: &str| {
+        if name.contains("linkerd") {
             "linkerd"
+        } else {
+            "istio"
         }
     };
-    if let Some(c) = spec
-        .containers
+    let meta = &pod.metadata;
+    spec.containers
         .iter()
         .chain(spec.init_containers.iter().flatten())
-        .find(|c| MESH_PROXY_CONTAINERS.contains(&c.name.as_str()))
-    {
-        return Some(named(&c.name));
-    }
-    let meta = &pod.metadata;
-    meta.annotations
-        .iter()
-        .flatten()
-        .chain(meta.labels.iter().flatten())
-        .map(|(k, _)| k.as_str())
-        .find(|k| MESH_MARK_PREFIXES.iter().any(|p| k.starts_with(p)))
-        .map(|k| {
-            if k.contains("linkerd") {
-                "linkerd"
-            } else {
-                "istio"
-            }
+        .map(|c| c.name.as_str())
+        .find(|n| MESH_PROXY_CONTAINERS.contains(n))
+        .or_else(|| {
+            meta.annotations
+                .iter()
+                .flatten()
+                .chain(meta.labels.iter().flatten())
+                .map(|(k, _)| k.as_str())
+                .find(|k| MESH_MARK_PREFIXES.iter().any(|p| k.starts_with(p)))
         })
+        .map(mesh)
 }
 
 /// The first `n` ports from [`contract::GATE_PORT_BASE`] up that no
@@ -194,40 +188,42 @@ mod tests {
             Plan::HttpGet(vec![17430, 17431])
         );
         assert_eq!(plan(&p, &s, StartGate::Exec, 1), Plan::Exec(None));
-        let (p, s) = pod(json!({"spec": {"hostNetwork": true, "containers": [{"name": "main"}]}}));
-        assert_eq!(
-            plan(&p, &s, StartGate::HttpGet, 1),
-            Plan::Exec(Some("hostNetwork"))
-        );
-        let (p, s) =
-            pod(json!({"spec": {"containers": [{"name": "main"}, {"name": "istio-proxy"}]}}));
-        assert_eq!(
-            plan(&p, &s, StartGate::HttpGet, 1),
-            Plan::Exec(Some("istio"))
-        );
-        let (p, s) = pod(
-            json!({"spec": {"initContainers": [{"name": "linkerd-proxy"}], "containers": [{"name": "main"}]}}),
-        );
-        assert_eq!(
-            plan(&p, &s, StartGate::HttpGet, 1),
-            Plan::Exec(Some("linkerd"))
-        );
-        let (p, s) = pod(json!({
-            "metadata": {"annotations": {"sidecar.istio.io/status": "{}"}},
-            "spec": {"containers": [{"name": "main"}]}
-        }));
-        assert_eq!(
-            plan(&p, &s, StartGate::HttpGet, 1),
-            Plan::Exec(Some("istio"))
-        );
-        let (p, s) = pod(json!({
-            "metadata": {"labels": {"linkerd.io/control-plane-ns": "linkerd"}},
-            "spec": {"containers": [{"name": "main"}]}
-        }));
-        assert_eq!(
-            plan(&p, &s, StartGate::HttpGet, 1),
-            Plan::Exec(Some("linkerd"))
-        );
+        let main = json!([{"name": "main"}]);
+        for (why, v) in [
+            (
+                "hostNetwork",
+                json!({"spec": {"hostNetwork": true, "containers": main}}),
+            ),
+            (
+                "istio",
+                json!({"spec": {"containers": [{"name": "main"}, {"name": "istio-proxy"}]}}),
+            ),
+            (
+                "linkerd",
+                json!({"spec": {"initContainers": [{"name": "linkerd-proxy"}], "containers": main}}),
+            ),
+            (
+                "istio",
+                json!({
+                    "metadata": {"annotations": {"sidecar.istio.io/status": "{}"}},
+                    "spec": {"containers": main}
+                }),
+            ),
+            (
+                "linkerd",
+                json!({
+                    "metadata": {"labels": {"linkerd.io/control-plane-ns": "linkerd"}},
+                    "spec": {"containers": main}
+                }),
+            ),
+        ] {
+            let (p, s) = pod(v.clone());
+            assert_eq!(
+                plan(&p, &s, StartGate::HttpGet, 1),
+                Plan::Exec(Some(why)),
+                "{v}"
+            );
+        }
     }
 
     #[test]
