@@ -347,6 +347,12 @@ def burst_rows(fig, rows, notes):
             " / ".join(f"{float(b[f'burst_exit_hook_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
             "",
             f"{b['burst_exit_hook_count']} pods whose main printed a line"))
+    if int(b.get("burst_pause_count", "0")):
+        rows.append((
+            "burst: each sidecar's longest pause between two looks (`longest_pause=`), p50 / p99 / max over sidecars",
+            " / ".join(f"{float(b[f'burst_pause_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
+            "",
+            f"{b['burst_pause_count']} sidecars; sidecar CPU request {b.get('burst_sidecar_cpu_request', 'default')}"))
     inst = fig.kv("cluster-install.txt") if fig.have("cluster-install.txt") else {}
     notes.append(
         "Cluster: the local single-node cluster (tests/cluster; 2 cores shared with whatever else runs "

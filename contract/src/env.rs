@@ -37,6 +37,15 @@ pub const ENV_HOOK_ROOT: &str = "KUBE_PRESTOP_ROOT";
 /// which cut it short (the runtime kills the container's processes with it);
 /// the hook then runs for that exit. Unset otherwise.
 pub const ENV_HOOK_KUBELET_PRESTOP: &str = "KUBE_PRESTOP_KUBELET_PRESTOP";
+/// Environment variable given to the hook: `1` for a *late* run, one for a
+/// run of the container the watcher never saw (it was created, ran and
+/// exited while the sidecar was not scheduled): the kubelet had prepared the
+/// container's start ([`crate::id_sub_path`] exists), no run of it was
+/// found, and the kubelet did not run its preStop. The hook then runs when
+/// the sidecar is stopped, with [`ENV_HOOK_INSTANCE`]
+/// [`crate::UNSEEN_INSTANCE_ID`], and without [`ENV_HOOK_EXIT_CODE`],
+/// [`ENV_HOOK_EXIT_SIGNAL`] or [`ENV_HOOK_ROOT`]. Unset otherwise.
+pub const ENV_HOOK_LATE: &str = "KUBE_PRESTOP_LATE";
 
 /// Environment variable of the sidecar container: when set (to anything),
 /// the watcher logs how it classifies every process it looks at
@@ -61,6 +70,7 @@ mod tests {
                 ENV_HOOK_EXIT_SIGNAL,
                 ENV_HOOK_ROOT,
                 ENV_HOOK_KUBELET_PRESTOP,
+                ENV_HOOK_LATE,
                 ENV_DEBUG,
             ],
             [
@@ -72,6 +82,7 @@ mod tests {
                 "KUBE_PRESTOP_EXIT_SIGNAL",
                 "KUBE_PRESTOP_ROOT",
                 "KUBE_PRESTOP_KUBELET_PRESTOP",
+                "KUBE_PRESTOP_LATE",
                 "KUBE_PRESTOP_DEBUG",
             ]
         );

@@ -39,8 +39,15 @@
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
 //!   state/<container>/done-<id>      our hook run for instance <id> finished (its outcome)
-//!   id/<container>/                  source of <container>'s identifying mount
+//!   id/<container>/                  source of <container>'s identifying mount; the kubelet
+//!                                    creates it when it prepares <container>'s first start
 //! ```
+//!
+//! The sidecars mount `id/` read-only at [`IDS_MOUNT_PATH`] and no container
+//! of the pod mounts it writable (the install init container, which mounts
+//! the whole volume, is done before any of them starts), so `id/X` exists
+//! only once the kubelet made it: the watcher's evidence that `X` was
+//! started when it never saw `X` run ([`ENV_HOOK_LATE`]).
 //!
 //! A watched container `X` additionally mounts `id/X` (read-only) at
 //! `/.kube-prestop-id/X` (see [`id_mount_path`]). That mount point appears

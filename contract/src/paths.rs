@@ -97,10 +97,24 @@ pub fn state_mount_path(container: &str) -> String {
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
+/// Sub-path, inside the shared volume, of the directory holding every
+/// watched container's identifying-mount source ([`id_sub_path`]). The
+/// sidecars mount it read-only at [`IDS_MOUNT_PATH`]: that `id/<container>`
+/// exists tells the watcher the kubelet prepared `<container>`'s start.
+pub const ID_SUB_PATH: &str = "id";
+
+/// Mount point of [`ID_SUB_PATH`] in the sidecars: `/.kube-prestop/id`.
+pub const IDS_MOUNT_PATH: &str = "/.kube-prestop/id";
+
 /// Sub-path, inside the shared volume, of `container`'s identifying mount:
-/// `id/<container>`.
+/// `id/<container>`. Nothing of ours creates it: the kubelet does, when it
+/// prepares the container's mounts for its first start, after the image is
+/// present and right before it asks the runtime to create the container
+/// (`startContainer` → `generateContainerConfig` → `makeMounts` →
+/// `SafeMakeDir`, Kubernetes v1.37.2 `pkg/kubelet/kuberuntime/kuberuntime_container.go`
+/// and `pkg/kubelet/kubelet_pods.go`; `docs/facts.md` K12).
 pub fn id_sub_path(container: &str) -> String {
-    format!("id/{container}")
+    format!("{ID_SUB_PATH}/{container}")
 }
 
 /// Mount point of `container`'s identifying mount:
@@ -150,6 +164,11 @@ mod tests {
     fn state_mounts_are_pinned_and_are_the_state_dir() {
         assert_eq!(state_sub_path("main"), "state/main");
         assert_eq!(STATE_MOUNT_PATH, format!("{MOUNT_PATH}/{STATE_SUB_PATH}"));
+        assert_eq!(IDS_MOUNT_PATH, format!("{MOUNT_PATH}/{ID_SUB_PATH}"));
+        assert_eq!(
+            Path::new(IDS_MOUNT_PATH).join("main"),
+            Path::new(MOUNT_PATH).join(id_sub_path("main"))
+        );
         assert_eq!(BINARY_DIR, format!("{MOUNT_PATH}/{BIN_SUB_PATH}"));
         assert_eq!(
             Path::new(STATE_MOUNT_PATH),

@@ -33,9 +33,19 @@ pub fn instance_id(pid: i32, start_time_ticks: u64) -> String {
     format!("{pid}-{start_time_ticks}")
 }
 
+/// The instance id of a *late* run ([`crate::ENV_HOOK_LATE`]): a run of the
+/// container that the watcher never saw, so whose PID and start time it does
+/// not know. PID 0 is never a process of the pod, so it names no real
+/// instance; [`instance_id`]`(0, 0)`.
+pub const UNSEEN_INSTANCE_ID: &str = "0-0";
+
 /// Splits an instance id built by [`instance_id`] into PID (> 0) and start
-/// time (clock ticks since boot). `None` when `id` is not of that shape.
+/// time (clock ticks since boot), or [`UNSEEN_INSTANCE_ID`] into `(0, 0)`.
+/// `None` when `id` is not of that shape.
 pub fn parse_instance_id(id: &str) -> Option<(i32, u64)> {
+    if id == UNSEEN_INSTANCE_ID {
+        return Some((0, 0));
+    }
     let (pid, start) = id.split_once('-')?;
     let pid: i32 = pid.parse().ok()?;
     let start: u64 = start.parse().ok()?;
@@ -165,6 +175,9 @@ mod tests {
         assert_eq!(parse_instance_id("42"), None);
         assert_eq!(parse_instance_id("x-1"), None);
         assert_eq!(parse_instance_id("0-1"), None);
+        assert_eq!(parse_instance_id(UNSEEN_INSTANCE_ID), Some((0, 0)));
+        assert_eq!(instance_id(0, 0), UNSEEN_INSTANCE_ID);
+        assert_eq!(parse_instance_id("00-0"), None);
         assert_eq!(parse_instance_id("1-2-3"), None);
     }
 }

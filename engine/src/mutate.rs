@@ -111,10 +111,10 @@ fn install_security_context() -> SecurityContext {
 /// The whole shared volume at [`contract::MOUNT_PATH`], read-write: only
 /// the install init container mounts it (it writes the binary, and is done
 /// before any sidecar starts). Every other container of ours mounts only
-/// sub-paths ([`BinaryMount::mounts`], [`states_mount`], [`state_mount`]), so
-/// none of them can replace the binary or write another container's records
-/// (`docs/security.md`, "What a container of the pod can do to another's
-/// hook").
+/// sub-paths ([`BinaryMount::mounts`], [`states_mount`], [`state_mount`],
+/// [`ids_mount`]), so none of them can replace the binary, write another
+/// container's records or fake another container's start (`docs/security.md`,
+/// "What a container of the pod can do to another's hook").
 fn shared_mount(volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
@@ -132,6 +132,22 @@ fn states_mount(volume: &str) -> VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::STATE_MOUNT_PATH.to_owned(),
         sub_path: Some(contract::STATE_SUB_PATH.to_owned()),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+/// Every watched container's identifying-mount source, read-only:
+/// `subPath: id` at `/.kube-prestop/id`, for the sidecars. `id/X` exists
+/// once the kubelet prepared X's mounts for its first start (it creates a
+/// missing sub-path; nothing of ours does, and no container of the pod
+/// mounts `id` writable), which is how a watcher that never saw X run knows
+/// X was started and runs its hook late (`contract::ENV_HOOK_LATE`).
+fn ids_mount(volume: &str) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::IDS_MOUNT_PATH.to_owned(),
+        sub_path: Some(contract::ID_SUB_PATH.to_owned()),
         read_only: Some(true),
         ..Default::default()
     }
@@ -292,8 +308,9 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
 /// binary's delivery and the shared volume's name give the binary's path
 /// and the mounts of the binary ([`BinaryMount::mount`]), of every state
-/// directory ([`states_mount`], read-only) and of X's ([`state_mount`],
-/// read-write), added to X's own.
+/// directory ([`states_mount`], read-only), of X's ([`state_mount`],
+/// read-write) and of every identifying-mount source ([`ids_mount`],
+/// read-only), added to X's own.
 fn sidecar_container(
     name: String,
     x: &Container,
@@ -308,6 +325,7 @@ fn sidecar_container(
         binary.mount(shared),
         states_mount(shared),
         state_mount(x, shared),
+        ids_mount(shared),
     ]);
     let binary = binary.path();
     Container {

@@ -140,6 +140,9 @@ pub enum Unknown {
     NotRecorded,
     /// The instance exited while the sidecar was not running.
     SidecarDown,
+    /// The watcher never saw the instance: a late run
+    /// ([`kube_prestop_contract::ENV_HOOK_LATE`]).
+    Unseen,
 }
 
 impl Unknown {
@@ -156,6 +159,7 @@ impl Unknown {
             Self::Ioctl(e) => format!("PIDFD_GET_INFO failed: {e}"),
             Self::NotRecorded => "the kernel recorded none for it".into(),
             Self::SidecarDown => "it exited while the sidecar was not running".into(),
+            Self::Unseen => "the watcher never saw that run of the container".into(),
         }
     }
 }

@@ -72,6 +72,14 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// The instance of a late run: one the watcher never saw, so whose PID
+    /// and start time it does not know ([`contract::UNSEEN_INSTANCE_ID`],
+    /// `0-0`; PID 0 is never a process of the pod).
+    pub const UNSEEN: Self = Self {
+        pid: 0,
+        start_time: 0,
+    };
+
     /// The instance id used in state file names: `<pid>-<start_time>`.
     pub fn id(&self) -> String {
         contract::instance_id(self.pid, self.start_time)

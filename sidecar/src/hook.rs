@@ -8,7 +8,8 @@
 //! [`contract::ENV_HOOK_CONTAINER`], [`contract::ENV_HOOK_INSTANCE`],
 //! [`contract::ENV_HOOK_ATTEMPT`], and, when known,
 //! [`contract::ENV_HOOK_EXIT_CODE`] or [`contract::ENV_HOOK_EXIT_SIGNAL`] and
-//! [`contract::ENV_HOOK_ROOT`] (any of these inherited from the sidecar's
+//! [`contract::ENV_HOOK_ROOT`]; [`contract::ENV_HOOK_LATE`] for a run of the
+//! container the watcher never saw ([`Unknown::Unseen`]) (any of these inherited from the sidecar's
 //! environment is removed first, so the hook never sees a stale value).
 //! With [`Chroot`], the child `chroot`s into the held container root before
 //! `exec` (the command is then looked up in the container's file system)
@@ -36,7 +37,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use crate::exit_info::{ContainerExit, ExitKnowledge};
+use crate::exit_info::{ContainerExit, ExitKnowledge, Unknown};
 use kube_prestop_contract::{self as contract, HookStatus};
 
 /// Chroot the hook into a held container root.
@@ -98,6 +99,7 @@ pub fn spawn(
         .env_remove(contract::ENV_HOOK_EXIT_SIGNAL)
         .env_remove(contract::ENV_HOOK_ROOT)
         .env_remove(contract::ENV_HOOK_KUBELET_PRESTOP)
+        .env_remove(contract::ENV_HOOK_LATE)
         .env(contract::ENV_HOOK_CONTAINER, ctx.container)
         .env(contract::ENV_HOOK_INSTANCE, ctx.instance)
         .env(contract::ENV_HOOK_ATTEMPT, ctx.attempt.to_string())
@@ -109,6 +111,9 @@ pub fn spawn(
         }
         ExitKnowledge::Known(ContainerExit::Signal(sig)) => {
             cmd.env(contract::ENV_HOOK_EXIT_SIGNAL, sig.to_string());
+        }
+        ExitKnowledge::Unknown(Unknown::Unseen) => {
+            cmd.env(contract::ENV_HOOK_LATE, "1");
         }
         ExitKnowledge::Unknown(_) => {}
     }

@@ -17,16 +17,23 @@
 //! excluded it ([`SkipReason::RunOn`]), or it was interrupted twice
 //! ([`Outcome::Abandoned`]); and no instance gets two [`Action::RunHook`]s,
 //! whatever the shell reports twice or out of order. A stop (`SIGTERM`)
-//! that finds no instance at all ends in [`Action::ReportMiss`], so an exit
-//! the watcher never saw is never silent.
+//! that finds no instance at all asks whether the kubelet started the
+//! container ([`Action::CheckStarted`]): if it did, and did not run the
+//! preStop itself, the hook runs late, once, for the run nobody saw
+//! ([`Instance::UNSEEN`], [`Unknown::Unseen`]); if it never started the
+//! container nothing is due ([`Action::NotStarted`]); if that cannot be
+//! told, [`Action::ReportMiss`]. So an exit the watcher never saw is never
+//! silent, and a container that never ran never gets a hook.
 //!
 //! # Protocol
-//! [`Lifecycle::handle`] returns actions in order. Two of them ask the shell
-//! a question that it answers with the next event before anything else:
-//! [`Action::CheckMark`] with [`Event::Marked`], and [`Action::FinalLook`]
-//! with the [`Event::Found`]/[`Event::Exited`] that the look produced, then
-//! [`Event::FinalLookDone`]. [`Action::RunHook`] is answered, later, by
-//! [`Event::HookEnded`] or at once by [`Event::HookFailedToStart`].
+//! [`Lifecycle::handle`] returns actions in order. Three of them ask the
+//! shell a question that it answers with the next event before anything
+//! else: [`Action::CheckMark`] with [`Event::Marked`],
+//! [`Action::FinalLook`] with the [`Event::Found`]/[`Event::Exited`] that
+//! the look produced, then [`Event::FinalLookDone`], and
+//! [`Action::CheckStarted`] with [`Event::StartEvidence`].
+//! [`Action::RunHook`] is answered, later, by [`Event::HookEnded`] or at
+//! once by [`Event::HookFailedToStart`].
 
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
@@ -104,6 +111,32 @@ pub enum Event {
     Terminate,
     /// The [`Action::FinalLook`] is complete.
     FinalLookDone,
+    /// Answer to [`Action::CheckStarted`].
+    StartEvidence(StartEvidence),
+}
+
+/// Whether the kubelet started the watched container, asked at a stop when
+/// no instance was ever found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartEvidence {
+    /// The container's identifying-mount source (`id/X`) does not exist: the
+    /// kubelet never prepared its mounts, which it does for every start
+    /// after the image is present and before the runtime creates the
+    /// container (its image never pulled, or the pod was stopped first).
+    NotStarted,
+    /// `id/X` exists: the kubelet prepared the container's start; `kubelet`
+    /// is what the wrapper's marks say of the kubelet's own preStop (any
+    /// instance's: the watcher does not know which ran). `now_ticks`: now,
+    /// in clock ticks since boot (recorded as the exit time).
+    Started {
+        /// The kubelet's preStop run, over every mark.
+        kubelet: KubeletRun,
+        /// Now, clock ticks since boot.
+        now_ticks: u64,
+    },
+    /// The evidence could not be read (logged by the shell): the miss is
+    /// reported.
+    Unreadable,
 }
 
 /// The kubelet's own run of the container's preStop for one instance, as
@@ -179,7 +212,13 @@ pub enum Action {
     /// wait for it (the kubelet stops it and runs its own preStop).
     StopWatching(Instance),
     /// A stop came and no instance was ever found (nor recorded by a
-    /// previous run): if the container ran, its hook did not. Logged as a
+    /// previous run): look whether the kubelet started the container; answer
+    /// with [`Event::StartEvidence`].
+    CheckStarted,
+    /// The kubelet never started the container: no hook is due (logged).
+    NotStarted,
+    /// A stop came, no instance was ever found, and whether the container
+    /// was started cannot be told: if it ran, its hook did not. Logged as a
     /// warning with the search's statistics.
     ReportMiss,
     /// Rewrite the termination message, marking the running hook's line as
@@ -199,6 +238,8 @@ enum Stop {
     No,
     /// [`Action::FinalLook`] asked, not answered.
     Looking,
+    /// [`Action::CheckStarted`] asked, not answered.
+    Checking,
     /// Decided; the queue drains, then [`Action::Exit`].
     Draining,
     /// [`Action::Exit`] given.
@@ -308,12 +349,24 @@ impl Lifecycle {
             }
             Event::FinalLookDone => {
                 if self.stop == Stop::Looking {
-                    self.stop = Stop::Draining;
                     if let Some(w) = self.watching.take() {
                         out.push(Action::StopWatching(w));
                     } else if !self.ever_found {
-                        out.push(Action::ReportMiss);
+                        self.stop = Stop::Checking;
+                        out.push(Action::CheckStarted);
+                        // The shell answers before anything else runs.
+                        return out;
                     }
+                    self.stop = Stop::Draining;
+                    out.push(Action::TerminationMessage {
+                        cut: self.running.map(|r| r.instance),
+                    });
+                }
+            }
+            Event::StartEvidence(evidence) => {
+                if self.stop == Stop::Checking {
+                    self.stop = Stop::Draining;
+                    self.start_evidence(evidence, &mut out);
                     out.push(Action::TerminationMessage {
                         cut: self.running.map(|r| r.instance),
                     });
@@ -378,6 +431,15 @@ impl Lifecycle {
             out.push(Action::Retire(instance));
             return;
         }
+        if self.taken.contains(&Instance::UNSEEN) {
+            // The late run answered the exits nobody saw: this may be one.
+            out.push(Action::Ignored {
+                instance,
+                why: "found after the late run for the unseen exits",
+            });
+            out.push(Action::Retire(instance));
+            return;
+        }
         if self.watching.is_some() {
             out.push(Action::Ignored {
                 instance,
@@ -415,6 +477,28 @@ impl Lifecycle {
             exit_ticks,
             exit,
         });
+    }
+
+    /// At a stop with nothing found ([`Stop::Checking`]): no instance was
+    /// ever found or recorded, so nothing runs, is decided or queued, and
+    /// the late run is the only one.
+    fn start_evidence(&mut self, evidence: StartEvidence, out: &mut Vec<Action>) {
+        let (kubelet, now_ticks) = match evidence {
+            StartEvidence::NotStarted => return out.push(Action::NotStarted),
+            StartEvidence::Unreadable => return out.push(Action::ReportMiss),
+            StartEvidence::Started { kubelet, now_ticks } => (kubelet, now_ticks),
+        };
+        if !self.taken.insert(Instance::UNSEEN) {
+            return;
+        }
+        let run = QueuedHookRun {
+            instance: Instance::UNSEEN,
+            attempt: 1,
+            exit_ticks: now_ticks,
+            exit: ExitKnowledge::Unknown(Unknown::Unseen),
+        };
+        self.deciding = Some(run);
+        self.marked(Instance::UNSEEN, kubelet, out);
     }
 
     fn marked(&mut self, instance: Instance, kubelet: KubeletRun, out: &mut Vec<Action>) {
@@ -480,7 +564,7 @@ impl Lifecycle {
     /// Starts deciding the next queued run when nothing runs or is being
     /// decided; gives [`Action::Exit`] once a stop has drained everything.
     fn pump(&mut self, out: &mut Vec<Action>) {
-        if self.stop == Stop::Looking {
+        if matches!(self.stop, Stop::Looking | Stop::Checking) {
             return;
         }
         if self.running.is_none() && self.deciding.is_none() {

@@ -59,7 +59,7 @@ use crate::exit_info::{self, ExitKnowledge, Unknown};
 use crate::finder::{self, Instance, Scanner};
 use crate::gate;
 use crate::hook::{self, Chroot, HookContext, RunningHook};
-use crate::lifecycle::{Action, Event, KubeletRun, Lifecycle};
+use crate::lifecycle::{Action, Event, KubeletRun, Lifecycle, StartEvidence};
 use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
@@ -525,6 +525,17 @@ impl Watcher {
                     inst.id()
                 );
             }
+            Action::CheckStarted => {
+                let evidence = self.start_evidence();
+                self.feed(Event::StartEvidence(evidence));
+            }
+            Action::NotStarted => log!(
+                "container={} was never started: the kubelet did not prepare its mounts ({} is missing), so its image never became ready or the pod was stopped first; no hook is due. searched_for={} {}",
+                self.container(),
+                self.ids_entry().display(),
+                secs(self.searching_since.elapsed()),
+                self.scanner.stats()
+            ),
             Action::ReportMiss => {
                 self.missed = true;
                 let stats = self.scanner.stats();
@@ -608,6 +619,79 @@ impl Watcher {
                 contract::ENV_HOOK_KUBELET_PRESTOP
             );
             KubeletRun::Cut
+        }
+    }
+
+    /// `<root>/id/X`: the source of X's identifying mount, which the kubelet
+    /// creates when it prepares X's first start ([`contract::id_sub_path`]);
+    /// the sidecar sees it read-only at [`contract::IDS_MOUNT_PATH`].
+    fn ids_entry(&self) -> PathBuf {
+        self.cfg
+            .target
+            .root
+            .join(contract::id_sub_path(self.container()))
+    }
+
+    /// [`Action::CheckStarted`]: whether the kubelet started X
+    /// ([`StartEvidence`]): `id/X` is a directory (not followed through a
+    /// link), and what the wrapper's marks say of the kubelet's preStop,
+    /// over every `prestop-<id>` of X's state directory ([`KubeletRun::Ran`]
+    /// if any ran, else [`KubeletRun::Cut`] if any was cut short). X's own
+    /// processes can write marks there: a forged mark only skips X's own
+    /// late hook.
+    fn start_evidence(&self) -> StartEvidence {
+        let entry = self.ids_entry();
+        match std::fs::symlink_metadata(&entry) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                log!(
+                    "warning: container={}: {} is not a directory; cannot tell whether the container was started",
+                    self.container(),
+                    entry.display()
+                );
+                return StartEvidence::Unreadable;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return StartEvidence::NotStarted;
+            }
+            Err(e) => {
+                log!(
+                    "warning: container={}: cannot read {}: {e}; cannot tell whether the container was started",
+                    self.container(),
+                    entry.display()
+                );
+                return StartEvidence::Unreadable;
+            }
+        }
+        let names = self.store.list().unwrap_or_else(|e| {
+            log!(
+                "warning: container={}: {e}; the kubelet's preStop marks are not read",
+                self.container()
+            );
+            Vec::new()
+        });
+        let mut kubelet = KubeletRun::None;
+        for name in &names {
+            if let Some((RecordKind::Prestop, id)) = RecordKind::parse_file_name(name)
+                && let Some(inst) = Instance::from_id(id)
+            {
+                match self.kubelet_run(inst) {
+                    KubeletRun::Ran => kubelet = KubeletRun::Ran,
+                    KubeletRun::Cut if kubelet == KubeletRun::None => kubelet = KubeletRun::Cut,
+                    _ => {}
+                }
+            }
+        }
+        log!(
+            "container={} ran and exited unseen: the kubelet prepared its start ({} exists) and no run of it was found. searched_for={} {}",
+            self.container(),
+            entry.display(),
+            secs(self.searching_since.elapsed()),
+            self.scanner.stats()
+        );
+        StartEvidence::Started {
+            kubelet,
+            now_ticks: procfs::now_ticks(),
         }
     }
 
@@ -989,6 +1073,11 @@ impl Watcher {
         let id = run.instance.id();
         // Recovery's own skips (attempt 0) and abandons were logged by it.
         match outcome {
+            Outcome::Skipped(SkipReason::Prestop) if run.instance == Instance::UNSEEN => log!(
+                "not running the late hook container={}: the kubelet ran the preStop itself (a {} mark)",
+                self.container(),
+                RecordKind::Prestop
+            ),
             Outcome::Skipped(SkipReason::Prestop) if run.attempt > 0 => log!(
                 "not running hook container={} instance={id}: the kubelet ran the preStop itself (mark {})",
                 self.container(),
@@ -1050,7 +1139,11 @@ impl Watcher {
             );
         }
         let root = self.roots.remove(&run.instance).unwrap_or_else(|| {
-            RootHold::Missing("the container exited while the sidecar was not running".to_owned())
+            RootHold::Missing(if run.instance == Instance::UNSEEN {
+                "the watcher never saw this run of the container".to_owned()
+            } else {
+                "the container exited while the sidecar was not running".to_owned()
+            })
         });
         let root_path = match (&root, self.own_pid) {
             (RootHold::Held(h), Some(pid)) => Some(h.hook_path(&self.cfg.proc_root, pid)),

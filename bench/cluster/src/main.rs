@@ -302,6 +302,21 @@ async fn webhook_histogram(client: &Client) -> Result<(Histogram, BTreeSet<Strin
     Ok((h, names))
 }
 
+/// The largest `longest_pause=S.SSSs` a sidecar's log reports, in ms
+/// (`None`: no such field). The watcher prints it with its search
+/// statistics (`sidecar/src/finder.rs`, `SearchStats`).
+fn longest_pause_ms(log: &str) -> Option<f64> {
+    log.split_whitespace()
+        .filter_map(|w| {
+            w.strip_prefix("longest_pause=")?
+                .strip_suffix('s')?
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|s| s * 1e3)
+        .max_by(f64::total_cmp)
+}
+
 /// Pods that keep CPUs busy beside the burst, and the sidecars' CPU request.
 struct Busy {
     /// How many (0: none).
@@ -486,6 +501,14 @@ async fn burst(
             .iter()
             .filter(|(_, log)| log.contains(NEVER_SEEN_RUNNING))
             .count();
+        // Each sidecar's longest pause between two looks, the most it
+        // reported (`longest_pause=` in its `watching`/`found`/`never seen`
+        // lines): how starved it was while it searched.
+        let mut pause_ms: Vec<f64> = hook_logs
+            .iter()
+            .filter_map(|(_, l)| l.as_ref().and_then(|(_, log)| longest_pause_ms(log)))
+            .collect();
+        pause_ms.sort_by(f64::total_cmp);
         let more_hooks = hook_logs.iter().filter(|(_, l)| hooks(l).is_some_and(|n| n > 1)).count();
         let no_logs = hook_logs.iter().filter(|(_, l)| l.is_none()).count();
         let recorded = rec.lines("hooks");
@@ -524,6 +547,10 @@ async fn burst(
                 percentile(&exit_hook_ms, q),
             );
         }
+        out(&mut lines, "burst_pause_count", pause_ms.len());
+        for (q, n) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
+            out_ms(&mut lines, &format!("burst_pause_{n}_ms"), percentile(&pause_ms, q));
+        }
         out(&mut lines, "burst_log_count", log_ms.len());
         out(
             &mut lines,
@@ -558,14 +585,46 @@ async fn burst(
         out(&mut lines, "burst_api_fail_open", api.fail_open);
         out(&mut lines, "burst_api_rejections", api.rejections);
         out(&mut lines, "burst_api_not_200", api.calls_not_200);
-        let raw = json!({
-            "pods_without_hook": without_hook
-                .iter()
-                .map(|(pod, log)| {
-                    let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                    json!({"pod": pod, "sidecar_log_tail": tail.into_iter().rev().collect::<Vec<_>>()})
+        // Every sidecar without exactly one hook keeps its whole log, its
+        // restart count and termination message, and its index's records.
+        let sidecar = sidecar_name(C);
+        let not_one_hook: Vec<Value> = hook_logs
+            .iter()
+            .filter(|(_, l)| hooks(l) != Some(1))
+            .map(|(pod, l)| {
+                let p = pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod.as_str()));
+                let st = p.and_then(|p| p.status.as_ref()).and_then(|s| {
+                    s.init_container_statuses
+                        .iter()
+                        .flatten()
+                        .find(|c| c.name == sidecar)
+                });
+                let index = p
+                    .and_then(|p| p.metadata.annotations.as_ref())
+                    .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"));
+                json!({
+                    "pod": pod,
+                    "hooks": hooks(l),
+                    "sidecar_log": l.as_ref().map(|(_, log)| log.lines().collect::<Vec<_>>()),
+                    "sidecar_restarts": st.map(|c| c.restart_count),
+                    "sidecar_termination_message": st
+                        .and_then(|c| {
+                            c.state
+                                .as_ref()
+                                .and_then(|s| s.terminated.as_ref())
+                                .or(c.last_state.as_ref().and_then(|s| s.terminated.as_ref()))
+                        })
+                        .and_then(|t| t.message.clone()),
+                    "completion_index": index,
+                    "records": index.map(|i| recorded
+                        .iter()
+                        .filter(|r| r.split(' ').next() == Some(i.as_str()))
+                        .collect::<Vec<_>>()),
                 })
-                .collect::<Vec<_>>(),
+            })
+            .collect();
+        let raw = json!({
+            "pods_not_one_hook": not_one_hook,
             "webhook_histogram": wh.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
             "apiserver_histogram": api.duration.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
         });
@@ -574,4 +633,20 @@ async fn burst(
     .await;
     records.remove();
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::longest_pause_ms;
+
+    #[test]
+    fn longest_pause_is_the_largest_the_log_reports() {
+        let log = "kube-prestop: watching container=main instance=7-1 pid=7 found_after=0.1s \
+                   listings=2 candidates=1 longest_pause=0.040s\n\
+                   kube-prestop: warning: container=main was never seen running ... \
+                   longest_pause=1.358s\n";
+        assert_eq!(longest_pause_ms(log), Some(1358.0));
+        assert_eq!(longest_pause_ms("kube-prestop: hook finished"), None);
+        assert_eq!(longest_pause_ms("longest_pause=x"), None);
+    }
 }

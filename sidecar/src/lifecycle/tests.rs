@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::exit_info::ContainerExit;
+use kube_prestop_contract as contract;
 
 fn inst(k: usize) -> Instance {
     Instance {
@@ -200,11 +201,38 @@ fn a_stop_while_searching_takes_a_last_look_first() {
     assert_eq!(a.last(), Some(&Action::Exit));
 }
 
-#[test]
-fn a_stop_with_nothing_found_is_reported_as_a_miss() {
-    let mut m = Lifecycle::new(RunOn::Always);
+/// A machine stopped with nothing found, asked whether the kubelet started
+/// the container.
+fn stopped_with_nothing_found(run_on: RunOn) -> Lifecycle {
+    let mut m = Lifecycle::new(run_on);
     m.handle(Event::Terminate);
     let a = m.handle(Event::FinalLookDone);
+    assert_eq!(a, [Action::CheckStarted], "the shell answers first");
+    m
+}
+
+const LATE: ExitKnowledge = ExitKnowledge::Unknown(Unknown::Unseen);
+
+fn late_run() -> QueuedHookRun {
+    QueuedHookRun {
+        instance: Instance::UNSEEN,
+        attempt: 1,
+        exit_ticks: 9,
+        exit: LATE,
+    }
+}
+
+fn started(kubelet: KubeletRun) -> Event {
+    Event::StartEvidence(StartEvidence::Started {
+        kubelet,
+        now_ticks: 9,
+    })
+}
+
+#[test]
+fn a_stop_with_nothing_found_and_no_evidence_is_reported_as_a_miss() {
+    let mut m = stopped_with_nothing_found(RunOn::Always);
+    let a = m.handle(Event::StartEvidence(StartEvidence::Unreadable));
     assert_eq!(
         a,
         [
@@ -213,6 +241,113 @@ fn a_stop_with_nothing_found_is_reported_as_a_miss() {
             Action::Exit
         ]
     );
+}
+
+#[test]
+fn a_container_never_started_gets_no_hook_and_no_miss() {
+    let mut m = stopped_with_nothing_found(RunOn::Always);
+    let a = m.handle(Event::StartEvidence(StartEvidence::NotStarted));
+    assert_eq!(
+        a,
+        [
+            Action::NotStarted,
+            Action::TerminationMessage { cut: None },
+            Action::Exit
+        ]
+    );
+}
+
+#[test]
+fn a_container_started_and_never_seen_gets_one_late_hook() {
+    for run_on in [RunOn::Always, RunOn::Success, RunOn::Failure] {
+        let mut m = stopped_with_nothing_found(run_on);
+        let a = m.handle(started(KubeletRun::None));
+        assert_eq!(
+            a,
+            [
+                Action::RunHook {
+                    run: late_run(),
+                    unknown_despite_run_on: run_on != RunOn::Always,
+                    after_cut_prestop: false,
+                },
+                Action::TerminationMessage {
+                    cut: Some(Instance::UNSEEN)
+                },
+            ],
+            "{run_on:?}: the exit status is unknown, so run-on cannot skip it"
+        );
+        // A second answer, or a stale report, runs nothing more.
+        assert!(m.handle(started(KubeletRun::None)).is_empty());
+        let a = m.handle(Event::Found {
+            instance: inst(0),
+            exit: Some((7, OK)),
+        });
+        assert!(
+            !a.iter().any(|a| matches!(a, Action::RunHook { .. })),
+            "{a:?}"
+        );
+        let a = m.handle(Event::HookEnded {
+            instance: Instance::UNSEEN,
+            status: HookStatus::Exited(0),
+            duration: Duration::ZERO,
+        });
+        assert_eq!(
+            a,
+            [
+                Action::Done {
+                    run: late_run(),
+                    outcome: Outcome::Ran,
+                    status: Some(HookStatus::Exited(0)),
+                    duration: Some(Duration::ZERO),
+                },
+                Action::Exit
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_late_hook_defers_to_the_kubelets_prestop_and_is_told_of_a_cut_one() {
+    let mut m = stopped_with_nothing_found(RunOn::Always);
+    let a = m.handle(started(KubeletRun::Ran));
+    assert_eq!(
+        a,
+        [
+            Action::Done {
+                run: late_run(),
+                outcome: Outcome::Skipped(SkipReason::Prestop),
+                status: None,
+                duration: None,
+            },
+            Action::TerminationMessage { cut: None },
+            Action::Exit
+        ]
+    );
+    let mut m = stopped_with_nothing_found(RunOn::Always);
+    let a = m.handle(started(KubeletRun::Cut));
+    assert!(matches!(
+        a[0],
+        Action::RunHook {
+            after_cut_prestop: true,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn no_late_hook_once_an_instance_was_found_or_recorded() {
+    let mut m = Lifecycle::new(RunOn::Always);
+    m.handle(Event::Recovered {
+        actions: vec![RecoveryAction::SkippedPrestop {
+            id: contract::UNSEEN_INSTANCE_ID.to_owned(),
+        }],
+        had_records: true,
+        now_ticks: 7,
+    });
+    m.handle(Event::Terminate);
+    let a = m.handle(Event::FinalLookDone);
+    assert!(!a.contains(&Action::CheckStarted), "{a:?}");
+    assert_eq!(a.last(), Some(&Action::Exit));
 }
 
 #[test]
@@ -401,15 +536,32 @@ impl World {
                         kubelet,
                     });
                 }
+                Action::CheckStarted => {
+                    // The kubelet made `id/X` when it prepared the first
+                    // start; the wrapper's marks are every instance's.
+                    let evidence = if self.life[0] == Life::NotStarted {
+                        StartEvidence::NotStarted
+                    } else {
+                        StartEvidence::Started {
+                            kubelet: self.marks(),
+                            now_ticks: 9,
+                        }
+                    };
+                    self.feed(Event::StartEvidence(evidence));
+                }
                 Action::RunHook {
                     run,
                     after_cut_prestop,
                     ..
                 } => {
-                    let cut = self.life[Self::k(run.instance)]
-                        == (Life::Exited {
-                            end: End::DuringPrestop,
-                        });
+                    let cut = if run.instance == Instance::UNSEEN {
+                        self.marks() == KubeletRun::Cut
+                    } else {
+                        self.life[Self::k(run.instance)]
+                            == (Life::Exited {
+                                end: End::DuringPrestop,
+                            })
+                    };
                     assert_eq!(after_cut_prestop, cut, "{:?}", self.steps);
                     assert!(self.hook.is_none(), "two hooks at once: {:?}", self.steps);
                     self.hook = Some(run.instance);
@@ -435,6 +587,19 @@ impl World {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// What the wrapper's marks of every instance say of the kubelet's
+    /// preStop: ran for one, else cut short for one, else none.
+    fn marks(&self) -> KubeletRun {
+        let ends = |e: End| self.life.contains(&Life::Exited { end: e });
+        if ends(End::Kubelet) {
+            KubeletRun::Ran
+        } else if ends(End::DuringPrestop) {
+            KubeletRun::Cut
+        } else {
+            KubeletRun::None
         }
     }
 
@@ -584,7 +749,59 @@ impl World {
                 .count(),
             1
         );
-        let miss = self.actions.contains(&Action::ReportMiss);
+        assert!(
+            !self.actions.contains(&Action::ReportMiss),
+            "the evidence was readable: no miss is reported\n{}",
+            ctx()
+        );
+        // The late run: asked only when nothing was found; once at most;
+        // never for a container the kubelet never started; skipped when the
+        // kubelet ran a preStop.
+        let late = |a: &&Action| match a {
+            Action::RunHook { run, .. } | Action::Done { run, .. } => {
+                run.instance == Instance::UNSEEN
+            }
+            _ => false,
+        };
+        let late: Vec<&Action> = self.actions.iter().filter(late).collect();
+        let asked = self.actions.contains(&Action::CheckStarted);
+        assert_eq!(asked, !self.found.iter().any(|f| *f), "{}", ctx());
+        if !asked || self.life[0] == Life::NotStarted {
+            assert!(late.is_empty(), "{}", ctx());
+            assert_eq!(
+                self.actions.contains(&Action::NotStarted),
+                asked,
+                "{}",
+                ctx()
+            );
+        } else if self.marks() == KubeletRun::Ran {
+            assert!(
+                matches!(
+                    late.as_slice(),
+                    [Action::Done {
+                        outcome: Outcome::Skipped(SkipReason::Prestop),
+                        ..
+                    }]
+                ),
+                "{}",
+                ctx()
+            );
+        } else {
+            assert!(
+                matches!(
+                    late.as_slice(),
+                    [
+                        Action::RunHook { .. },
+                        Action::Done {
+                            outcome: Outcome::Ran,
+                            ..
+                        }
+                    ]
+                ),
+                "one late run for the unseen exits\n{}",
+                ctx()
+            );
+        }
         for k in 0..N {
             let i = inst(k);
             let runs = self
@@ -619,15 +836,21 @@ impl World {
                 assert_eq!(runs, usize::from(expect == Outcome::Ran), "{}", ctx());
             } else {
                 assert!(done.is_empty() && runs == 0, "{}", ctx());
-                // An exit of its own that the watcher never learnt of: a miss
-                // it must report when nothing else was ever found (a restart
-                // missed after an earlier instance was found is the documented
-                // gap: the sidecar cannot know the kubelet restarted it).
+                // An exit of its own that the watcher never learnt of, when
+                // nothing was ever found, is answered by the late run above
+                // unless the kubelet ran a preStop (a restart missed after
+                // an earlier instance was found is the documented gap: the
+                // sidecar cannot know the kubelet restarted it).
                 if end != End::Kubelet
                     && self.exited_before_stop[k]
                     && !self.found.iter().any(|f| *f)
+                    && self.marks() != KubeletRun::Ran
                 {
-                    assert!(miss, "instance {k} missed silently\n{}", ctx());
+                    assert!(
+                        late.iter().any(|a| matches!(a, Action::RunHook { .. })),
+                        "instance {k} missed silently\n{}",
+                        ctx()
+                    );
                 }
             }
         }

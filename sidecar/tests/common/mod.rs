@@ -205,7 +205,7 @@ impl Pod {
         let serial = ONE_POD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("kps-it-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        for d in ["vol", "idroot/main", "idsrc", "out"] {
+        for d in ["vol", "idroot/main", "out"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
         for i in 0..12 {
@@ -434,7 +434,7 @@ impl Pod {
     fn main_setup(&self, rootfs: bool) -> String {
         let mut s = format!(
             "mount -t proc proc /proc && mount --bind {src} {mp} || exit 99",
-            src = self.dir.join("idsrc").display(),
+            src = self.kubelet_prepares_mounts().display(),
             mp = self.idroot().join(C).display(),
         );
         if rootfs {
@@ -446,6 +446,16 @@ impl Pod {
             }
         }
         s
+    }
+
+    /// What the kubelet does before it asks the runtime to create the main
+    /// container: it makes the identifying mount's source, `id/main` in the
+    /// shared volume, a missing `subPath` (`makeMounts`, Kubernetes v1.37.2).
+    /// Returns it. Not done for a process exec'd into a container.
+    fn kubelet_prepares_mounts(&self) -> PathBuf {
+        let src = self.vol().join("id").join(C);
+        fs::create_dir_all(&src).unwrap();
+        src
     }
 
     /// `unshare --mount ... nsenter --pid ... sh -c`, waiting for the script.
@@ -471,7 +481,7 @@ impl Pod {
             "read _ < {gate}; mount --rbind / {root} && mount --bind {src} {root}{mp} && cd {root} && pivot_root . . && umount -l . && cd / || exit 97; exec \"$@\"",
             gate = gate.display(),
             root = root.display(),
-            src = self.dir.join("idsrc").display(),
+            src = self.kubelet_prepares_mounts().display(),
             mp = self.idroot().join(C).display(),
         );
         self.spawn_main(script, payload, gate)
