@@ -340,7 +340,9 @@ def burst_rows(fig, rows, notes):
            "their logs in raw/cluster-burst.json)"
            if int(b['burst_sidecar_no_hook']) and 'burst_sidecar_no_hook_reported' in b else "")
         + ", "
-        f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"))
+        f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"
+        + (f"; late hooks (the container never seen running) {b['burst_sidecar_late_hooks']}"
+           if 'burst_sidecar_late_hooks' in b else "")))
     if int(b.get("burst_exit_hook_count", "0")):
         rows.append((
             "burst: exit -> hook started (main's last log line -> the sidecar's `hook started`, runtime timestamps), p50 / p99 / max",

@@ -104,7 +104,12 @@ pub fn plan(
                     instance,
                     attempt: a.max(1) + 1,
                     exit_ticks: now_ticks,
-                    exit: ExitKnowledge::Unknown(Unknown::SidecarDown),
+                    // A late run, retried, is still late.
+                    exit: ExitKnowledge::Unknown(if instance == Instance::UNSEEN {
+                        Unknown::Unseen
+                    } else {
+                        Unknown::SidecarDown
+                    }),
                 },
             }),
             None if r.seen => out.push(RecoveryAction::RunMissed {
@@ -174,6 +179,24 @@ mod tests {
         assert_eq!(plan(&r, |_| false, NOW), vec![]);
         // Done wins even when the kubelet's mark is there too.
         let r = records(&[("10-100", rec(true, true, None, true))]);
+        assert_eq!(plan(&r, |_| false, NOW), vec![]);
+    }
+
+    #[test]
+    fn an_interrupted_late_run_is_retried_once_and_still_late() {
+        let id = kube_prestop_contract::UNSEEN_INSTANCE_ID;
+        let r = records(&[(id, rec(false, false, Some(1), false))]);
+        assert_eq!(
+            plan(&r, |_| false, NOW),
+            vec![RecoveryAction::Retry {
+                run: QueuedHookRun {
+                    exit: ExitKnowledge::Unknown(Unknown::Unseen),
+                    ..run(id, 2)
+                }
+            }]
+        );
+        // A late run that ended, or never started, needs nothing.
+        let r = records(&[(id, rec(false, false, Some(1), true))]);
         assert_eq!(plan(&r, |_| false, NOW), vec![]);
     }
 

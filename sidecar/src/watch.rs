@@ -641,6 +641,18 @@ impl Watcher {
     /// late hook.
     fn start_evidence(&self) -> StartEvidence {
         let entry = self.ids_entry();
+        // The sidecar's own `id` mount: the kubelet made that directory when
+        // it prepared this sidecar. Without it (a pod injected by a webhook
+        // older than late hooks) a missing `id/X` proves nothing.
+        let ids = entry.parent().unwrap_or(&entry);
+        if !std::fs::symlink_metadata(ids).is_ok_and(|m| m.is_dir()) {
+            log!(
+                "warning: container={}: {} is not mounted (a pod injected by an older webhook?); cannot tell whether the container was started",
+                self.container(),
+                ids.display()
+            );
+            return StartEvidence::Unreadable;
+        }
         match std::fs::symlink_metadata(&entry) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {

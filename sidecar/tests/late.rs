@@ -126,3 +126,20 @@ fn no_late_hook_when_the_kubelet_ran_the_prestop() {
     let done = pod.record("done-0-0");
     assert!(done.contains("outcome=skipped-prestop"), "{done}\n{log}");
 }
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn without_the_id_mount_a_run_never_seen_is_reported_not_guessed() {
+    // A pod injected by a webhook older than late hooks: the sidecar has no
+    // `/.kube-prestop/id`, so a missing `id/main` proves nothing.
+    require_root_and_util_linux();
+    let pod = Pod::new("late-no-mount");
+    std::fs::remove_dir(pod.vol().join("id")).unwrap();
+    let mut sc = pod.sidecar(&telling_hook(&pod), &[]);
+    terminate(&mut sc);
+    let log = sc.log_text();
+    assert!(pod.lines("hooks").is_empty(), "{log}");
+    assert!(log.contains("is not mounted"), "{log}");
+    assert!(log.contains("was never seen running"), "{log}");
+    assert!(pod.termination_message().contains("hook=missed"));
+}

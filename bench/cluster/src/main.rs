@@ -302,6 +302,10 @@ async fn webhook_histogram(client: &Client) -> Result<(Histogram, BTreeSet<Strin
     Ok((h, names))
 }
 
+/// What a sidecar logs when it runs a late hook (`sidecar/src/watch.rs`,
+/// `start_evidence`).
+const RAN_UNSEEN: &str = "ran and exited unseen";
+
 /// The largest `longest_pause=S.SSSs` a sidecar's log reports, in ms
 /// (`None`: no such field). The watcher prints it with its search
 /// statistics (`sidecar/src/finder.rs`, `SearchStats`).
@@ -510,6 +514,11 @@ async fn burst(
             .collect();
         pause_ms.sort_by(f64::total_cmp);
         let more_hooks = hook_logs.iter().filter(|(_, l)| hooks(l).is_some_and(|n| n > 1)).count();
+        // Late hooks: runs for a container the watcher never saw run.
+        let late = hook_logs
+            .iter()
+            .filter(|(_, l)| l.as_ref().is_some_and(|(_, log)| log.contains(RAN_UNSEEN)))
+            .count();
         let no_logs = hook_logs.iter().filter(|(_, l)| l.is_none()).count();
         let recorded = rec.lines("hooks");
         let indexes: BTreeSet<&str> = recorded
@@ -538,6 +547,7 @@ async fn burst(
         out(&mut lines, "burst_sidecar_no_hook", without_hook.len());
         out(&mut lines, "burst_sidecar_no_hook_reported", reported);
         out(&mut lines, "burst_sidecar_more_hooks", more_hooks);
+        out(&mut lines, "burst_sidecar_late_hooks", late);
         out(&mut lines, "burst_sidecar_no_logs", no_logs);
         out(&mut lines, "burst_exit_hook_count", exit_hook_ms.len());
         for (q, n) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {

@@ -205,7 +205,9 @@ impl Pod {
         let serial = ONE_POD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("kps-it-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        for d in ["vol", "idroot/main", "out"] {
+        // `vol/id`: the kubelet makes the sidecar's `id` sub-path when it
+        // prepares the sidecar's mounts.
+        for d in ["vol/id", "idroot/main", "out"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
         for i in 0..12 {
