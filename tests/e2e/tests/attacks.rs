@@ -390,7 +390,9 @@ const REFUSED: [(&str, &[&str]); 8] = [
 /// `b` runs. Every attempt is refused (the binary's directory is mounted
 /// read-only, and `a` mounts nothing else of the volume but its own
 /// `state/a`, which the kubelet made 0777 and `a` can write), and each
-/// container's hook runs exactly once.
+/// container's hook runs exactly once; each hook's attempt to make a
+/// directory under `id/` (faking a container's start, which would make a
+/// sidecar run a late hook) is refused too.
 #[tokio::test]
 async fn a_container_cannot_replace_the_binary_or_forge_another_containers_records() -> Result<()> {
     init_tracing();
@@ -408,7 +410,11 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
                 WAIT,
             )
             .await?;
-            let hook = "echo $KUBE_PRESTOP_CONTAINER >> /records/hooks";
+            // Each hook (run by its sidecar, which mounts the volume's
+            // `id/` read-only) also tries to fake another container's start.
+            let hook = "echo $KUBE_PRESTOP_CONTAINER >> /records/hooks; \
+                        out=$(mkdir /.kube-prestop/id/forged 2>&1) && r=ok || r=\"refused: $out\"; \
+                        echo \"$KUBE_PRESTOP_CONTAINER forge-start: $r\" >> /records/forge";
             let mut spec = pod_spec(
                 &rec,
                 vec![
@@ -464,6 +470,16 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
             let mut hooks = ensure_records(&rec, "hooks", 2).await?;
             hooks.sort();
             ensure!(hooks == ["a", "b"], "hook lines {hooks:?}");
+            let forged = ensure_records(&rec, "forge", 2).await?;
+            for l in &forged {
+                ensure!(
+                    l.contains("forge-start: refused: ")
+                        && ["Read-only file system", "Permission denied"]
+                            .iter()
+                            .any(|e| l.contains(e)),
+                    "a hook could make a directory under id/ (a faked start): {forged:?}"
+                );
+            }
             ensure_sidecar_hooks(&client, &ns, &name, "a", 1).await?;
             let b_log = ensure_sidecar_hooks(&client, &ns, &name, "b", 1).await?;
             ensure!(
