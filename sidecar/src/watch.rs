@@ -540,7 +540,7 @@ impl Watcher {
                 self.missed = true;
                 let stats = self.scanner.stats();
                 log!(
-                    "warning: container={} was never seen running; if it ran, its hook did not run. The watcher went up to {:.3}s without a look: raise the sidecar's CPU request (annotation kube-prestop.io/sidecar-cpu-request) if it is starved. searched_for={} {stats}",
+                    "warning: container={} was never seen running, and whether the kubelet started it cannot be told (the line before says why); if it ran, its hook did not run. The watcher went up to {:.3}s without a look. searched_for={} {stats}",
                     self.container(),
                     stats.longest_pause.as_secs_f64(),
                     secs(self.searching_since.elapsed()),
