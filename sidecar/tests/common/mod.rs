@@ -452,10 +452,14 @@ impl Pod {
 
     /// What the kubelet does before it asks the runtime to create the main
     /// container: it makes the identifying mount's source, `id/main` in the
-    /// shared volume, a missing `subPath` (`makeMounts`, Kubernetes v1.37.2).
-    /// Returns it. Not done for a process exec'd into a container.
+    /// shared volume, a missing `subPath` (`makeMounts`, Kubernetes v1.37.2),
+    /// which tells the watcher the container was started. Returns the source
+    /// the stand-ins bind (`idsrc`, a directory outside the volume: the
+    /// finder's tests were written against it). Not done for a process
+    /// exec'd into a container.
     fn kubelet_prepares_mounts(&self) -> PathBuf {
-        let src = self.vol().join("id").join(C);
+        fs::create_dir_all(self.vol().join("id").join(C)).unwrap();
+        let src = self.dir.join("idsrc");
         fs::create_dir_all(&src).unwrap();
         src
     }
