@@ -343,18 +343,20 @@ def burst_rows(fig, rows, notes):
         f"more than one {b['burst_sidecar_more_hooks']}, logs unreadable {b['burst_sidecar_no_logs']}"
         + (f"; late hooks (the container never seen running) {b['burst_sidecar_late_hooks']}"
            if 'burst_sidecar_late_hooks' in b else "")))
-    if int(b.get("burst_exit_hook_count", "0")):
-        rows.append((
-            "burst: exit -> hook started (main's last log line -> the sidecar's `hook started`, runtime timestamps), p50 / p99 / max",
-            " / ".join(f"{float(b[f'burst_exit_hook_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
-            "",
-            f"{b['burst_exit_hook_count']} pods whose main printed a line"))
-    if int(b.get("burst_pause_count", "0")):
-        rows.append((
-            "burst: each sidecar's longest pause between two looks (`longest_pause=`), p50 / p99 / max over sidecars",
-            " / ".join(f"{float(b[f'burst_pause_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
-            "",
-            f"{b['burst_pause_count']} sidecars; sidecar CPU request {b.get('burst_sidecar_cpu_request', 'default')}"))
+    for key, what, count_note in (
+        ("exit_hook",
+         "burst: exit -> hook started (main's last log line -> the sidecar's `hook started`, runtime timestamps), p50 / p99 / max",
+         "pods whose main printed a line"),
+        ("pause",
+         "burst: each sidecar's longest pause between two looks (`longest_pause=`), p50 / p99 / max over sidecars",
+         f"sidecars; sidecar CPU request {b.get('burst_sidecar_cpu_request', 'default')}"),
+    ):
+        if int(b.get(f"burst_{key}_count", "0")):
+            rows.append((
+                what,
+                " / ".join(f"{float(b[f'burst_{key}_{q}_ms']):.1f}" for q in ("p50", "p99", "max")) + " ms",
+                "",
+                f"{b[f'burst_{key}_count']} {count_note}"))
     inst = fig.kv("cluster-install.txt") if fig.have("cluster-install.txt") else {}
     notes.append(
         "Cluster: the local single-node cluster (tests/cluster; 2 cores shared with whatever else runs "
