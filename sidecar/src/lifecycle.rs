@@ -23,7 +23,9 @@
 //! ([`Instance::UNSEEN`], [`Unknown::Unseen`]); if it never started the
 //! container nothing is due ([`Action::NotStarted`]); if that cannot be
 //! told, [`Action::ReportMiss`]. So an exit the watcher never saw is never
-//! silent, and a container that never ran never gets a hook.
+//! silent when no other run was seen, and a container the kubelet never
+//! prepared to start never gets a hook (one it prepared and then gave up
+//! on before the runtime ran it does: `docs/how-it-works.md`, Limits).
 //!
 //! # Protocol
 //! [`Lifecycle::handle`] returns actions in order. Three of them ask the
@@ -431,11 +433,14 @@ impl Lifecycle {
             out.push(Action::Retire(instance));
             return;
         }
-        if self.taken.contains(&Instance::UNSEEN) {
-            // The late run answered the exits nobody saw: this may be one.
+        if self.stop == Stop::Checking
+            || (self.stop != Stop::No && self.taken.contains(&Instance::UNSEEN))
+        {
+            // Whether the kubelet started the container is being decided,
+            // or the late run answered the exits nobody saw: this may be one.
             out.push(Action::Ignored {
                 instance,
-                why: "found after the late run for the unseen exits",
+                why: "found while or after the late run for the unseen exits was decided",
             });
             out.push(Action::Retire(instance));
             return;

@@ -86,6 +86,12 @@ pub fn plan(
         if r.done {
             continue;
         }
+        // Only the watcher's own records name the late run (`running-0-0`,
+        // `done-0-0`); a `seen-0-0` or `prestop-0-0` was written by
+        // someone else (X's processes can write there) and is ignored.
+        if instance == Instance::UNSEEN && r.running_attempt.is_none() {
+            continue;
+        }
         if is_alive(&instance) {
             out.push(RecoveryAction::StillRunning { id: id.clone() });
             continue;
@@ -197,6 +203,9 @@ mod tests {
         );
         // A late run that ended, or never started, needs nothing.
         let r = records(&[(id, rec(false, false, Some(1), true))]);
+        assert_eq!(plan(&r, |_| false, NOW), vec![]);
+        // Forged `seen-0-0` and `prestop-0-0` are ignored.
+        let r = records(&[(id, rec(true, true, None, false))]);
         assert_eq!(plan(&r, |_| false, NOW), vec![]);
     }
 

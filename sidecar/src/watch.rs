@@ -96,6 +96,11 @@ pub const REAP_WAIT_MAX: Duration = Duration::from_millis(100);
 /// wrapper without `prestop-ended-<id>` to end: the runtime kills it with
 /// the container within milliseconds (`docs/facts.md` R5).
 pub const WRAPPER_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// How many `prestop-<id>` marks the stop's start check asks about, at most
+/// (each up to [`WRAPPER_WAIT_MAX`]): the kubelet's own runs leave one per
+/// run it stopped; more are planted, and only delay X's own late hook.
+pub const MARKS_EXAMINED: usize = 4;
 /// How long after finding an instance the watcher keeps trying to hold its
 /// root (every [`TICK`]) while the process has not entered its root file
 /// system yet (found before `pivot_root`).
@@ -547,6 +552,13 @@ impl Watcher {
                 );
             }
             Action::TerminationMessage { cut } => {
+                if self.exit.is_some() {
+                    // A late hook that could not start ended the stop within
+                    // the same batch: `Exit` has written the final message.
+                    return;
+                }
+                // Only a hook that still runs can be cut by the grace period.
+                let cut = cut.filter(|c| self.hook.as_ref().is_some_and(|(_, i, _)| i == c));
                 self.update_termination_message(cut.map(|i| i.id()).as_deref());
                 self.log_stop();
                 if self.stopped_searching && self.life.ever_found() {
@@ -682,16 +694,26 @@ impl Watcher {
             );
             Vec::new()
         });
+        // At most MARKS_EXAMINED marks are asked about (each may wait up to
+        // WRAPPER_WAIT_MAX for its wrapper), so marks X's own processes
+        // plant cannot hold the stop past its grace period.
         let mut kubelet = KubeletRun::None;
-        for name in &names {
-            if let Some((RecordKind::Prestop, id)) = RecordKind::parse_file_name(name)
-                && let Some(inst) = Instance::from_id(id)
-            {
-                match self.kubelet_run(inst) {
-                    KubeletRun::Ran => kubelet = KubeletRun::Ran,
-                    KubeletRun::Cut if kubelet == KubeletRun::None => kubelet = KubeletRun::Cut,
-                    _ => {}
+        let marks = names
+            .iter()
+            .filter_map(|n| match RecordKind::parse_file_name(n) {
+                Some((RecordKind::Prestop, id)) => Instance::from_id(id),
+                _ => None,
+            })
+            .filter(|i| *i != Instance::UNSEEN)
+            .take(MARKS_EXAMINED);
+        for inst in marks {
+            match self.kubelet_run(inst) {
+                KubeletRun::Ran => {
+                    kubelet = KubeletRun::Ran;
+                    break;
                 }
+                KubeletRun::Cut => kubelet = KubeletRun::Cut,
+                KubeletRun::None => {}
             }
         }
         log!(

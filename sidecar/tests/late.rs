@@ -143,3 +143,25 @@ fn without_the_id_mount_a_run_never_seen_is_reported_not_guessed() {
     assert!(log.contains("was never seen running"), "{log}");
     assert!(pod.termination_message().contains("hook=missed"));
 }
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_late_hook_that_cannot_start_is_recorded_as_such_not_as_cut() {
+    require_root_and_util_linux();
+    let mut pod = Pod::new("late-not-found");
+    let mut sc = pod.sidecar(&["/nonexistent/hook".to_owned()], &[]);
+    stop(&sc);
+    assert_eq!(code(pod.run_main_ungated(&["true"])), 0);
+    resume(&sc);
+    terminate(&mut sc);
+    let log = sc.log_text();
+    assert!(log.contains("hook failed to start"), "{log}");
+    let msg = pod.termination_message();
+    assert!(msg.contains("container=main instance=0-0"), "{msg}\n{log}");
+    assert!(!msg.contains("grace_cut=true"), "{msg}\n{log}");
+    let after_exit = log.split("exiting container=main").nth(1).unwrap_or("");
+    assert!(
+        !after_exit.contains("kube-prestop:"),
+        "nothing is logged after exiting: {log}"
+    );
+}

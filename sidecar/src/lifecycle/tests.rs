@@ -335,6 +335,30 @@ fn a_late_hook_defers_to_the_kubelets_prestop_and_is_told_of_a_cut_one() {
 }
 
 #[test]
+fn a_report_while_the_start_is_checked_runs_nothing_more() {
+    // The shell answers CheckStarted at once; a stray Found in between must
+    // not add a run beside the late one.
+    let mut m = stopped_with_nothing_found(RunOn::Always);
+    let a = m.handle(Event::Found {
+        instance: inst(0),
+        exit: Some((7, OK)),
+    });
+    assert!(
+        !a.iter()
+            .any(|a| matches!(a, Action::RunHook { .. } | Action::CheckMark(_))),
+        "{a:?}"
+    );
+    let a = m.handle(started(KubeletRun::None));
+    assert!(matches!(a[0], Action::RunHook { run, .. } if run.instance == Instance::UNSEEN));
+    let a = m.handle(Event::HookFailedToStart {
+        instance: Instance::UNSEEN,
+        status: HookStatus::NotFound,
+    });
+    assert!(matches!(a[0], Action::Done { .. }));
+    assert_eq!(a.last(), Some(&Action::Exit), "{a:?}");
+}
+
+#[test]
 fn no_late_hook_once_an_instance_was_found_or_recorded() {
     let mut m = Lifecycle::new(RunOn::Always);
     m.handle(Event::Recovered {
