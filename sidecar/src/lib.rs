@@ -13,6 +13,7 @@
 //! - [`run_on`]: whether a hook runs, by `--run-on` and the exit status (pure);
 //! - [`container_process`]: the first process of the caller's container in the shared PID namespace;
 //! - [`container_root`]: holding the container's root and mount namespace for the hook;
+//! - [`cpu_stat`]: the sidecar's own CPU throttling, from its cgroup's `cpu.stat`;
 //! - [`termination`]: the sidecar's termination message (a summary of the pod's hook runs);
 //! - [`sender`]: whether a stop signal came from the runtime or from a process of the pod;
 //! - [`hook`]: running the hook command as a child in its own process group;
@@ -32,6 +33,7 @@
 pub mod cli;
 pub mod container_process;
 pub mod container_root;
+pub mod cpu_stat;
 pub mod exit_info;
 pub mod finder;
 pub mod gate;

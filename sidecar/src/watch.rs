@@ -573,6 +573,10 @@ impl Watcher {
             Action::Exit => {
                 let _ = self.store.remove(contract::ARMED_FILE);
                 self.update_termination_message(None);
+                match crate::cpu_stat::read() {
+                    Ok(t) => log!("cpu throttling container={} {t}", self.container()),
+                    Err(e) => log!("cpu throttling container={} unknown: {e}", self.container()),
+                }
                 log!("exiting container={} status=0", self.container());
                 self.exit = Some(0);
             }

@@ -12,10 +12,12 @@
 //! injected pods' `kube-prestop.io/gate`.
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
-//! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q]`: an Indexed Job
-//! in a labelled namespace, optionally beside N pods that each spin a CPU
-//! at `Q` (request = limit, e.g. `400m`): issue 24's saturated node; the
-//! pods may ask for another sidecar CPU request (the annotation). Admission latency from the webhook's histogram (every
+//! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q]`:
+//! an Indexed Job in a labelled namespace, optionally beside N pods that
+//! each spin a CPU at `Q` (request = limit, e.g. `400m`): issue 24's
+//! saturated node; the pods may ask for another sidecar CPU request or
+//! limit (the annotations), and the sidecars' CFS throttling is summed from
+//! their `cpu throttling` lines. Admission latency from the webhook's histogram (every
 //! replica scraped through the API server before and after, buckets diffed
 //! and summed, quantiles interpolated inside a bucket) and from the API
 //! server's histogram for our webhook (what the call cost the API server);
@@ -69,7 +71,7 @@ fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
      [--helm PATH --chart DIR] [--runtime-log PATH] [--gate http-get|exec] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
-     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--prefix P] [--raw FILE]\n\
+     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] \
      [--concurrency 32] [--exporter PATH] [--prefix P] [--raw FILE]"
 }
@@ -178,6 +180,7 @@ async fn main() -> Result<()> {
                     pods: args.num("busy-pods", 0)?,
                     cpu: args.str("busy-cpu", "400m"),
                     sidecar_cpu_request: args.opts.get("sidecar-cpu-request").cloned(),
+                    sidecar_cpu_limit: args.opts.get("sidecar-cpu-limit").cloned(),
                 },
             )
             .await?
@@ -232,12 +235,21 @@ fn burst_job(
     parallelism: u32,
     command: &str,
     run: &str,
-    sidecar_cpu_request: Option<&str>,
+    busy: &Busy,
 ) -> Result<Job> {
-    let annotations = match sidecar_cpu_request {
-        Some(q) => json!({ kube_prestop_engine::annotations::SIDECAR_CPU_REQUEST: q }),
-        None => json!({}),
-    };
+    let mut annotations = serde_json::Map::new();
+    if let Some(q) = &busy.sidecar_cpu_request {
+        annotations.insert(
+            kube_prestop_engine::annotations::SIDECAR_CPU_REQUEST.into(),
+            q.as_str().into(),
+        );
+    }
+    if let Some(q) = &busy.sidecar_cpu_limit {
+        annotations.insert(
+            kube_prestop_engine::annotations::SIDECAR_CPU_LIMIT.into(),
+            q.as_str().into(),
+        );
+    }
     let hook =
         "echo \"$JOB_COMPLETION_INDEX ${KUBE_PRESTOP_INSTANCE:-by-kubelet}\" >> /records/hooks";
     Ok(serde_json::from_value(json!({
@@ -321,6 +333,24 @@ fn longest_pause_ms(log: &str) -> Option<f64> {
         .max_by(f64::total_cmp)
 }
 
+/// What a sidecar's `cpu throttling` line (`sidecar/src/cpu_stat.rs`, at
+/// its exit) says: `(nr_throttled, throttled ms)`; `None` without the line
+/// or with `unknown`.
+fn throttling(log: &str) -> Option<(u64, f64)> {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("cpu throttling container="))?;
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .map(str::to_owned)
+    };
+    let throttled: u64 = field("nr_throttled=")?.parse().ok()?;
+    let secs: f64 = field("throttled=")?.strip_suffix('s')?.parse().ok()?;
+    Some((throttled, secs * 1e3))
+}
+
 /// Pods that keep CPUs busy beside the burst, and the sidecars' CPU request.
 struct Busy {
     /// How many (0: none).
@@ -330,6 +360,9 @@ struct Busy {
     /// The burst pods' `kube-prestop.io/sidecar-cpu-request` (none: the
     /// webhook's default).
     sidecar_cpu_request: Option<String>,
+    /// The burst pods' `kube-prestop.io/sidecar-cpu-limit` (none: the
+    /// webhook's default).
+    sidecar_cpu_limit: Option<String>,
 }
 
 /// A pod that spins one CPU at `cpu` (request = limit), in the test image;
@@ -414,7 +447,7 @@ async fn burst(
             parallelism,
             &command,
             &run,
-            busy.sidecar_cpu_request.as_deref(),
+            &busy,
         )?;
         start_busy(&client, &ns, &busy).await?;
         let (wh_before, replicas_before) = webhook_histogram(&client).await?;
@@ -513,6 +546,15 @@ async fn burst(
             .filter_map(|(_, l)| l.as_ref().and_then(|(_, log)| longest_pause_ms(log)))
             .collect();
         pause_ms.sort_by(f64::total_cmp);
+        // Each sidecar's CFS throttling over its life (its `cpu throttling`
+        // line): whether the CPU limit, beside the request, held it back.
+        let throttles: Vec<(u64, f64)> = hook_logs
+            .iter()
+            .filter_map(|(_, l)| l.as_ref().and_then(|(_, log)| throttling(log)))
+            .collect();
+        let throttled_sidecars = throttles.iter().filter(|(n, _)| *n > 0).count();
+        let mut throttled_ms: Vec<f64> = throttles.iter().map(|(_, ms)| *ms).collect();
+        throttled_ms.sort_by(f64::total_cmp);
         let more_hooks = hook_logs.iter().filter(|(_, l)| hooks(l).is_some_and(|n| n > 1)).count();
         // Late hooks: runs for a container the watcher never saw run.
         let late = hook_logs
@@ -535,6 +577,11 @@ async fn burst(
             &mut lines,
             "burst_sidecar_cpu_request",
             busy.sidecar_cpu_request.as_deref().unwrap_or("default"),
+        );
+        out(
+            &mut lines,
+            "burst_sidecar_cpu_limit",
+            busy.sidecar_cpu_limit.as_deref().unwrap_or("default"),
         );
         out(&mut lines, "burst_outcome", format!("{outcome:?}"));
         out(&mut lines, "burst_seconds", format!("{:.1}", took.as_secs_f64()));
@@ -560,6 +607,15 @@ async fn burst(
         out(&mut lines, "burst_pause_count", pause_ms.len());
         for (q, n) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
             out_ms(&mut lines, &format!("burst_pause_{n}_ms"), percentile(&pause_ms, q));
+        }
+        out(&mut lines, "burst_throttle_count", throttles.len());
+        out(&mut lines, "burst_throttled_sidecars", throttled_sidecars);
+        for (q, n) in [(0.5, "p50"), (0.99, "p99"), (1.0, "max")] {
+            out_ms(
+                &mut lines,
+                &format!("burst_throttled_{n}_ms"),
+                percentile(&throttled_ms, q),
+            );
         }
         out(&mut lines, "burst_log_count", log_ms.len());
         out(
@@ -647,7 +703,22 @@ async fn burst(
 
 #[cfg(test)]
 mod tests {
-    use super::longest_pause_ms;
+    use super::{longest_pause_ms, throttling};
+
+    #[test]
+    fn throttling_is_read_from_the_sidecars_last_cpu_line() {
+        let log = "kube-prestop: watching\n\
+                   kube-prestop: cpu throttling container=main nr_periods=12 nr_throttled=3 throttled=0.250s\n\
+                   kube-prestop: exiting container=main status=0\n";
+        assert_eq!(throttling(log), Some((3, 250.0)));
+        assert_eq!(
+            throttling(
+                "kube-prestop: cpu throttling container=main unknown: no cpu.stat to read (x)"
+            ),
+            None
+        );
+        assert_eq!(throttling("kube-prestop: exiting"), None);
+    }
 
     #[test]
     fn longest_pause_is_the_largest_the_log_reports() {
