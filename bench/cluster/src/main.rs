@@ -323,14 +323,15 @@ const RAN_UNSEEN: &str = "ran and exited unseen";
 /// statistics (`sidecar/src/finder.rs`, `SearchStats`).
 fn longest_pause_ms(log: &str) -> Option<f64> {
     log.split_whitespace()
-        .filter_map(|w| {
-            w.strip_prefix("longest_pause=")?
-                .strip_suffix('s')?
-                .parse::<f64>()
-                .ok()
-        })
+        .filter_map(|w| seconds_field(w, "longest_pause="))
         .map(|s| s * 1e3)
         .max_by(f64::total_cmp)
+}
+
+/// The seconds of a sidecar log word `KEY=S.SSSs` (`key` with its `=`);
+/// `None` for another key or a value that is not `S.SSSs`.
+fn seconds_field(word: &str, key: &str) -> Option<f64> {
+    word.strip_prefix(key)?.strip_suffix('s')?.parse().ok()
 }
 
 /// What a sidecar's `cpu throttling` line (`sidecar/src/cpu_stat.rs`, at
@@ -341,13 +342,14 @@ fn throttling(log: &str) -> Option<(u64, f64)> {
         .lines()
         .rev()
         .find(|l| l.contains("cpu throttling container="))?;
-    let field = |k: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .map(str::to_owned)
-    };
-    let throttled: u64 = field("nr_throttled=")?.parse().ok()?;
-    let secs: f64 = field("throttled=")?.strip_suffix('s')?.parse().ok()?;
+    let throttled: u64 = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("nr_throttled="))?
+        .parse()
+        .ok()?;
+    let secs = line
+        .split_whitespace()
+        .find_map(|w| seconds_field(w, "throttled="))?;
     Some((throttled, secs * 1e3))
 }
 
