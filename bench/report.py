@@ -229,6 +229,10 @@ def start_rows(fig, rows):
     reference pods) and one for the admission of each phase."""
     s = fig.kv("cluster-start.txt")
     n = s["start_pods_each"]
+    if s.get("start_gate") or int(s.get("start_busy_pods", "0")):
+        rows.append(("pod start conditions", f"kube-prestop.io/gate: {s.get('start_gate', 'default')}", "—",
+                     f"{s.get('start_busy_pods', '0')} busy pods of {s.get('start_busy_cpu', '?')} CPU "
+                     "spinning through the run"))
     if "load_after_start" in s:
         rows.append(("machine load average (1/5/15 min) right after the pod start phases", s["load_after_start"],
                      "—", f"release's sidecarBinary.source before the phases (restored after): "
@@ -259,6 +263,12 @@ def start_rows(fig, rows):
             f"≤ +{GOAL_OVER_PLAIN_MS} ms median over plain",
             f"**{d_plain:+,.0f} ms** over plain ({q('inj', 'p90') - q('plain', 'p90'):+,.0f} ms p90): goal {met}; "
             + vs_ref))
+        compared = int(s.get(f"start_{src}_armed_compared", "0"))
+        if compared:
+            rows.append((
+                f"watcher armed before main's CreateContainer was called, sidecarBinary.source={src}",
+                f"{s[f'start_{src}_armed_first']} of {compared} injected pods", "—",
+                "without a gate nothing else orders them; with one it holds by construction"))
         a = f"adm_{src}"
         rows.append((
             f"admission, sidecarBinary.source={src}: the phase's reviews inside the webhook (log lines), p50 / p90 / max",

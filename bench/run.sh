@@ -36,7 +36,9 @@
 # BENCH_START_SOURCES (comma-separated sidecarBinary.source values, one
 # phase each; default imageVolume,configMap,installContainer; `current`:
 # the release as installed, no Helm), BENCH_START_GATE (the injected pods'
-# kube-prestop.io/gate, http-get or exec; default the webhook's: http-get),
+# kube-prestop.io/gate, exec, http-get or none; default the webhook's: exec),
+# BENCH_START_BUSY_PODS (pods spinning a CPU through the start part, 0) and
+# BENCH_START_BUSY_CPU (each one's CPU request = limit, 400m),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
 # BENCH_BURST_COMMAND (the burst's container command, sh; default an echo),
 # BENCH_BURST_BUSY_PODS (pods spinning a CPU beside the burst, 0) and
@@ -64,6 +66,8 @@ budget="${BENCH_LATENCY_BUDGET:-300}"
 start_pods="${BENCH_START_PODS:-20}"
 start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
 start_gate="${BENCH_START_GATE:-}"
+start_busy_pods="${BENCH_START_BUSY_PODS:-0}"
+start_busy_cpu="${BENCH_START_BUSY_CPU:-400m}"
 burst_completions="${BENCH_BURST_COMPLETIONS:-200}"
 burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
 burst_command="${BENCH_BURST_COMMAND:-echo index \$JOB_COMPLETION_INDEX}"
@@ -366,11 +370,12 @@ if want cluster; then
         helm_args=(--helm "${HELM}" --chart "${repo}/charts/kube-prestop")
     fi
     runtime_log="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}/cluster/logs/containerd.log"
-    log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved"
+    log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved, ${start_busy_pods} busy pods of ${start_busy_cpu} CPU beside"
     gate_args=()
     [[ -z "${start_gate}" ]] || gate_args=(--gate "${start_gate}")
     "${cluster_bench_bin}" start --pods "${start_pods}" --sources "${start_sources}" "${helm_args[@]}" \
-        "${gate_args[@]}" --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
+        "${gate_args[@]}" --busy-pods "${start_busy_pods}" --busy-cpu "${start_busy_cpu}" \
+        --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"
     # The machine's load right after the start part (before the burst's pods).
     printf 'load_after_start=%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >> "${work}/cluster-start.txt"
     log "cluster: burst, Indexed Job of ${burst_completions} completions, parallelism ${burst_parallelism}, ${burst_busy_pods} busy pods of ${burst_busy_cpu} CPU beside"

@@ -26,8 +26,9 @@ pub const RUN_ON: &str = "kube-prestop.io/run-on";
 /// container or per container (see [`PerContainer`]).
 pub const HOOK_ROOT: &str = "kube-prestop.io/hook-root";
 /// How the kubelet waits for each sidecar's watcher to be armed before it
-/// starts the pod's next containers ([`StartGate`]): `exec` (default) or
-/// `http-get` (opt-in; the exec gate still for `hostNetwork` and mesh pods).
+/// starts the pod's next containers ([`StartGate`]): `exec` (default),
+/// `http-get` (opt-in; the exec gate still for `hostNetwork` and mesh pods)
+/// or `none` (opt-in: no wait).
 pub const GATE: &str = "kube-prestop.io/gate";
 /// Overrides the sidecar's `resources.requests.cpu`.
 pub const SIDECAR_CPU_REQUEST: &str = "kube-prestop.io/sidecar-cpu-request";
@@ -88,6 +89,17 @@ pub enum StartGate {
     /// for minutes (measured: `docs/figures.md`). Not for `hostNetwork`
     /// pods or pods with a mesh's proxy: they get [`StartGate::Exec`].
     HttpGet,
+    /// No postStart handler: the kubelet starts the pod's next containers in
+    /// the first pod sync that sees the sidecar running (kubelet v1.37.2
+    /// `kuberuntime_container.go` `computeInitContainerActions`; K2), which
+    /// saves the gate's round trip (about 40 ms of pod start for the exec).
+    /// The watcher is then usually armed before X's process exists, but not
+    /// always (a CPU-starved sidecar): X found running is watched as usual;
+    /// an instance that exited before the watcher looked gets the late run
+    /// at the pod's end (`KUBE_PRESTOP_LATE=1`, exit status unknown), and
+    /// under `restartPolicy: OnFailure` an instance that exited unseen
+    /// before a later one was found gets no run.
+    None,
 }
 
 impl StartGate {
@@ -96,12 +108,13 @@ impl StartGate {
         match self {
             Self::HttpGet => "http-get",
             Self::Exec => "exec",
+            Self::None => "none",
         }
     }
 
     /// Parses the annotation's value (exact, lower case).
     pub fn parse(v: &str) -> Option<Self> {
-        [Self::HttpGet, Self::Exec]
+        [Self::HttpGet, Self::Exec, Self::None]
             .into_iter()
             .find(|g| g.as_str() == v)
     }
@@ -362,7 +375,7 @@ impl PodOverrides {
         let gate = match annotations.get(GATE) {
             None => StartGate::default(),
             Some(v) => StartGate::parse(v.trim())
-                .ok_or_else(|| invalid(GATE, v, "is not one of exec, http-get"))?,
+                .ok_or_else(|| invalid(GATE, v, "is not one of exec, http-get, none"))?,
         };
         Ok(Self {
             inject,
@@ -518,14 +531,14 @@ mod tests {
     fn gate_parses_and_defaults_to_exec() {
         let o = PodOverrides::parse(None).unwrap();
         assert_eq!(o.gate, StartGate::Exec);
-        for g in [StartGate::HttpGet, StartGate::Exec] {
+        for g in [StartGate::HttpGet, StartGate::Exec, StartGate::None] {
             let o = PodOverrides::parse(Some(&ann(&[(GATE, g.as_str())]))).unwrap();
             assert_eq!(o.gate, g);
         }
         match PodOverrides::parse(Some(&ann(&[(GATE, "tcp")]))) {
             Err(e) => assert_eq!(
                 e.to_string(),
-                "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of exec, http-get"
+                "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of exec, http-get, none"
             ),
             Ok(o) => panic!("{o:?}"),
         }

@@ -49,6 +49,8 @@ pub enum Plan {
     HttpGet(Vec<u16>),
     /// The exec gate, and why (for the log; `None` when asked for).
     Exec(Option<&'static str>),
+    /// No gate ([`StartGate::None`]): no postStart handler.
+    None,
 }
 
 impl Plan {
@@ -56,19 +58,21 @@ impl Plan {
     pub fn port(&self, k: usize) -> Option<u16> {
         match self {
             Self::HttpGet(p) => p.get(k).copied(),
-            Self::Exec(_) => None,
+            Self::Exec(_) | Self::None => None,
         }
     }
 }
 
 /// The gate of `sidecars` sidecars of `pod` (spec `spec`), `requested` by
-/// the annotation ([`StartGate`]). The exec gate when asked for (the
-/// default), and instead of `http-get` for a `hostNetwork` pod (the port would be the node's), for a pod with a
+/// the annotation ([`StartGate`]). None when asked for (no port, so no
+/// exception); the exec gate when asked for (the default), and instead of `http-get` for a `hostNetwork` pod (the port would be the node's), for a pod with a
 /// mesh's proxy or injection marks ([`mesh_of`]), and when the pod declares
 /// nearly every port above [`contract::GATE_PORT_BASE`].
 pub fn plan(pod: &Pod, spec: &PodSpec, requested: StartGate, sidecars: usize) -> Plan {
-    if requested == StartGate::Exec {
-        return Plan::Exec(None);
+    match requested {
+        StartGate::None => return Plan::None,
+        StartGate::Exec => return Plan::Exec(None),
+        StartGate::HttpGet => {}
     }
     if spec.host_network == Some(true) {
         return Plan::Exec(Some("hostNetwork"));
@@ -188,6 +192,8 @@ mod tests {
             Plan::HttpGet(vec![17430, 17431])
         );
         assert_eq!(plan(&p, &s, StartGate::Exec, 1), Plan::Exec(None));
+        assert_eq!(plan(&p, &s, StartGate::None, 2), Plan::None);
+        assert_eq!(Plan::None.port(0), None);
         let main = json!([{"name": "main"}]);
         for (why, v) in [
             (

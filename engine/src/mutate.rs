@@ -303,7 +303,8 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 }
 
 /// The native sidecar watching `x`, whose preStop command is `hook`;
-/// `opts` are its `watch` flags: `started_after` names the containers the
+/// `opts` are its `watch` flags, and `gated` whether it has a postStart
+/// handler (the start gate; not with [`gate::Plan::None`]): `started_after` names the containers the
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
 /// binary's delivery and the shared volume's name give the binary's path
@@ -315,7 +316,7 @@ fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
-    opts: &contract::WatchOptions,
+    (opts, gated): (&contract::WatchOptions, bool),
     (binary, shared): (BinaryMount<'_>, &str),
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
@@ -352,8 +353,8 @@ fn sidecar_container(
         // minimum) and needs one more pod sync, about a second of pod start.
         // The kubelet finishes a postStart handler before it moves on, and
         // ours ends once the watcher is armed (bounded: see
-        // `contract::POST_START_TIMEOUT_SECONDS`).
-        lifecycle: Some(Lifecycle {
+        // `contract::POST_START_TIMEOUT_SECONDS`). None with the gate `none`.
+        lifecycle: gated.then(|| Lifecycle {
             post_start: Some(post_start(binary, &x.name, opts.gate_port)),
             ..Default::default()
         }),
@@ -633,7 +634,7 @@ pub fn build(
         + init_containers.len()
         + sidecars.len();
     // The start gate: an httpGet to each watcher where the kubelet's request
-    // reaches it (`gate::plan`), else the exec.
+    // reaches it (`gate::plan`), else the exec; none when asked for.
     let gate = gate::plan(pod, spec, overrides.gate, sidecars.len());
     for (k, (x, hook, name)) in sidecars.iter().enumerate() {
         // With hostPID every pod's containers are visible: no inference.
@@ -650,13 +651,16 @@ pub fn build(
             name.clone(),
             x,
             hook,
-            &contract::WatchOptions {
-                started_after,
-                run_on: overrides.run_on_for(&x.name),
-                hook_root: overrides.hook_root_for(&x.name),
-                pod_containers,
-                gate_port: gate.port(k),
-            },
+            (
+                &contract::WatchOptions {
+                    started_after,
+                    run_on: overrides.run_on_for(&x.name),
+                    hook_root: overrides.hook_root_for(&x.name),
+                    pod_containers,
+                    gate_port: gate.port(k),
+                },
+                gate != gate::Plan::None,
+            ),
             (binary, &volume),
             grace,
             sidecar_resources.clone(),

@@ -6,10 +6,11 @@
 //! suite's helpers (the `kube-prestop-e2e` library).
 //!
 //! `start [--pods N] [--sources S,...] [--helm PATH --chart DIR]
-//! [--runtime-log PATH] [--gate http-get|exec]`: pod start per
-//! sidecar-binary source, against a plain pod and one with a do-nothing
-//! native sidecar, and where the time goes ([`start`]); `--gate` sets the
-//! injected pods' `kube-prestop.io/gate`.
+//! [--runtime-log PATH] [--gate http-get|exec|none] [--busy-pods N
+//! --busy-cpu Q]`: pod start per sidecar-binary source, against a plain pod
+//! and one with a do-nothing native sidecar, and where the time goes
+//! ([`start`]); `--gate` sets the injected pods' `kube-prestop.io/gate`;
+//! busy pods (as for `burst`) load the node's CPUs through the run.
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
 //! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q]`:
@@ -30,6 +31,7 @@
 //! bench/outcomes-memory.sh).
 #![allow(clippy::print_stdout)]
 
+mod busy;
 mod clock;
 mod outcomes_memory;
 mod release;
@@ -69,7 +71,7 @@ const POD_TIMEOUT: Duration = Duration::from_secs(180);
 
 fn usage() -> &'static str {
     "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
-     [--helm PATH --chart DIR] [--runtime-log PATH] [--gate http-get|exec] [--prefix P] [--raw FILE]\n\
+     [--helm PATH --chart DIR] [--runtime-log PATH] [--gate http-get|exec|none] [--busy-pods N --busy-cpu Q] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
      [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q] [--prefix P] [--raw FILE]\n\
      \x20      kube-prestop-cluster-bench outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] \
@@ -166,6 +168,7 @@ async fn main() -> Result<()> {
                 release,
                 runtime_log: args.opts.get("runtime-log").map(Into::into),
                 gate: args.opts.get("gate").cloned(),
+                load: busy_load(&args)?,
             };
             start::start(&client, &prefix, opts).await?
         }
@@ -177,8 +180,7 @@ async fn main() -> Result<()> {
                 args.num("parallelism", 20)?,
                 &args.str("command", "echo index $JOB_COMPLETION_INDEX"),
                 Busy {
-                    pods: args.num("busy-pods", 0)?,
-                    cpu: args.str("busy-cpu", "400m"),
+                    load: busy_load(&args)?,
                     sidecar_cpu_request: args.opts.get("sidecar-cpu-request").cloned(),
                     sidecar_cpu_limit: args.opts.get("sidecar-cpu-limit").cloned(),
                 },
@@ -225,6 +227,14 @@ where
         }
     }
     result
+}
+
+/// `--busy-pods N --busy-cpu Q` (default 0 pods of 400m).
+fn busy_load(args: &Args) -> Result<busy::Load> {
+    Ok(busy::Load {
+        pods: args.num("busy-pods", 0)?,
+        cpu: args.str("busy-cpu", "400m"),
+    })
 }
 
 // ---- burst ---------------------------------------------------------------------
@@ -355,76 +365,14 @@ fn throttling(log: &str) -> Option<(u64, f64)> {
 
 /// Pods that keep CPUs busy beside the burst, and the sidecars' CPU request.
 struct Busy {
-    /// How many (0: none).
-    pods: u32,
-    /// Each one's CPU request and limit (a Kubernetes quantity).
-    cpu: String,
+    /// The busy pods ([`busy::Load`]).
+    load: busy::Load,
     /// The burst pods' `kube-prestop.io/sidecar-cpu-request` (none: the
     /// webhook's default).
     sidecar_cpu_request: Option<String>,
     /// The burst pods' `kube-prestop.io/sidecar-cpu-limit` (none: the
     /// webhook's default).
     sidecar_cpu_limit: Option<String>,
-}
-
-/// A pod that spins one CPU at `cpu` (request = limit), in the test image;
-/// not Job-owned and not opted in, so never injected.
-fn busy_pod(i: u32, cpu: &str) -> Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": { "name": format!("busy-{i}") },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{
-                "name": "busy",
-                "image": kube_prestop_e2e::DEFAULT_TEST_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "while :; do :; done"],
-                "resources": {
-                    "requests": { "cpu": cpu },
-                    "limits": { "cpu": cpu }
-                }
-            }]
-        }
-    }))?)
-}
-
-/// Creates `busy.pods` busy pods in `ns` and waits until all run.
-async fn start_busy(client: &Client, ns: &str, busy: &Busy) -> Result<()> {
-    if busy.pods == 0 {
-        return Ok(());
-    }
-    let api = Api::<Pod>::namespaced(client.clone(), ns);
-    for i in 0..busy.pods {
-        api.create(&kube::api::PostParams::default(), &busy_pod(i, &busy.cpu)?)
-            .await
-            .with_context(|| format!("creating busy pod {i}"))?;
-    }
-    poll_until(POD_TIMEOUT, Duration::from_secs(1), || {
-        let api = api.clone();
-        async move {
-            Ok(api
-                .list(&ListParams::default().fields("status.phase=Running"))
-                .await?
-                .items
-                .iter()
-                .filter(|p| {
-                    p.metadata
-                        .name
-                        .as_deref()
-                        .is_some_and(|n| n.starts_with("busy-"))
-                })
-                .count()
-                == usize::try_from(busy.pods).unwrap_or(usize::MAX))
-        }
-    })
-    .await
-    .context("busy pods did not all run")?;
-    log(&format!(
-        "burst: {} busy pods of {} CPU running",
-        busy.pods, busy.cpu
-    ));
-    Ok(())
 }
 
 async fn burst(
@@ -451,7 +399,7 @@ async fn burst(
             &run,
             &busy,
         )?;
-        start_busy(&client, &ns, &busy).await?;
+        busy::start(&client, &ns, &busy.load).await?;
         let (wh_before, replicas_before) = webhook_histogram(&client).await?;
         let api_before = ApiserverWebhookStats::scrape(&client).await?;
         log(&format!(
@@ -573,8 +521,8 @@ async fn burst(
         let mut lines = String::new();
         out(&mut lines, "burst_completions", completions);
         out(&mut lines, "burst_parallelism", parallelism);
-        out(&mut lines, "burst_busy_pods", busy.pods);
-        out(&mut lines, "burst_busy_cpu", &busy.cpu);
+        out(&mut lines, "burst_busy_pods", busy.load.pods);
+        out(&mut lines, "burst_busy_cpu", &busy.load.cpu);
         out(
             &mut lines,
             "burst_sidecar_cpu_request",

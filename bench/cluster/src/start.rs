@@ -94,9 +94,12 @@ pub struct StartOpts {
     pub release: Option<Release>,
     /// The node's containerd log, for the breakdown (none: no CRI times).
     pub runtime_log: Option<PathBuf>,
-    /// `kube-prestop.io/gate` on the injected pods (`http-get`, `exec`);
-    /// none: the webhook's default.
+    /// `kube-prestop.io/gate` on the injected pods (`http-get`, `exec`,
+    /// `none`); none: the webhook's default.
     pub gate: Option<String>,
+    /// Busy pods spinning the node's CPUs through the whole run (in the
+    /// plain namespace; 0 pods: an idle node).
+    pub load: crate::busy::Load,
 }
 
 impl StartOpts {
@@ -106,8 +109,8 @@ impl StartOpts {
         ensure!(!self.sources.is_empty(), "--sources is empty");
         if let Some(g) = &self.gate {
             ensure!(
-                g == "http-get" || g == "exec",
-                "--gate: {g:?} is not one of http-get, exec"
+                ["http-get", "exec", "none"].contains(&g.as_str()),
+                "--gate: {g:?} is not one of http-get, exec, none"
             );
         }
         for s in &self.sources {
@@ -453,6 +456,12 @@ const STEPS: &[(&str, &str, &str, &str)] = &[
         "main_create_requested",
     ),
     (
+        "armed_to_main",
+        "`armed` → main's CreateContainer called (negative: the watcher armed after X's create began; only without a gate)",
+        "sidecar_armed",
+        "main_create_requested",
+    ),
+    (
         "sidecar_to_main",
         "sidecar's StartContainer returned → main's CreateContainer called (postStart + next pod sync)",
         "sidecar_started",
@@ -547,6 +556,7 @@ pub async fn start(client: &Client, prefix: &str, opts: StartOpts) -> Result<(St
     let client = client.clone();
     with_namespaces(vec![inj, plain], |names| async move {
         ensure_one_injector(&client, &names[0], &names[1]).await?;
+        crate::busy::start(&client, &names[1], &opts.load).await?;
         let switching = opts.sources != [CURRENT];
         let original = match (&opts.release, switching) {
             (Some(r), true) => {
@@ -607,7 +617,7 @@ pub async fn start(client: &Client, prefix: &str, opts: StartOpts) -> Result<(St
             }
         }
         let source_before = original.map(|(_, s)| s);
-        Ok(start_report(opts.pods, &phases, source_before.as_deref(), runtime.is_some()))
+        Ok(start_report(&opts, &phases, source_before.as_deref(), runtime.is_some()))
     })
     .await
 }
@@ -878,14 +888,39 @@ fn breakdown(lines: &mut String, column: &str, samples: &[&StartSample]) {
     }
 }
 
+/// Of `samples` with both times, how many had the watcher's `armed` line
+/// before the main container's CreateContainer was called: (armed first,
+/// compared). X's process cannot exist before that call, so "armed first"
+/// means the watcher was looking before X could run.
+fn armed_first(samples: &[&StartSample]) -> (usize, usize) {
+    let pairs: Vec<(i128, i128)> = samples
+        .iter()
+        .filter_map(|s| {
+            Some((
+                *s.marks.get("sidecar_armed")?,
+                *s.marks.get("main_create_requested")?,
+            ))
+        })
+        .collect();
+    let first = pairs.iter().filter(|(armed, main)| armed < main).count();
+    (first, pairs.len())
+}
+
 fn start_report(
-    pods: u32,
+    opts: &StartOpts,
     phases: &[Phase],
     source_before: Option<&str>,
     runtime_times: bool,
 ) -> (String, Value) {
     let mut lines = String::new();
-    out(&mut lines, "start_pods_each", pods);
+    out(&mut lines, "start_pods_each", opts.pods);
+    out(
+        &mut lines,
+        "start_gate",
+        opts.gate.as_deref().unwrap_or("default"),
+    );
+    out(&mut lines, "start_busy_pods", opts.load.pods);
+    out(&mut lines, "start_busy_cpu", &opts.load.cpu);
     out(
         &mut lines,
         "start_phases",
@@ -968,6 +1003,19 @@ fn start_report(
             phase.api.duration.mean().map(|s| s * 1e3),
         );
         breakdown(&mut lines, &phase.name, &of(Kind::Injected));
+        // Without a gate nothing orders X after the watcher: how often the
+        // watcher was armed before X's CreateContainer was even called.
+        let (armed_first, compared) = armed_first(&of(Kind::Injected));
+        out(
+            &mut lines,
+            &format!("start_{}_armed_first", phase.name),
+            armed_first,
+        );
+        out(
+            &mut lines,
+            &format!("start_{}_armed_compared", phase.name),
+            compared,
+        );
     }
     let all = |k: Kind| -> Vec<&StartSample> {
         phases
@@ -1064,9 +1112,18 @@ mod tests {
             }),
             runtime_log: None,
             gate: None,
+            load: crate::busy::Load {
+                pods: 0,
+                cpu: "400m".into(),
+            },
         };
         assert!(opts(&["imageVolume", "configMap"], true).check().is_ok());
-        for (gate, ok) in [("exec", true), ("http-get", true), ("httpGet", false)] {
+        for (gate, ok) in [
+            ("exec", true),
+            ("http-get", true),
+            ("none", true),
+            ("httpGet", false),
+        ] {
             let o = StartOpts {
                 gate: Some(gate.to_owned()),
                 ..opts(&[CURRENT], false)
@@ -1118,7 +1175,18 @@ mod tests {
 
     #[test]
     fn the_report_counts_refused_pods_and_gives_the_interval() {
-        let (lines, raw) = start_report(3, &[fixture_phase()], None, false);
+        let opts = StartOpts {
+            pods: 3,
+            sources: vec![CURRENT.to_owned()],
+            release: None,
+            runtime_log: None,
+            gate: Some("none".to_owned()),
+            load: crate::busy::Load {
+                pods: 4,
+                cpu: "400m".into(),
+            },
+        };
+        let (lines, raw) = start_report(&opts, &[fixture_phase()], None, false);
         let kv: BTreeMap<&str, &str> = lines.lines().filter_map(|l| l.split_once('=')).collect();
         assert_eq!(kv["start_imageVolume_ref_n"], "3");
         assert_eq!(kv["start_imageVolume_ref_refused"], "1");
@@ -1136,6 +1204,10 @@ mod tests {
             "{lo} {hi}"
         );
         assert_eq!(kv["start_boot_resamples"], "10000");
+        assert_eq!(kv["start_gate"], "none");
+        assert_eq!(kv["start_busy_pods"], "4");
+        // The fixture has no sidecar lines: nothing compared.
+        assert_eq!(kv["start_imageVolume_armed_compared"], "0");
         // The refused pod is in the raw output with its reason, not a sample.
         let raw = raw.as_array().unwrap();
         assert_eq!(raw.len(), 8);
@@ -1143,6 +1215,27 @@ mod tests {
             raw.iter()
                 .any(|r| r["pod"] == "ns/p7" && r["refused"].is_string())
         );
+    }
+
+    #[test]
+    fn counts_the_watcher_armed_before_mains_create() {
+        let with = |armed: Option<i128>, create: Option<i128>| {
+            let mut s = fixture_phase().samples.remove(0);
+            s.marks
+                .extend(armed.map(|t| ("sidecar_armed".to_owned(), t)));
+            s.marks
+                .extend(create.map(|t| ("main_create_requested".to_owned(), t)));
+            s
+        };
+        let samples = [
+            with(Some(10), Some(20)),
+            with(Some(30), Some(20)),
+            with(Some(20), Some(20)),
+            with(None, Some(20)),
+            with(Some(10), None),
+        ];
+        let refs: Vec<&StartSample> = samples.iter().collect();
+        assert_eq!(armed_first(&refs), (1, 3));
     }
 
     #[test]
