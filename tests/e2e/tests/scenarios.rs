@@ -803,17 +803,20 @@ fn post_start_of(pod: &Pod) -> Option<k8s_openapi::api::core::v1::LifecycleHandl
 /// `kube-prestop.io/gate: http-get`: the kubelet's request answered by the
 /// watcher once armed (`gate answered`), a `true` container's hook once;
 /// the same annotation on a `hostNetwork` pod (where the port would be the
-/// node's) gets the exec gate, and the watcher opens no port.
-async fn http_get_gate_by_annotation_exec_for_host_network(client: Client) -> Result<()> {
+/// node's) gets the exec gate, and the watcher opens no port;
+/// `kube-prestop.io/gate: none`: no postStart handler, and the `true`
+/// container's hook still once (live, or the late run when it exited before
+/// the watcher looked).
+async fn gates_by_annotation_http_get_exec_for_host_network_none(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-http-get-gate", |ns, rec| async move {
-        let annotated = |name: &str, spec: serde_json::Value| -> Result<Job> {
+        let annotated = |name: &str, gate: &str, spec: serde_json::Value| -> Result<Job> {
             let mut j = job(name, spec, json!({}))?;
             if let Some(spec) = j.spec.as_mut() {
                 spec.template
                     .metadata
                     .get_or_insert_with(Default::default)
                     .annotations =
-                    Some([("kube-prestop.io/gate".to_owned(), "http-get".to_owned())].into());
+                    Some([("kube-prestop.io/gate".to_owned(), gate.to_owned())].into());
             }
             Ok(j)
         };
@@ -823,34 +826,51 @@ async fn http_get_gate_by_annotation_exec_for_host_network(client: Client) -> Re
             (
                 annotated(
                     "gate-http-get",
+                    "http-get",
                     pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]),
                 )?,
-                true,
+                "httpGet",
             ),
-            (annotated("gate-host-net", host)?, false),
+            (annotated("gate-host-net", "http-get", host)?, "exec"),
+            (
+                annotated(
+                    "gate-none",
+                    "none",
+                    pod_spec(&rec, vec![container(C, "true", RECORD_HOOK)]),
+                )?,
+                "none",
+            ),
         ];
-        for (n, (j, http_get)) in jobs.iter().enumerate() {
+        for (n, (j, want)) in jobs.iter().enumerate() {
             let pod = run_expecting(&client, &ns, j, JobOutcome::Complete).await?;
             ensure_injected(&pod, C)?;
             let handler = post_start_of(&pod);
+            let got = match &handler {
+                None => "none",
+                Some(h) if h.http_get.is_some() && h.exec.is_none() => "httpGet",
+                Some(h) if h.exec.is_some() && h.http_get.is_none() => "exec",
+                Some(_) => "both or neither",
+            };
             ensure!(
-                handler.as_ref().is_some_and(
-                    |h| h.http_get.is_some() == *http_get && h.exec.is_some() != *http_get
-                ),
-                "{}: the sidecar's postStart is not the {} gate: {handler:?}",
-                pod_name(&pod),
-                if *http_get { "httpGet" } else { "exec" }
+                got == *want,
+                "{}: the sidecar's postStart is not the {want} gate: {handler:?}",
+                pod_name(&pod)
             );
             ensure_records(&rec, "hooks", n + 1).await?;
             let logs = ensure_sidecar_hooks(&client, &ns, &pod_name(&pod), C, 1).await?;
             let answered = logs.contains("kube-prestop: gate answered container=main")
                 && !logs.contains("without the watcher armed");
             let exec_done = logs.contains("kube-prestop: post-start done container=main");
+            let shown = match (answered, exec_done) {
+                (true, false) => "httpGet",
+                (false, true) => "exec",
+                (false, false) => "none",
+                (true, true) => "both",
+            };
             ensure!(
-                answered == *http_get && exec_done != *http_get,
-                "{}: the sidecar's log does not show the {} gate:\n{logs}",
-                pod_name(&pod),
-                if *http_get { "httpGet" } else { "exec" }
+                shown == *want,
+                "{}: the sidecar's log does not show the {want} gate:\n{logs}",
+                pod_name(&pod)
             );
         }
         Ok(())
@@ -1163,7 +1183,10 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, cronjob_pods_injected_and_hooks_run),
         scenario!(client, on_failure_restarts_run_a_hook_each),
         scenario!(client, exit_zero_runs_hook_once),
-        scenario!(client, http_get_gate_by_annotation_exec_for_host_network),
+        scenario!(
+            client,
+            gates_by_annotation_http_get_exec_for_host_network_none
+        ),
         scenario!(client, exit_three_runs_hook_once_and_job_fails),
         scenario!(client, oom_kill_runs_hook_once),
         scenario!(client, deleted_pod_gets_only_the_kubelets_prestop),
