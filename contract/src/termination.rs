@@ -19,6 +19,19 @@
 //! ended it (`grace_cut=true`); or `missed`, instance `-`: the sidecar was
 //! stopped without ever having seen its container run. The watcher rewrites the message after each
 //! run and on SIGTERM; the kubelet reads it when the sidecar has stopped.
+//!
+//! A *late* run (the watcher never saw the container run, and ran its hook
+//! at its own stop with `KUBE_PRESTOP_LATE=1`, [`crate::ENV_HOOK_LATE`]) is
+//! the line of instance `0-0` ([`crate::UNSEEN_INSTANCE_ID`]; PID 0 is no
+//! process of the pod, so no other run has it), with `container_exit=unknown`
+//! since its exit status was never read; [`RunLine::is_late`] reads it. The
+//! line carries no other field for it, so every reader of the six fields
+//! reads late runs' lines, and every sidecar that runs late hooks has
+//! written them so:
+//!
+//! ```text
+//! container=main instance=0-0 container_exit=unknown hook=exit:0 duration_ms=0 grace_cut=false
+//! ```
 
 use std::fmt;
 
@@ -191,6 +204,15 @@ impl RunLine {
             grace_cut,
         };
         (parts.next().is_none() && parsed.to_string() == line).then_some(parsed)
+    }
+
+    /// Whether this is a *late* run's line: instance
+    /// [`crate::UNSEEN_INSTANCE_ID`] (`0-0`), the run of the container that
+    /// the watcher never saw, whose hook ran (or was skipped, or cut) at the
+    /// sidecar's stop with [`crate::ENV_HOOK_LATE`]. `false` for every other
+    /// line, a `missed` one (instance `-`) included.
+    pub fn is_late(&self) -> bool {
+        self.instance == crate::UNSEEN_INSTANCE_ID
     }
 }
 
@@ -515,6 +537,61 @@ mod tests {
         assert_eq!(m.runs.len(), 1);
         assert_eq!(m.runs[0].hook, HookToken::Missed);
         assert_eq!(m.runs[0].instance, "-");
+    }
+
+    #[test]
+    fn late_runs_are_the_lines_of_instance_0_0() {
+        // Lines as the sidecar writes them (its namespace tests,
+        // sidecar/tests/late.rs and hook_context.rs): a late run beside a
+        // seen one; a late run the kubelet's preStop answered, a late hook
+        // cut by the grace period, one that could not start; and seen runs
+        // and a miss, as sidecars from before late hooks write them too.
+        let late = "kube-prestop hook runs, oldest first:\n\
+             container=main instance=0-0 container_exit=unknown hook=exit:0 duration_ms=0 grace_cut=false\n\
+             container=upload instance=19-4407228 container_exit=exit:1 hook=exit:0 duration_ms=1 grace_cut=false\n";
+        let m = parse_message(late).unwrap();
+        assert_eq!(m.unreadable_lines, 0);
+        let lates: Vec<(&str, bool)> = m
+            .runs
+            .iter()
+            .map(|r| (r.container.as_str(), r.is_late()))
+            .collect();
+        assert_eq!(lates, [("main", true), ("upload", false)]);
+        for (text, hook) in [
+            (
+                "container=main instance=0-0 container_exit=unknown hook=skipped-prestop duration_ms=- grace_cut=false",
+                HookToken::Skipped(SkipReason::Prestop),
+            ),
+            (
+                "container=main instance=0-0 container_exit=unknown hook=cut duration_ms=- grace_cut=true",
+                HookToken::Cut,
+            ),
+            (
+                "container=main instance=0-0 container_exit=unknown hook=not-found duration_ms=0 grace_cut=false",
+                HookToken::Ended(HookStatus::NotFound),
+            ),
+        ] {
+            let line = RunLine::parse(text).unwrap();
+            assert!(line.is_late(), "{text}");
+            assert_eq!(line.hook, hook);
+            assert_eq!(line.to_string(), text);
+        }
+        let older = "kube-prestop hook runs, oldest first:\n\
+             container=main instance=4-4407224 container_exit=exit:0 hook=skipped-run-on duration_ms=0 grace_cut=false\n\
+             container=main instance=4-4407202 container_exit=exit:0 hook=cut duration_ms=- grace_cut=true\n\
+             container=side instance=- container_exit=unknown hook=missed duration_ms=- grace_cut=false\n";
+        let m = parse_message(older).unwrap();
+        assert_eq!(m.runs.len(), 3);
+        assert_eq!(m.unreadable_lines, 0);
+        assert!(m.runs.iter().all(|r| !r.is_late()));
+        // Only `0-0` itself: neither a PID 0 of another start time nor a
+        // longer id that merely contains it.
+        for instance in ["0-1", "10-0", "0-00", "-"] {
+            let text = format!(
+                "container=main instance={instance} container_exit=unknown hook=exit:0 duration_ms=1 grace_cut=false"
+            );
+            assert!(!RunLine::parse(&text).unwrap().is_late(), "{text}");
+        }
     }
 
     #[test]

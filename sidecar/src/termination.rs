@@ -140,4 +140,46 @@ mod tests {
         );
         fs::remove_dir_all(&root).unwrap();
     }
+
+    #[test]
+    fn a_late_run_is_the_line_readers_take_for_late() {
+        // The late run's record (`done-0-0`, exit status unknown) beside a
+        // seen run's: the outcome exporter reads the late fact from the
+        // line's instance (`RunLine::is_late`).
+        let root = std::env::temp_dir().join(format!("kps-term-late-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let main = StateStore::new(&root, "main");
+        main.ensure_dir().unwrap();
+        let late = DoneRecord::new(
+            Outcome::Ran,
+            1,
+            Some(HookStatus::Exited(0)),
+            Some(0),
+            20,
+            ContainerEnd::Unknown,
+        );
+        let id = kube_prestop_contract::UNSEEN_INSTANCE_ID;
+        main.write(&RecordKind::Done.file_name(id), &late.to_string())
+            .unwrap();
+        let seen = DoneRecord::new(
+            Outcome::Ran,
+            1,
+            Some(HookStatus::Exited(0)),
+            Some(1),
+            10,
+            ContainerEnd::Exit(1),
+        );
+        main.write("done-19-4407228", &seen.to_string()).unwrap();
+        let message = kube_prestop_contract::termination::render(&collect(&root), 4096);
+        assert_eq!(
+            message,
+            "kube-prestop hook runs, oldest first:\n\
+             container=main instance=19-4407228 container_exit=exit:1 hook=exit:0 duration_ms=1 grace_cut=false\n\
+             container=main instance=0-0 container_exit=unknown hook=exit:0 duration_ms=0 grace_cut=false\n"
+        );
+        let parsed = kube_prestop_contract::parse_message(&message).unwrap();
+        let lates: Vec<bool> = parsed.runs.iter().map(RunLine::is_late).collect();
+        assert_eq!(lates, [false, true]);
+        fs::remove_dir_all(&root).unwrap();
+    }
 }
