@@ -124,8 +124,13 @@ async fn pods(State(seen): State<Seen>, uri: Uri) -> Body {
         );
     }
     // The same pod again: its sidecar restarted and its new message repeats
-    // the two runs and adds one. Then the watch stays open.
-    let mut later = pod(&format!("{first}{}", line("main", "2-2", "exit:3")));
+    // the two runs and adds one, and the late run of a run it never saw
+    // (instance 0-0). Then the watch stays open.
+    let mut later = pod(&format!(
+        "{first}{}{}",
+        line("main", "2-2", "exit:3"),
+        "container=main instance=0-0 container_exit=unknown hook=exit:0 duration_ms=0 grace_cut=false\n"
+    ));
     later["metadata"]["resourceVersion"] = json!("3");
     later["status"]["initContainerStatuses"][0]["state"]["terminated"]["containerID"] =
         json!("containerd://cc");
@@ -186,9 +191,10 @@ async fn outcomes_watches_injected_pods_and_counts_each_run_once() {
         .build()
         .unwrap();
     let want = [
-        "kube_prestop_hook_outcomes_total{outcome=\"ran\",namespace=\"batch\",owner_kind=\"Job\"} 1",
-        "kube_prestop_hook_outcomes_total{outcome=\"missed\",namespace=\"batch\",owner_kind=\"Job\"} 1",
-        "kube_prestop_hook_outcomes_total{outcome=\"failed\",namespace=\"batch\",owner_kind=\"Job\"} 1",
+        "kube_prestop_hook_outcomes_total{outcome=\"ran\",late=\"false\",namespace=\"batch\",owner_kind=\"Job\"} 1",
+        "kube_prestop_hook_outcomes_total{outcome=\"missed\",late=\"false\",namespace=\"batch\",owner_kind=\"Job\"} 1",
+        "kube_prestop_hook_outcomes_total{outcome=\"failed\",late=\"false\",namespace=\"batch\",owner_kind=\"Job\"} 1",
+        "kube_prestop_hook_outcomes_total{outcome=\"ran\",late=\"true\",namespace=\"batch\",owner_kind=\"Job\"} 1",
         "kube_prestop_outcomes_tracked_pods 1",
     ];
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -216,7 +222,7 @@ async fn outcomes_watches_injected_pods_and_counts_each_run_once() {
     // user's sidecar's message is not read).
     assert_eq!(
         text.matches("kube_prestop_hook_outcomes_total{").count(),
-        3,
+        4,
         "{text}"
     );
     assert!(

@@ -71,6 +71,7 @@ fn every_metric_and_label_value_is_in_the_reference() {
             for owner_kind in OwnerKind::ALL.into_iter().skip(i % 2) {
                 outcomes.record(&Count::Outcome {
                     outcome,
+                    late: i % 2 == 0,
                     namespace: "jobs".to_owned(),
                     owner_kind,
                 });

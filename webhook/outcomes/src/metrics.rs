@@ -3,7 +3,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `kube_prestop_hook_outcomes_total` | counter | `outcome`, `namespace`, `owner_kind` | hook runs, each counted once, by outcome ([`OutcomeLabel`]), the pod's namespace and owner kind ([`OwnerKind`]) |
+//! | `kube_prestop_hook_outcomes_total` | counter | `outcome`, `late`, `namespace`, `owner_kind` | hook runs, each counted once, by outcome ([`OutcomeLabel`]), whether the run was late (`true`, `false`: [`late_label`]), the pod's namespace and owner kind ([`OwnerKind`]) |
 //! | `kube_prestop_hook_outcome_messages_unreadable_total` | counter | `reason` ([`Unreadable`]) | sidecar messages (or lines of one) that could not be read, and pods that reached the per-pod key limit |
 //! | `kube_prestop_outcomes_tracked_pods` | gauge | | live pods the exporter holds counted keys for |
 //! | `kube_prestop_outcomes_watch_errors_total` | counter | | errors of the pod watch (it retries with backoff) |
@@ -22,11 +22,21 @@ use prometheus_client::registry::Registry;
 use crate::read::{OutcomeLabel, OwnerKind, Unreadable};
 use crate::tracker::Count;
 
+/// The `late` label's value: `"true"` for a late run (instance `0-0`, the
+/// run its watcher never saw, whose hook ran at the pod's end with
+/// `KUBE_PRESTOP_LATE=1`), else `"false"`. Two values, so the label at most
+/// doubles the outcome series.
+pub const fn late_label(late: bool) -> &'static str {
+    if late { "true" } else { "false" }
+}
+
 /// Labels of `kube_prestop_hook_outcomes_total`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// [`OutcomeLabel::as_str`].
     pub outcome: &'static str,
+    /// [`late_label`]: `true` or `false`.
+    pub late: &'static str,
     /// The pod's namespace.
     pub namespace: String,
     /// [`OwnerKind::as_str`].
@@ -69,7 +79,7 @@ impl OutcomeMetrics {
         let outcomes = Family::<OutcomeLabels, Counter>::default();
         registry.register(
             "kube_prestop_hook_outcomes",
-            "Hook runs of injected pods, each counted once, by outcome (ran: exit 0; failed: another exit, a signal, not found or not executable; skipped-prestop, skipped-run-on, abandoned, cut by the grace period, missed, unknown), namespace and owner kind",
+            "Hook runs of injected pods, each counted once, by outcome (ran: exit 0; failed: another exit, a signal, not found or not executable; skipped-prestop, skipped-run-on, abandoned, cut by the grace period, missed, unknown), late (true: the run its sidecar never saw, instance 0-0, answered at the pod's end with KUBE_PRESTOP_LATE=1), namespace and owner kind",
             outcomes.clone(),
         );
         let unreadable = Family::<UnreadableLabels, Counter>::default();
@@ -109,9 +119,10 @@ impl OutcomeMetrics {
         match count {
             Count::Outcome {
                 outcome,
+                late,
                 namespace,
                 owner_kind,
-            } => self.record_outcome(*outcome, namespace, *owner_kind),
+            } => self.record_outcome(*outcome, *late, namespace, *owner_kind),
             Count::Unreadable(reason) => {
                 self.unreadable
                     .get_or_create(&UnreadableLabels {
@@ -122,10 +133,17 @@ impl OutcomeMetrics {
         }
     }
 
-    fn record_outcome(&self, outcome: OutcomeLabel, namespace: &str, owner_kind: OwnerKind) {
+    fn record_outcome(
+        &self,
+        outcome: OutcomeLabel,
+        late: bool,
+        namespace: &str,
+        owner_kind: OwnerKind,
+    ) {
         self.outcomes
             .get_or_create(&OutcomeLabels {
                 outcome: outcome.as_str(),
+                late: late_label(late),
                 namespace: namespace.to_owned(),
                 owner_kind: owner_kind.as_str(),
             })
@@ -172,16 +190,33 @@ mod tests {
         );
         let ran = Count::Outcome {
             outcome: OutcomeLabel::Missed,
+            late: false,
             namespace: "jobs".into(),
             owner_kind: OwnerKind::Workflow,
         };
         m.record(&ran);
         m.record(&ran);
+        m.record(&Count::Outcome {
+            outcome: OutcomeLabel::Ran,
+            late: true,
+            namespace: "jobs".into(),
+            owner_kind: OwnerKind::Job,
+        });
         m.record(&Count::Unreadable(Unreadable::BadLine));
         m.set_tracked_pods(7);
         let text = m.encode().unwrap();
         assert!(
-            text.contains("kube_prestop_hook_outcomes_total{outcome=\"missed\",namespace=\"jobs\",owner_kind=\"Workflow\"} 2"),
+            text.contains("kube_prestop_hook_outcomes_total{outcome=\"missed\",late=\"false\",namespace=\"jobs\",owner_kind=\"Workflow\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kube_prestop_hook_outcomes_total{outcome=\"ran\",late=\"true\",namespace=\"jobs\",owner_kind=\"Job\"} 1"),
+            "{text}"
+        );
+        // Only the series counted: no `late="false"` twin of a late count.
+        assert_eq!(
+            text.matches("kube_prestop_hook_outcomes_total{").count(),
+            2,
             "{text}"
         );
         assert!(

@@ -29,6 +29,9 @@ pub enum Count {
     Outcome {
         /// The outcome.
         outcome: OutcomeLabel,
+        /// A late run ([`kube_prestop_contract::RunLine::is_late`]: instance
+        /// `0-0`, the run its watcher never saw, answered at the pod's end).
+        late: bool,
         /// The pod's namespace.
         namespace: String,
         /// The pod's owner kind.
@@ -131,6 +134,7 @@ impl Tracker {
                         if keys.insert(read::run_key(run), &mut counts) == Some(true) {
                             counts.push(Count::Outcome {
                                 outcome,
+                                late: run.is_late(),
                                 namespace: namespace.clone(),
                                 owner_kind,
                             });
@@ -319,10 +323,107 @@ mod tests {
         );
         assert!(counts.contains(&Count::Outcome {
             outcome: OutcomeLabel::Ran,
+            late: false,
             namespace: "jobs".into(),
             owner_kind: OwnerKind::Job,
         }));
         assert_eq!(t.tracked_pods(), 1);
+    }
+
+    /// `(outcome, late)` of each outcome count, sorted.
+    fn lates(counts: &[Count]) -> Vec<(&'static str, bool)> {
+        let mut v: Vec<(&str, bool)> = counts
+            .iter()
+            .filter_map(|c| match c {
+                Count::Outcome { outcome, late, .. } => Some((outcome.as_str(), *late)),
+                Count::Unreadable(_) => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn late_runs_are_counted_as_late() {
+        // Termination messages as the sidecar wrote them in its namespace
+        // tests (sidecar/tests/late.rs, hook_context.rs): late runs are
+        // instance 0-0; seen runs and a miss are not late.
+        let late_ran = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=0-0 container_exit=unknown hook=exit:0 duration_ms=0 grace_cut=false\n";
+        let late_not_found = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=0-0 container_exit=unknown hook=not-found duration_ms=0 grace_cut=false\n";
+        let late_skipped = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=0-0 container_exit=unknown hook=skipped-prestop duration_ms=- grace_cut=false\n";
+        let seen = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=4-4407224 container_exit=exit:0 hook=skipped-run-on duration_ms=0 grace_cut=false\n\
+            container=main instance=19-4407228 container_exit=exit:1 hook=exit:0 duration_ms=1 grace_cut=false\n";
+        let cut = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=4-4407202 container_exit=exit:0 hook=cut duration_ms=- grace_cut=true\n";
+        let missed = "kube-prestop hook runs, oldest first:\n\
+            container=main instance=- container_exit=unknown hook=missed duration_ms=- grace_cut=false\n";
+        let mut t = Tracker::new();
+        let count = |t: &mut Tracker, uid: &str, text: &str| {
+            lates(&t.observe(&pod(
+                uid,
+                vec![status("kube-prestop-main", None, Some(("c://1", text)))],
+            )))
+        };
+        assert_eq!(count(&mut t, "a", late_ran), [("ran", true)]);
+        assert_eq!(count(&mut t, "b", late_not_found), [("failed", true)]);
+        assert_eq!(
+            count(&mut t, "c", late_skipped),
+            [("skipped-prestop", true)]
+        );
+        assert_eq!(
+            count(&mut t, "d", seen),
+            [("ran", false), ("skipped-run-on", false)]
+        );
+        assert_eq!(count(&mut t, "e", cut), [("cut", false)]);
+        assert_eq!(count(&mut t, "f", missed), [("missed", false)]);
+        // The labels beside it are the pod's, as for any run.
+        let counts = t.observe(&pod(
+            "g",
+            vec![status("kube-prestop-main", None, Some(("c://1", late_ran)))],
+        ));
+        assert_eq!(
+            counts,
+            [Count::Outcome {
+                outcome: OutcomeLabel::Ran,
+                late: true,
+                namespace: "jobs".into(),
+                owner_kind: OwnerKind::Job,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_late_run_is_counted_once_late_whoever_lists_it() {
+        // Two watched containers: side's sidecar wrote while main's late
+        // hook still ran; main's own message says how it ended; both list
+        // side's seen run. The late run is counted once, when final, late.
+        let early = message(&[
+            line("main", "0-0", "running"),
+            line("side", "7-70", "exit:0"),
+        ]);
+        let done = message(&[
+            line("main", "0-0", "exit:0"),
+            line("side", "7-70", "exit:0"),
+        ]);
+        let mut t = Tracker::new();
+        let first = pod(
+            "u1",
+            vec![status("kube-prestop-side", None, Some(("c://2", &early)))],
+        );
+        assert_eq!(lates(&t.observe(&first)), [("ran", false)]);
+        let second = pod(
+            "u1",
+            vec![
+                status("kube-prestop-side", None, Some(("c://2", &early))),
+                status("kube-prestop-main", None, Some(("c://1", &done))),
+            ],
+        );
+        assert_eq!(lates(&t.observe(&second)), [("ran", true)]);
+        assert_eq!(t.observe(&second), vec![]);
     }
 
     #[test]
