@@ -47,7 +47,18 @@
 //!
 //! Matching: the identifying mount point is matched exactly, or as a suffix
 //! after `/` (before `pivot_root` the runtime's mounts appear under the root
-//! file system's host path).
+//! file system's host path), and the mount must come from the pod's volume
+//! ([`id_mount`], [`IdSource`]).
+//!
+//! gVisor (runsc) differs in three ways (gvisor.dev/gvisor
+//! v0.0.0-20260905035102-160fafc42237): its sentry sets a container's mounts
+//! up before the container's first task exists, so a process is seen with
+//! its identifying mount or never gets one; its mountinfo names no volume
+//! (every bind mount from the host has root `/` and a device of its own), so
+//! the source is checked by user namespace and directory instead
+//! ([`IdSource::Gvisor`]); and a held mountinfo reads back empty once its
+//! process exited, which there says nothing of a `pivot_root` (no inference
+//! from it, [`Scanner::infer_unseen`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -58,7 +69,7 @@ use nix::poll::PollFlags;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::procfs::{self, IdMount, LastPid, MountSource, ProcError};
+use crate::procfs::{self, IdMount, IdSource, LastPid, MountSource, ProcError};
 use kube_prestop_contract as contract;
 
 /// One run of a container's process: its PID in the pod's PID namespace and
@@ -104,29 +115,48 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
     id_root.join(container).to_string_lossy().into_owned()
 }
 
-/// The identifying mount of `container`: mount point [`mount_point`], and,
-/// when the shared volume or a sub-path of it is mounted under `root` in
-/// this process ([`procfs::volume_source_of`]; always in a pod, not in
-/// tests that use a plain directory), the source it must come
-/// from: the same file system, root `<volume root>/id/<container>`
-/// ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from the
-/// volume's own directory, so both mounts name the same file system and a
-/// root path inside it that differs only by the sub-path.
+/// The identifying mount of `container`: mount point [`mount_point`], and
+/// the source it must come from ([`IdSource`]), read from this process's
+/// own mounts of the shared volume (under `root`):
+///
+/// - when the volume or a sub-path of it is mounted under `root`
+///   ([`procfs::volume_source_of`]; always in a pod on a Linux runtime):
+///   the same file system, root `<volume root>/id/<container>`
+///   ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from
+///   the volume's own directory, so both mounts name the same file system
+///   and a root path inside it that differs only by the sub-path;
+/// - under gVisor, whose mountinfo names neither
+///   ([`procfs::volume_is_gvisor_bind`]): a host bind mount at the mount
+///   point whose directory is `<root>/id/<container>` as this process sees
+///   it (the sidecars mount `id/`), or, in the watched container itself
+///   (the preStop wrapper, which has no `id/`), its own identifying mount;
+/// - otherwise (plain directories in tests) the mount point alone.
 pub fn id_mount(proc_root: &Path, root: &Path, id_root: &Path, container: &str) -> IdMount {
-    let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo"))
-        .ok()
-        .and_then(|m| procfs::volume_source_of(&m, &root.to_string_lossy(), container));
-    IdMount {
-        point: mount_point(id_root, container),
-        source: own.map(|s| MountSource {
-            root: format!(
-                "{}/{}",
-                s.root.trim_end_matches('/'),
-                contract::id_sub_path(container)
-            ),
-            dev: s.dev,
-        }),
-    }
+    let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo")).ok();
+    let root_str = root.to_string_lossy();
+    let point = mount_point(id_root, container);
+    let source = match own.as_deref() {
+        Some(m) => match procfs::volume_source_of(m, &root_str, container) {
+            Some(s) => IdSource::Volume(MountSource {
+                root: format!(
+                    "{}/{}",
+                    s.root.trim_end_matches('/'),
+                    contract::id_sub_path(container)
+                ),
+                dev: s.dev,
+            }),
+            None if procfs::volume_is_gvisor_bind(m, &root_str, container) => IdSource::Gvisor {
+                reference: if procfs::mountinfo_source_of(m, &point).is_some() {
+                    PathBuf::from(&point)
+                } else {
+                    root.join(contract::id_sub_path(container))
+                },
+            },
+            None => IdSource::Any,
+        },
+        None => IdSource::Any,
+    };
+    IdMount { point, source }
 }
 
 /// One-shot search: the oldest process whose mountinfo has `mount_point` and
@@ -312,12 +342,20 @@ pub struct Scanner {
 /// Re-reads a held mountinfo: the identifying mount's ID if present, and
 /// whether the table read back empty (nothing reachable from the root the
 /// process had when the file was opened).
-fn reread(hold: &mut File, mount_point: &IdMount) -> (Option<u64>, bool) {
+fn reread(
+    hold: &mut File,
+    mount_point: &IdMount,
+    proc_root: &Path,
+    pid: i32,
+) -> (Option<u64>, bool) {
     let mut content = String::new();
     if hold.seek(SeekFrom::Start(0)).is_err() || hold.read_to_string(&mut content).is_err() {
         return (None, false);
     }
-    (mount_point.find(&content), content.trim().is_empty())
+    (
+        mount_point.find_in(&content, proc_root, pid),
+        content.trim().is_empty(),
+    )
 }
 
 impl Scanner {
@@ -542,7 +580,7 @@ impl Scanner {
                 first_mount,
             });
         }
-        let (found, _) = reread(&mut hold, &self.mount_point);
+        let (found, _) = reread(&mut hold, &self.mount_point, &self.proc_root, pid);
         if let Some(mount_id) = found {
             return Some(self.matched(mount_id, hold));
         }
@@ -566,7 +604,7 @@ impl Scanner {
         }
         // Exited (it may have done so since the read above): the held view
         // is final now.
-        let (found, empty) = reread(&mut hold, &self.mount_point);
+        let (found, empty) = reread(&mut hold, &self.mount_point, &self.proc_root, pid);
         if self.debug {
             crate::log!("debug: post-mortem pid={pid} found={found:?} empty={empty}");
         }
@@ -574,8 +612,18 @@ impl Scanner {
             return Some(self.matched(mount_id, hold));
         }
         self.stats.candidates_lost += 1;
-        self.stats.candidates_lost_pivoted += u64::from(empty);
-        if empty && self.infer_unseen {
+        // Under gVisor an empty table after the exit tells nothing of a
+        // `pivot_root`: the sentry shows every exited task's table empty
+        // (`mountInfoData.Generate`, `pkg/sentry/fsimpl/proc/task_files.go`,
+        // "The task has been destroyed"), and it sets a container's mounts
+        // up before the container's first task exists (`createContainerProcess`
+        // → `setupContainerVFS`, then `CreateProcess`, `runsc/boot/loader.go`;
+        // gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237), so a
+        // candidate that never showed the mount while it ran was another
+        // container, never one to infer.
+        let pivoted = empty && !self.mount_point.is_gvisor();
+        self.stats.candidates_lost_pivoted += u64::from(pivoted);
+        if pivoted && self.infer_unseen {
             return Some(Class::Inferred);
         }
         None
@@ -763,7 +811,7 @@ mod tests {
         let proc_root = Path::new(procfs::PROC_ROOT);
         let mp = IdMount {
             point: "/nonexistent/kube-prestop-test-mount".to_owned(),
-            source: None,
+            source: IdSource::Any,
         };
         assert_eq!(find_oldest(proc_root, &mp).unwrap(), None);
         let mut s = Scanner::new(proc_root, mp);
@@ -813,7 +861,7 @@ mod tests {
     fn point() -> IdMount {
         IdMount {
             point: POINT.to_owned(),
-            source: None,
+            source: IdSource::Any,
         }
     }
 
@@ -854,5 +902,210 @@ mod tests {
         assert_eq!(s.step(Instant::now()).unwrap(), None);
         assert_eq!(s.stats().zombies_unseen, 1, "counted once");
         assert!(s.stats().to_string().contains(" zombies_unseen=1 "));
+    }
+    /// gVisor's mountinfo, as its sentry renders it (`GenerateProcMountInfo`,
+    /// `pkg/sentry/vfs/mount.go`, gvisor.dev/gvisor
+    /// v0.0.0-20260905035102-160fafc42237): every bind mount from the host
+    /// with root `/`, type `9p`, source `none` and a device of its own.
+    const GVISOR_SIDECAR: &str = "1 0 0:6 / / ro - 9p none ro,trans=fd,rfdno=4,wfdno=4,cache=remote_revalidating\n\
+        2 1 0:8 / /proc rw - proc none rw\n\
+        7 1 0:12 / /.kube-prestop/bin ro - 9p none ro,trans=fd,cache=remote_revalidating\n\
+        8 1 0:13 / /.kube-prestop/state ro - 9p none ro,trans=fd,cache=remote_revalidating\n\
+        9 8 0:14 / /.kube-prestop/state/main rw - 9p none rw,trans=fd,cache=remote_revalidating\n\
+        10 1 0:15 / /.kube-prestop/id ro - 9p none ro,trans=fd,cache=remote_revalidating\n";
+    fn gvisor_id_line(id: u64, dev: u32) -> String {
+        format!("{id} 20 0:{dev} / {POINT} ro - 9p none ro,trans=fd,cache=remote_revalidating\n")
+    }
+
+    impl FakeProc {
+        /// `self` (the reader) with the given mountinfo and user namespace.
+        fn set_self(&self, mountinfo: &str, userns: &str) {
+            let d = self.0.join("self");
+            std::fs::create_dir_all(d.join("ns")).unwrap();
+            std::fs::write(d.join("mountinfo"), mountinfo).unwrap();
+            let _ = std::fs::remove_file(d.join("ns/user"));
+            std::os::unix::fs::symlink(userns, d.join("ns/user")).unwrap();
+        }
+
+        /// A parentless process under gVisor: `mountinfo`, user namespace
+        /// `userns`, and its root a link to `root`.
+        fn add_gvisor(&self, pid: i32, start: u64, mountinfo: &str, userns: &str, root: &Path) {
+            self.add(pid, start);
+            let d = self.0.join(pid.to_string());
+            std::fs::write(d.join("mountinfo"), mountinfo).unwrap();
+            std::fs::create_dir_all(d.join("ns")).unwrap();
+            std::os::unix::fs::symlink(userns, d.join("ns/user")).unwrap();
+            std::os::unix::fs::symlink(root, d.join("root")).unwrap();
+        }
+    }
+
+    /// The directory `<root>/.kube-prestop-id/main` of a fake container root.
+    fn container_root(p: &FakeProc, name: &str) -> PathBuf {
+        let root = p.0.join(format!("root-{name}"));
+        std::fs::create_dir_all(root.join(POINT.trim_start_matches('/'))).unwrap();
+        root
+    }
+
+    #[test]
+    fn id_mount_source_follows_the_readers_own_mounts() {
+        let p = FakeProc::new("idsrc", "0.00 0.00 0.00 0/0 0\n");
+        let root = Path::new("/.kube-prestop");
+        let id_root = Path::new("/.kube-prestop-id");
+        // Linux: the volume's file system and root.
+        p.set_self(
+            "41 22 8:1 /pods/a/volumes/v/state /.kube-prestop/state ro - ext4 /dev/sda1 rw\n",
+            "user:[1]",
+        );
+        assert_eq!(
+            id_mount(&p.0, root, id_root, "main").source,
+            IdSource::Volume(MountSource {
+                dev: "8:1".into(),
+                root: "/pods/a/volumes/v/id/main".into()
+            })
+        );
+        // gVisor, the sidecar: compared with its own view of id/main.
+        p.set_self(GVISOR_SIDECAR, "user:[1]");
+        let m = id_mount(&p.0, root, id_root, "main");
+        assert_eq!(
+            m.source,
+            IdSource::Gvisor {
+                reference: PathBuf::from("/.kube-prestop/id/main")
+            }
+        );
+        assert!(m.to_string().contains("gVisor"), "{m}");
+        // gVisor, the preStop wrapper in `main`: its own identifying mount.
+        let wrapper = "1 0 0:6 / / ro - 9p none ro\n\
+            9 1 0:14 / /.kube-prestop/state/main rw - 9p none rw\n"
+            .to_owned()
+            + &gvisor_id_line(11, 16);
+        p.set_self(&wrapper, "user:[1]");
+        assert_eq!(
+            id_mount(&p.0, root, id_root, "main").source,
+            IdSource::Gvisor {
+                reference: PathBuf::from(POINT)
+            }
+        );
+        // A plain directory (tests): the mount point alone.
+        p.set_self("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n", "user:[1]");
+        assert_eq!(id_mount(&p.0, root, id_root, "main").source, IdSource::Any);
+    }
+
+    /// Before the gVisor source, a sidecar on gVisor found no source for its
+    /// volume and matched on the mount point alone: any container of the
+    /// pod with a mount of its own there passed for `main`. Now, under
+    /// gVisor, `main` is found live, and neither a container in a user
+    /// namespace of its own nor one whose mount shows another directory is.
+    #[test]
+    fn under_gvisor_the_watched_container_is_found_and_lookalikes_are_not() {
+        let p = FakeProc::new("gvisor-id", "0.00 0.00 0.00 0/0 0\n");
+        p.set_self(GVISOR_SIDECAR, "user:[4026531837]");
+        let main_root = container_root(&p, "main");
+        let reference = main_root.join(POINT.trim_start_matches('/'));
+        let m = IdMount {
+            point: POINT.to_owned(),
+            source: IdSource::Gvisor {
+                reference: reference.clone(),
+            },
+        };
+        // The line's shape: a Linux bind of id/main is not gVisor's.
+        let linux = format!("30 22 8:1 /pods/a/volumes/v/id/main {POINT} ro - ext4 /dev/sda1 rw\n");
+        assert_eq!(m.find(&linux), None);
+        assert_eq!(m.find(&gvisor_id_line(31, 16)), Some(31));
+
+        let t = procfs::now_ticks();
+        // Older than main, the same directory, but in a user namespace of
+        // its own (it made its mount namespace there).
+        p.add_gvisor(
+            40,
+            t,
+            &gvisor_id_line(50, 20),
+            "user:[4026532999]",
+            &main_root,
+        );
+        // Older than main, the pod's user namespace, another directory.
+        let other_root = container_root(&p, "other");
+        std::fs::File::open(other_root.join(POINT.trim_start_matches('/')))
+            .unwrap()
+            .set_modified(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap();
+        p.add_gvisor(
+            41,
+            t,
+            &gvisor_id_line(51, 21),
+            "user:[4026531837]",
+            &other_root,
+        );
+        // main itself.
+        p.add_gvisor(
+            42,
+            t + 1,
+            &gvisor_id_line(52, 22),
+            "user:[4026531837]",
+            &main_root,
+        );
+
+        assert_eq!(find_oldest(&p.0, &m).unwrap().map(|i| i.pid), Some(42));
+        let mut s = Scanner::new(&p.0, m.clone());
+        assert_eq!(s.step(Instant::now()).unwrap().map(|i| i.pid), Some(42));
+        // On the mount point alone (the old behaviour) the oldest lookalike
+        // would have been taken.
+        let any = IdMount {
+            point: POINT.to_owned(),
+            source: IdSource::Any,
+        };
+        assert_eq!(find_oldest(&p.0, &any).unwrap().map(|i| i.pid), Some(40));
+        // A process whose root cannot be looked into does not match.
+        std::fs::remove_file(p.0.join("42/root")).unwrap();
+        assert_eq!(find_oldest(&p.0, &m).unwrap(), None);
+    }
+
+    /// Under gVisor a held mountinfo reads back empty once its process
+    /// exited, whatever its root (`mountInfoData.Generate`,
+    /// `pkg/sentry/fsimpl/proc/task_files.go`): a candidate that never
+    /// showed the mount is another container, not one that `pivot_root`ed
+    /// between two looks, and is never inferred. On Linux the same empty
+    /// table is a pivoted candidate, inferred when the container is the
+    /// pod's only one after the sidecar.
+    #[test]
+    fn under_gvisor_an_empty_table_after_exit_is_not_a_pivot() {
+        for gvisor in [true, false] {
+            let name = if gvisor { "gvisor-exit" } else { "linux-exit" };
+            let p = FakeProc::new(name, "0.00 0.00 0.00 0/0 0\n");
+            p.set_self(GVISOR_SIDECAR, "user:[1]");
+            let source = if gvisor {
+                IdSource::Gvisor {
+                    reference: p.0.join("nowhere"),
+                }
+            } else {
+                IdSource::Any
+            };
+            let m = IdMount {
+                point: POINT.to_owned(),
+                source,
+            };
+            let mut s = Scanner::new(&p.0, m).infer_unseen(true);
+            // Another container: parentless, no identifying mount.
+            let pid = 4_000_000 + i32::from(gvisor);
+            p.add(pid, procfs::now_ticks());
+            let mi = p.0.join(pid.to_string()).join("mountinfo");
+            std::fs::write(&mi, "1 0 0:6 / / ro - 9p none ro\n").unwrap();
+            let t0 = Instant::now();
+            assert_eq!(s.step(t0).unwrap(), None);
+            assert_eq!(s.stats().candidates, 1);
+            // It exits: the held table reads empty, the process is gone.
+            std::fs::write(&mi, "").unwrap();
+            std::fs::remove_file(p.0.join(pid.to_string()).join("stat")).unwrap();
+            let found = s.step(t0 + Duration::from_secs(1)).unwrap();
+            let st = s.stats();
+            assert_eq!(st.candidates_lost, 1, "{name}");
+            if gvisor {
+                assert_eq!(found, None);
+                assert_eq!(st.candidates_lost_pivoted, 0);
+            } else {
+                assert_eq!(found.map(|i| i.pid), Some(pid));
+                assert!(s.is_inferred(found.unwrap()));
+                assert_eq!(st.candidates_lost_pivoted, 1);
+            }
+        }
     }
 }

@@ -157,7 +157,7 @@ pub fn unescape_mount_path(raw: &str) -> String {
 /// Mount IDs are unique among live mounts; an ID is reused only after its
 /// mount is gone, i.e. after every mount namespace holding it is gone.
 pub fn mountinfo_find_mount_point(content: &str, mount_point: &str) -> Option<u64> {
-    find_mount(content, mount_point, None)
+    find_mount(content, mount_point, &IdSource::Any)
 }
 
 /// Where a mount comes from: field 3 (`major:minor` of the file system) and
@@ -176,29 +176,186 @@ pub struct MountSource {
 /// The source matters in `hostPID` pods, where the processes of every pod on
 /// the node are visible and other pods' containers of the same name carry
 /// the same mount point: only this pod's shared volume (same file system,
-/// root `<volume root>/id/<container>`) identifies this pod's container.
+/// root `<volume root>/id/<container>`) identifies this pod's container. In
+/// every pod it keeps another container of the pod from passing for the
+/// watched one with a mount of its own at that path (a container may make
+/// one in a user and mount namespace of its own where the runtime lets it
+/// create them): it has no mount of `id/<container>` to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdMount {
     /// Mount point, matched as [`mountinfo_find_mount_point`] does.
     pub point: String,
-    /// Required source, or `None` to match on the mount point alone.
-    pub source: Option<MountSource>,
+    /// Where the mount must come from.
+    pub source: IdSource,
+}
+
+/// Where a watched container's identifying mount must come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdSource {
+    /// Anywhere: matched on the mount point alone (the tests' plain
+    /// directories, where no volume is mounted).
+    Any,
+    /// Linux runtimes (runc, youki, crun): a bind mount of this file system
+    /// and root, the pod's volume's `id/<container>` (from the reader's own
+    /// mount of the volume, [`volume_source_of`]).
+    Volume(MountSource),
+    /// gVisor: every bind mount from the host is a file system of its own
+    /// in the sandbox, shown with root `/`, type `9p`, source `none` and a
+    /// device number of its own in each container ([`gvisor_bind`]), so
+    /// neither the device nor the root names the volume. Such a line at the
+    /// mount point is taken only when (1) the process is in the reader's
+    /// user namespace ([`same_user_namespace`]) and (2) the directory
+    /// mounted there, looked at through the process's root
+    /// (`/proc/PID/root/<point>`), is the one at `reference` in the
+    /// reader's view ([`same_host_dir`]): the sidecar's
+    /// `<volume>/id/<container>`, or, in the watched container (the preStop
+    /// wrapper), its own identifying mount.
+    ///
+    /// Why (1): in the sandbox, `mount(2)` needs `CAP_SYS_ADMIN` in the
+    /// user namespace that owns the caller's mount namespace (`Mount`,
+    /// `pkg/sentry/syscalls/linux/sys_mount.go`), and a container without
+    /// it gets there only by making a user namespace of its own
+    /// (`unshare(CLONE_NEWUSER)`, which the sentry allows any process,
+    /// `NewChildUserNamespace`, `pkg/sentry/kernel/auth/user_namespace.go`),
+    /// from which it cannot return (`Setns` asks for `CAP_SYS_ADMIN` in the
+    /// namespace joined, `pkg/sentry/kernel/task_clone.go`). So a process
+    /// in the pod's own user namespace whose table shows a host bind mount
+    /// at the point got it from runsc, from its container's OCI spec (or has
+    /// `CAP_SYS_ADMIN`, which the security model trusts with the node
+    /// anyway). (2) tells the watched container's bind from another mount
+    /// at that path in another container's spec. gVisor does not apply the
+    /// pod's seccomp profile unless runsc runs with `--oci-seccomp`, so (1)
+    /// is what stands in for the source check there.
+    /// gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237.
+    Gvisor {
+        /// The reader's view of the directory the mount must show.
+        reference: PathBuf,
+    },
 }
 
 impl IdMount {
-    /// The mount ID of this identifying mount in mountinfo `content`.
+    /// The mount ID of this identifying mount in mountinfo `content`, judged
+    /// by the mountinfo line alone; with [`IdSource::Gvisor`] use
+    /// [`IdMount::find_in`], which also looks at the directory.
     pub fn find(&self, content: &str) -> Option<u64> {
-        find_mount(content, &self.point, self.source.as_ref())
+        find_mount(content, &self.point, &self.source)
+    }
+
+    /// The mount ID of this identifying mount in the mountinfo `content` of
+    /// process `pid` (of `proc_root`): [`IdMount::find`], and with
+    /// [`IdSource::Gvisor`] the directory at the mount point in the
+    /// process's root must be the reference's ([`same_host_dir`]; a process
+    /// whose root cannot be looked into, e.g. one that exited, does not
+    /// match).
+    pub fn find_in(&self, content: &str, proc_root: &Path, pid: i32) -> Option<u64> {
+        let id = self.find(content)?;
+        match &self.source {
+            IdSource::Gvisor { reference } => {
+                let dir = proc_root.join(pid.to_string());
+                let seen = dir.join("root").join(self.point.trim_start_matches('/'));
+                (same_user_namespace(proc_root, pid) && same_host_dir(&seen, reference))
+                    .then_some(id)
+            }
+            IdSource::Any | IdSource::Volume(_) => Some(id),
+        }
+    }
+
+    /// Whether this is gVisor's case ([`IdSource::Gvisor`]).
+    pub fn is_gvisor(&self) -> bool {
+        matches!(self.source, IdSource::Gvisor { .. })
     }
 }
 
 impl std::fmt::Display for IdMount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.source {
-            Some(src) => write!(f, "{} (from {} {})", self.point, src.dev, src.root),
-            None => f.write_str(&self.point),
+            IdSource::Volume(src) => write!(f, "{} (from {} {})", self.point, src.dev, src.root),
+            IdSource::Gvisor { reference } => write!(
+                f,
+                "{} (gVisor: the directory at {})",
+                self.point,
+                reference.display()
+            ),
+            IdSource::Any => f.write_str(&self.point),
         }
     }
+}
+
+/// Whether process `pid` is in the reader's user namespace: the links
+/// `<proc>/<pid>/ns/user` and `<proc>/self/ns/user` name the same namespace
+/// (`user:[inode]`; reading another process's needs ptrace read access, as
+/// its root does). `false` when either cannot be read.
+pub fn same_user_namespace(proc_root: &Path, pid: i32) -> bool {
+    let ns = |p: &str| std::fs::read_link(proc_root.join(p).join("ns").join("user")).ok();
+    matches!((ns(&pid.to_string()), ns("self")), (Some(a), Some(b)) if a == b)
+}
+
+/// Whether `seen` and `reference` are the same directory of the host, as
+/// far as gVisor's sentry shows it: both directories (not followed through a
+/// final symbolic link), with the same mode, owner, group, modification
+/// time and status change time, to the nanosecond. The device and inode
+/// numbers cannot be compared: the sentry gives each bind mount a device
+/// number of its own (`GetAnonBlockDevMinor`) and numbers inodes per file
+/// system (`inoFromKey`, `pkg/sentry/fsimpl/gofer/gofer.go`), while the
+/// times are the host's (the gofer's `stat` of the host file). A process
+/// cannot set a status change time (it is the kernel's clock at the last
+/// change), so another directory does not pass for `id/<container>`, which
+/// the kubelet made and nothing changes afterwards (every container mounts
+/// it read-only). gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237.
+pub fn same_host_dir(seen: &Path, reference: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(a), Ok(b)) = (
+        std::fs::symlink_metadata(seen),
+        std::fs::symlink_metadata(reference),
+    ) else {
+        return false;
+    };
+    a.is_dir()
+        && b.is_dir()
+        && (a.mode(), a.uid(), a.gid()) == (b.mode(), b.uid(), b.gid())
+        && (a.mtime(), a.mtime_nsec()) == (b.mtime(), b.mtime_nsec())
+        && (a.ctime(), a.ctime_nsec()) == (b.ctime(), b.ctime_nsec())
+}
+
+/// Whether mountinfo line `line` is how gVisor's sentry shows a bind mount
+/// from the host (a gofer file system): root `/`, file system type `9p`,
+/// source `none` (`GenerateProcMountInfo`, `pkg/sentry/vfs/mount.go`: field
+/// 10 is always `none`; the root is the mount root's path in its own file
+/// system, which for a host bind mount is that file system's root;
+/// `gofer.Name` is `9p`, `pkg/sentry/fsimpl/gofer/gofer.go`;
+/// gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237). Linux never shows
+/// a bind mount of a `subPath` so: its root is the sub-path's path in the
+/// volume's file system.
+pub fn gvisor_bind(line: &str) -> bool {
+    let mut fields = line.split(' ');
+    let Some(root) = fields.nth(3) else {
+        return false;
+    };
+    let mut after = fields.skip_while(|f| *f != "-").skip(1);
+    root == "/" && after.next() == Some("9p") && after.next() == Some("none")
+}
+
+/// Whether the reader runs under gVisor, judged from its own mountinfo
+/// `content`: its mount of the shared volume's `state` or
+/// `state/<container>` sub-path (under the volume's mount path `root`) is
+/// shown as gVisor shows a bind mount from the host ([`gvisor_bind`]). Read
+/// from the reader's own mounts, which the kubelet made: no other container
+/// has a say in it.
+pub fn volume_is_gvisor_bind(content: &str, root: &str, container: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    let points = [
+        format!("{root}/{}", kube_prestop_contract::STATE_SUB_PATH),
+        format!(
+            "{root}/{}",
+            kube_prestop_contract::state_sub_path(container)
+        ),
+    ];
+    content.lines().any(|line| {
+        line.split(' ')
+            .nth(4)
+            .is_some_and(|p| points.contains(&unescape_mount_path(p)))
+            && gvisor_bind(line)
+    })
 }
 
 /// The source of the mount whose mount point is exactly `mount_point` in
@@ -244,7 +401,7 @@ pub fn volume_source_of(content: &str, root: &str, container: &str) -> Option<Mo
     })
 }
 
-fn find_mount(content: &str, mount_point: &str, source: Option<&MountSource>) -> Option<u64> {
+fn find_mount(content: &str, mount_point: &str, source: &IdSource) -> Option<u64> {
     let mount_point = mount_point.trim_end_matches('/');
     content.lines().find_map(|line| {
         let mut fields = line.split(' ');
@@ -257,8 +414,11 @@ fn find_mount(content: &str, mount_point: &str, source: Option<&MountSource>) ->
                 && mp.ends_with(mount_point)
                 && (mount_point.starts_with('/')
                     || mp.as_bytes()[mp.len() - mount_point.len() - 1] == b'/'));
-        let from_source =
-            source.is_none_or(|s| s.dev == dev && s.root == unescape_mount_path(root));
+        let from_source = match source {
+            IdSource::Any => true,
+            IdSource::Volume(s) => s.dev == dev && s.root == unescape_mount_path(root),
+            IdSource::Gvisor { .. } => gvisor_bind(line),
+        };
         (hit && from_source).then_some(id)
     })
 }
@@ -290,7 +450,7 @@ pub fn open_mountinfo(
     let mut content = String::new();
     f.read_to_string(&mut content)
         .map_err(|e| io_err(&path, e))?;
-    Ok((mount.find(&content), f))
+    Ok((mount.find_in(&content, proc_root, pid), f))
 }
 
 /// The mount ID on the first line of mountinfo text `start` (only the
@@ -459,7 +619,7 @@ mod tests {
                 i32::MAX,
                 &IdMount {
                     point: "/x".into(),
-                    source: None
+                    source: IdSource::Any
                 }
             ),
             Err(ProcError::Gone)
@@ -478,7 +638,7 @@ mod tests {
         assert_eq!(src.root, "/pods/uid-a/volumes/kube-prestop");
         let id = IdMount {
             point: "/.kube-prestop-id/main".into(),
-            source: Some(MountSource {
+            source: IdSource::Volume(MountSource {
                 dev: src.dev,
                 root: format!("{}/id/main", src.root),
             }),
@@ -491,7 +651,7 @@ mod tests {
         assert_eq!(id.find(other_fs), None);
         let any = IdMount {
             point: "/.kube-prestop-id/main".into(),
-            source: None,
+            source: IdSource::Any,
         };
         assert_eq!(any.find(other_pod), Some(50));
         assert_eq!(mountinfo_source_of(own, "/nowhere"), None);
@@ -526,6 +686,39 @@ mod tests {
         // A mount whose root does not end with the sub-path is not ours.
         let odd = "42 22 8:1 /elsewhere /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n";
         assert_eq!(volume_source_of(odd, "/.kube-prestop", "main"), None);
+    }
+
+    /// gVisor's rendering of bind mounts from the host, against Linux's.
+    #[test]
+    fn gvisor_bind_lines() {
+        let gvisor = "9 8 0:14 / /.kube-prestop/state/main rw - 9p none rw,trans=fd\n";
+        assert!(gvisor_bind(gvisor));
+        let linux_sub_path = "42 41 8:1 /pods/a/volumes/v/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n";
+        assert!(!gvisor_bind(linux_sub_path));
+        assert!(!gvisor_bind("2 1 0:8 / /proc rw - proc none rw"));
+        assert!(!gvisor_bind("3 1 0:9 / /tmp rw shared:1 - tmpfs none rw"));
+        assert!(gvisor_bind("3 1 0:9 / /x rw shared:1 - 9p none rw"));
+        assert!(!gvisor_bind("garbage"));
+        assert!(volume_is_gvisor_bind(gvisor, "/.kube-prestop", "main"));
+        assert!(!volume_is_gvisor_bind(gvisor, "/.kube-prestop", "other"));
+        assert!(!volume_is_gvisor_bind(
+            linux_sub_path,
+            "/.kube-prestop",
+            "main"
+        ));
+        // The Linux source is still found from a Linux sub-path, never from gVisor's.
+        assert!(volume_source_of(linux_sub_path, "/.kube-prestop", "main").is_some());
+        assert_eq!(volume_source_of(gvisor, "/.kube-prestop", "main"), None);
+    }
+
+    #[test]
+    fn user_namespace_of_self() {
+        let me = std::process::id() as i32;
+        assert!(same_user_namespace(Path::new(PROC_ROOT), me));
+        assert!(!same_user_namespace(Path::new(PROC_ROOT), i32::MAX));
+        let here = std::env::temp_dir();
+        assert!(same_host_dir(&here, &here));
+        assert!(!same_host_dir(&here, Path::new("/nonexistent-kps")));
     }
 
     #[test]

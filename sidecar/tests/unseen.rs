@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kube_prestop_sidecar::finder::{Instance, Scanner, SearchStats};
-use kube_prestop_sidecar::procfs::IdMount;
+use kube_prestop_sidecar::procfs::{IdMount, IdSource};
 
 const SIGSTOP: i32 = libc::SIGSTOP;
 const SIGCONT: i32 = libc::SIGCONT;
@@ -142,7 +142,7 @@ fn exit_found_by_the_periodic_look(infer: bool) -> (Option<Instance>, bool, Sear
     let proc_root = PathBuf::from(format!("/proc/{}/root/proc", pod.init));
     let mount = IdMount {
         point: pod.idroot().join(C).to_string_lossy().into_owned(),
-        source: None,
+        source: IdSource::Any,
     };
     let mut scanner = Scanner::new(&proc_root, mount).infer_unseen(infer);
     let t0 = Instant::now();
