@@ -16,6 +16,10 @@ write_containerd_config() {
   mkdir -p "$CONF" "$STATE/containerd" "$STATE/cni/net.d"
   if ((CONTAINERD_MAJOR >= 2)); then
     _containerd_config_v3 >"$CONF/containerd.toml.new"
+    if [[ "$RUNTIME" == containerd2-gvisor ]]; then
+      _runsc_config >"$CONF/runsc.toml.new"
+      commit_file "$CONF/runsc.toml"
+    fi
   else
     _containerd_config_v2 >"$CONF/containerd.toml.new"
   fi
@@ -148,6 +152,23 @@ disabled_plugins = [
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
+EOF
+  if [[ "$RUNTIME" == containerd2-gvisor ]]; then
+    # gVisor's shim (io.containerd.runsc.v1), the cluster's default runtime
+    # in this cell: every pod, the webhook's included, is a gVisor sandbox.
+    # The shim reads its options (runsc's path, root and flags) from the
+    # file ConfigPath names (pkg/shim/v1/runsc/container.go, NewContainer).
+    cat <<EOF
+    default_runtime_name = "runsc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc]
+      runtime_type = "io.containerd.runsc.v1"
+      runtime_path = "$GVISOR_DIR/bin/containerd-shim-runsc-v1"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$CONF/runsc.toml"
+EOF
+  else
+    cat <<EOF
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
@@ -155,10 +176,31 @@ disabled_plugins = [
         BinaryName = "$OCI_RUNTIME_BINARY"
         Root = "$STATE/runc"
         SystemdCgroup = false
+EOF
+  fi
+  cat <<EOF
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$STATE/cni/net.d"
     max_conf_num = 1
+EOF
+}
+
+# The options of gVisor's shim (pkg/shim/v1/runsc/options.go, Options):
+# runsc's binary and state root, and runsc's flags (runsc_config). Platform
+# systrap: kvm needs VT-x, which this VM lacks (runsc hangs); ptrace works
+# too but is slower. runsc writes its log per command under runsc-log/, the
+# shim its own per container under runsc-shim/ (for a failing cell).
+_runsc_config() {
+  cat <<EOF
+binary_name = "$OCI_RUNTIME_BINARY"
+root = "$STATE/runsc"
+log_path = "$STATE/runsc-shim/%ID%.log"
+log_level = "info"
+
+[runsc_config]
+  platform = "systrap"
+  debug-log = "$STATE/runsc-log/"
 EOF
 }
 

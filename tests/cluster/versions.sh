@@ -11,9 +11,11 @@
 #                  containerd2-runc       containerd 2.x + runc 1.5.x, built from the Go module proxy
 #                  containerd2-youki      containerd 2.x + youki (Rust, crates.io, cgroup v1 feature)
 #                  containerd1.6-runc1.1  Debian's containerd 1.6 and runc 1.1 (the oldest combination)
+#                  containerd2-gvisor     containerd 2.x + gVisor (runsc, platform systrap, and its
+#                                         containerd shim with one error tolerated, see tools.sh)
 
 K8S_VERSIONS=(v1.29.6 v1.35.4 v1.36.3 v1.37.2)
-RUNTIMES=(containerd2-runc containerd2-youki containerd1.6-runc1.1)
+RUNTIMES=(containerd2-runc containerd2-youki containerd1.6-runc1.1 containerd2-gvisor)
 
 K8S_VERSION="${K8S_VERSION:-v1.37.2}"
 RUNTIME="${RUNTIME:-containerd2-runc}"
@@ -28,6 +30,10 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
 # youki: `cargo info youki` (crates.io).
 YOUKI_VERSION="${YOUKI_VERSION:-0.7.0}"
+# gVisor (runsc and containerd-shim-runsc-v1): gVisor tags no Go module
+# versions (`go list -m -versions gvisor.dev/gvisor` lists none), so this is
+# a pseudo-version the Go module proxy serves.
+GVISOR_VERSION="${GVISOR_VERSION:-v0.0.0-20260905035102-160fafc42237}"
 # Argo Workflows (tests/argo/install.sh, the e2e suite's batch system): the
 # newest v4 the Go module proxy serves (`go list -m -versions
 # github.com/argoproj/argo-workflows/v4`). Security flaws are reported
@@ -49,6 +55,7 @@ CONTAINERD_DIR="$KUBE_PRESTOP_CACHE/containerd-$CONTAINERD_VERSION"
 RUNC_DIR="$KUBE_PRESTOP_CACHE/runc-$RUNC_VERSION"
 # -seccomp: built with the features v1 and seccomp (the default features have no seccomp).
 YOUKI_DIR="$KUBE_PRESTOP_CACHE/youki-$YOUKI_VERSION-seccomp"
+GVISOR_DIR="$KUBE_PRESTOP_CACHE/gvisor-$GVISOR_VERSION"
 ARGO_WORKFLOWS_DIR="$KUBE_PRESTOP_CACHE/argo-workflows-$ARGO_WORKFLOWS_VERSION"
 
 # The runtime's binaries: RUNTIME_BIN goes first on the PATH of containerd (so it
@@ -63,6 +70,14 @@ case "$RUNTIME" in
   containerd2-youki)
     RUNTIME_BIN="$CONTAINERD_DIR/bin"
     OCI_RUNTIME_BINARY="$YOUKI_DIR/bin/youki"
+    CONTAINERD_MAJOR=2
+    ;;
+  containerd2-gvisor)
+    # Not an OCI runtime under the runc shim: containerd runs gVisor's own
+    # shim (runtime_path in configs.sh), which runs runsc (binary_name in the
+    # shim's runsc.toml).
+    RUNTIME_BIN="$CONTAINERD_DIR/bin"
+    OCI_RUNTIME_BINARY="$GVISOR_DIR/bin/runsc"
     CONTAINERD_MAJOR=2
     ;;
   *)
