@@ -286,7 +286,9 @@ pub struct SearchStats {
     pub candidates_lost_pivoted: u64,
     /// Candidates that left the mount namespace they were first seen in
     /// (created in the runtime's namespace and unshared after, as youki
-    /// does), followed into their own ([`PENDING_FOLLOW_AGE`]).
+    /// does), followed into their own: by the check on every look while
+    /// young ([`PENDING_FOLLOW_AGE`]), or, for a watcher that was not
+    /// scheduled in time, by the periodic fresh open or a look on an event.
     pub candidates_moved: u64,
     /// Parentless processes first seen already exited (zombies), whose
     /// container cannot be told any more.
@@ -571,7 +573,7 @@ impl Scanner {
         else {
             return Some(class);
         };
-        if !dirty && now < next_fresh && !self.moved(pid, start, first_mount, &hold) {
+        if !dirty && now < next_fresh && !self.moved(pid, start, first_mount) {
             return Some(Class::Pending {
                 hold,
                 pidfd,
@@ -598,7 +600,10 @@ impl Scanner {
             match self.classify(pid, start, s.ppid, now) {
                 // Unreadable because it is exiting: judge it below.
                 Some(Class::NotOurs) if alive(&self.proc_root).is_none() => {}
-                Some(fresh) => return Some(fresh),
+                Some(fresh) => {
+                    self.count_move(pid, first_mount, &hold, &fresh);
+                    return Some(fresh);
+                }
                 None => {}
             }
         }
@@ -649,30 +654,57 @@ impl Scanner {
     }
 
     /// Whether a young pending process's mount table, opened afresh, is no
-    /// longer the one `hold` shows (first mount ID `first_mount` at its
-    /// open): it moved to another mount namespace, or `pivot_root`ed, or
-    /// exited. Counts a move out of a namespace that still exists (the held
-    /// table is unchanged: the runtime's, left by youki's unshare) in
-    /// [`SearchStats::candidates_moved`]. `false` from
-    /// [`PENDING_FOLLOW_AGE`] on (the periodic fresh open still runs).
-    fn moved(&mut self, pid: i32, start: u64, first_mount: Option<u64>, hold: &File) -> bool {
+    /// longer the one it showed when first held (first mount ID
+    /// `first_mount`): it moved to another mount namespace, or
+    /// `pivot_root`ed, or exited. `false` from [`PENDING_FOLLOW_AGE`] on (the
+    /// periodic fresh open still runs). Counts nothing: the look it triggers
+    /// does ([`Scanner::count_move`]).
+    fn moved(&self, pid: i32, start: u64, first_mount: Option<u64>) -> bool {
         if self.age(start) >= PENDING_FOLLOW_AGE {
             return false;
         }
         match procfs::current_first_mount_id(&self.proc_root, pid) {
             Ok(now) if now == first_mount => false,
             Ok(now) => {
-                let left = procfs::first_mount_id(hold).ok().flatten() == first_mount;
-                self.stats.candidates_moved += u64::from(left);
                 if self.debug {
                     crate::log!(
-                        "debug: pid={pid} mount table changed first_mount={first_mount:?} now={now:?} left_namespace={left}"
+                        "debug: pid={pid} mount table changed first_mount={first_mount:?} now={now:?}"
                     );
                 }
                 true
             }
             Err(ProcError::Gone) => true,
             Err(_) => false,
+        }
+    }
+
+    /// A pending process `pid`, held through `hold` (first mount ID
+    /// `first_mount` when opened), was just classified afresh as `fresh`:
+    /// when the fresh table is another namespace's while the held one still
+    /// shows the namespace it was first seen in (the runtime's, left by
+    /// youki's unshare; after a `pivot_root` the held table reads empty
+    /// instead), it left that namespace and is followed into its own:
+    /// counted in [`SearchStats::candidates_moved`], whichever look found it
+    /// (the young candidate's check on every tick, [`Scanner::moved`]; the
+    /// periodic fresh open; a look on a mount-table event). Counted once:
+    /// `fresh`, when pending, holds the new namespace from now on.
+    fn count_move(&mut self, pid: i32, first_mount: Option<u64>, hold: &File, fresh: &Class) {
+        let now = match fresh {
+            Class::Pending { first_mount, .. } => *first_mount,
+            Class::Match {
+                hold: held_afresh, ..
+            } => procfs::first_mount_id(held_afresh).ok().flatten(),
+            Class::NotOurs | Class::Leftover | Class::Inferred => return,
+        };
+        if now == first_mount {
+            return;
+        }
+        let left = procfs::first_mount_id(hold).ok().flatten() == first_mount;
+        self.stats.candidates_moved += u64::from(left);
+        if self.debug {
+            crate::log!(
+                "debug: pid={pid} followed first_mount={first_mount:?} now={now:?} left_namespace={left}"
+            );
         }
     }
 
@@ -1107,5 +1139,133 @@ mod tests {
                 assert_eq!(st.candidates_lost_pivoted, 1);
             }
         }
+    }
+
+    /// The runtime's mount table, as a process youki has just created in
+    /// the pod's PID namespace shows it (first mount 22, no identifying mount).
+    const RUNTIME_TABLE: &str =
+        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n23 22 0:5 / /proc rw - proc proc rw\n";
+
+    /// A parentless candidate `pid` first seen in the runtime's mount
+    /// namespace (held pending), then moved to a namespace of its own
+    /// (youki's `unshare(CLONE_NEWNS)`) with the identifying mount made
+    /// there. On a real kernel the held file keeps showing the runtime's
+    /// table; here the held file is replaced by a new one, which the held
+    /// descriptor does not see either. Returns the scanner after its first
+    /// look and the time of that look.
+    fn youki_candidate(p: &FakeProc, pid: i32) -> (Scanner, Instant) {
+        let mut s = Scanner::new(&p.0, point());
+        p.add(pid, procfs::now_ticks());
+        let mi = p.0.join(pid.to_string()).join("mountinfo");
+        std::fs::write(&mi, RUNTIME_TABLE).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(s.step(t0).unwrap(), None);
+        assert_eq!(s.stats().candidates, 1);
+        let moved = p.0.join(pid.to_string()).join("mountinfo.new");
+        std::fs::write(
+            &moved,
+            format!("90 89 8:1 / / rw - ext4 /dev/sda1 rw\n700 90 0:50 /id/main {POINT} ro - tmpfs tmpfs rw\n"),
+        )
+        .unwrap();
+        std::fs::rename(&moved, &mi).unwrap();
+        (s, t0)
+    }
+
+    /// youki's order (facts R3): the next look after the move, however
+    /// soon (before the periodic fresh open is due, with no event), follows
+    /// the young candidate into its new namespace and finds the mount there.
+    /// Without that check a `true` container is set up, run and gone before
+    /// the periodic look.
+    #[test]
+    fn a_young_candidate_that_leaves_its_mount_namespace_is_followed_at_the_next_look() {
+        let p = FakeProc::new("youki-next-look", "0.00 0.00 0.00 0/0 0\n");
+        let (mut s, t0) = youki_candidate(&p, 4_000_010);
+        let found = s.step(t0 + Duration::from_millis(1)).unwrap();
+        assert_eq!(found.map(|i| i.pid), Some(4_000_010));
+        assert_eq!(s.stats().candidates_moved, 1);
+        // Counted once, however often it is looked at again.
+        assert_eq!(s.step(t0 + Duration::from_millis(2)).unwrap(), found);
+        assert_eq!(s.stats().candidates_moved, 1);
+    }
+
+    /// A watcher that was not scheduled between the move and the periodic
+    /// fresh open (or that looks because of an event on the held table)
+    /// follows the candidate by that look instead: the move is counted all
+    /// the same, since the stat is what tells a starved watcher's operator
+    /// that the container was followed out of the runtime's namespace.
+    #[test]
+    fn a_move_followed_by_the_periodic_or_an_event_look_is_counted() {
+        for by_event in [false, true] {
+            let pid = 4_000_011 + i32::from(by_event);
+            let p = FakeProc::new(
+                &format!("youki-late-look-{by_event}"),
+                "0.00 0.00 0.00 0/0 0\n",
+            );
+            let (mut s, t0) = youki_candidate(&p, pid);
+            let at = if by_event {
+                s.note_events(&[pid]);
+                t0 + Duration::from_millis(1)
+            } else {
+                t0 + PENDING_FRESH_INTERVAL + Duration::from_millis(1)
+            };
+            let found = s.step(at).unwrap();
+            assert_eq!(found.map(|i| i.pid), Some(pid), "by_event={by_event}");
+            assert_eq!(s.stats().candidates_moved, 1, "by_event={by_event}");
+            assert!(s.stats().to_string().contains(" candidates_moved=1 "));
+        }
+    }
+
+    /// A candidate whose held table shows the identifying mount itself (it
+    /// never left the namespace it was first seen in, as under runc) is not
+    /// counted as moved; nor is one followed after a `pivot_root`, whose
+    /// held table reads empty.
+    #[test]
+    fn no_move_is_counted_without_leaving_the_namespace() {
+        let p = FakeProc::new("no-move", "0.00 0.00 0.00 0/0 0\n");
+        let mut s = Scanner::new(&p.0, point());
+        let pid = 4_000_013;
+        p.add(pid, procfs::now_ticks());
+        let mi = p.0.join(pid.to_string()).join("mountinfo");
+        std::fs::write(&mi, RUNTIME_TABLE).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(s.step(t0).unwrap(), None);
+        // The mount made in the held namespace.
+        std::fs::write(
+            &mi,
+            format!("{RUNTIME_TABLE}700 22 0:50 /id/main {POINT} ro - tmpfs tmpfs rw\n"),
+        )
+        .unwrap();
+        s.note_events(&[pid]);
+        assert_eq!(
+            s.step(t0 + Duration::from_millis(1))
+                .unwrap()
+                .map(|i| i.pid),
+            Some(pid)
+        );
+        assert_eq!(s.stats().candidates_moved, 0);
+        // pivot_root: the held table reads empty, the fresh one has the mount.
+        let pid = 4_000_014;
+        p.add(pid, procfs::now_ticks());
+        let mi = p.0.join(pid.to_string()).join("mountinfo");
+        std::fs::write(&mi, RUNTIME_TABLE).unwrap();
+        let mut s = Scanner::new(&p.0, point());
+        // Only the pivoting candidate is in this second scanner's /proc.
+        std::fs::remove_dir_all(p.0.join(4_000_013.to_string())).unwrap();
+        assert_eq!(s.step(t0).unwrap(), None);
+        let moved = p.0.join(pid.to_string()).join("mountinfo.new");
+        std::fs::write(
+            &moved,
+            format!("90 89 8:1 / / rw - ext4 /dev/sda1 rw\n700 90 0:50 /id/main {POINT} ro - tmpfs tmpfs rw\n"),
+        )
+        .unwrap();
+        std::fs::write(&mi, "").unwrap();
+        std::fs::rename(&moved, &mi).unwrap();
+        assert_eq!(
+            s.step(t0 + Duration::from_millis(1))
+                .unwrap()
+                .map(|i| i.pid),
+            Some(pid)
+        );
+        assert_eq!(s.stats().candidates_moved, 0);
     }
 }
