@@ -3,6 +3,8 @@
 //! succeeds and one whose hook fails, are counted once each under their
 //! namespace and owner kind, and stay counted once after their pods are
 //! deleted (the exporter reads a deleted pod's last state, then forgets it).
+//! Both runs are seen runs (the watcher saw each exit), so both carry
+//! `late="false"`.
 //!
 //! `tests/install-product.sh` installs the chart with the exporter enabled;
 //! a cluster installed without it fails this test with that hint.
@@ -43,6 +45,16 @@ async fn exporter_metrics(client: &Client) -> Result<Vec<Sample>> {
         .await
         .context("the outcome exporter's /metrics (service proxy)")?;
     Ok(parse(&text))
+}
+
+/// `kube_prestop_hook_outcomes_total` for `ns` and owner kind Job, any
+/// outcome, with the `late` label `late` (`"true"` or `"false"`).
+fn job_outcomes_late(samples: &[Sample], ns: &str, late: &str) -> f64 {
+    sum(samples, OUTCOMES, |l| {
+        l.get("namespace").map(String::as_str) == Some(ns)
+            && l.get("late").map(String::as_str) == Some(late)
+            && l.get("owner_kind").map(String::as_str) == Some("Job")
+    })
 }
 
 /// `kube_prestop_hook_outcomes_total` for `ns`, outcome `outcome`, owner kind Job.
@@ -103,6 +115,16 @@ async fn hook_outcomes_are_counted_once_by_namespace_and_owner_kind() -> Result<
             })
             .await
             .with_context(|| format!("ran=1 and failed=1 in {OUTCOMES} for namespace {ns}"))?;
+            let samples = exporter_metrics(&client).await?;
+            let (seen, late) = (
+                job_outcomes_late(&samples, &ns, "false"),
+                job_outcomes_late(&samples, &ns, "true"),
+            );
+            ensure!(
+                (seen, late) == (2.0, 0.0),
+                "{OUTCOMES} for namespace {ns}: late=\"false\" {seen}, late=\"true\" {late} \
+                 (expected 2 and 0: the watcher saw both exits)"
+            );
 
             // Deleting the pods: the exporter reads each one's last state and
             // forgets it; nothing is counted again.
