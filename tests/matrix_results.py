@@ -143,6 +143,11 @@ def write_result(file, cell, status, logf, seconds=None):
 
 def table(out_dir, default_cell="v1.37.2/containerd2-runc"):
     rows = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "*.json")))]
+    if not rows:
+        print(f"matrix_results: no cell results in {out_dir}: they are written by "
+              "`make e2e-matrix` on this machine (the README's Support table is the "
+              "last run's, committed by hand)", file=sys.stderr)
+        return 1
     rows.sort(key=lambda r: (r["cell"] != default_cell,
                              [-int(x) for x in r["kubernetes"][1:].split(".")], r["runtime"]))
     print("| Kubernetes | runtime | date | result | tests passed / failed | scenarios passed / failed | failed (log) |")
@@ -155,6 +160,7 @@ def table(out_dir, default_cell="v1.37.2/containerd2-runc"):
             failed += "; skipped: " + "; ".join(r["skipped"])
         print(f"| {r['kubernetes']} | {r['runtime']} | {r['date']} | {r['status']} | "
               f"{r['tests_passed']} / {r['tests_failed']} | {r['scenarios_passed']} / {r['scenarios_failed']} | {failed} |")
+    return 0
 
 
 def self_test():
@@ -182,8 +188,7 @@ def main(argv):
         write_result(argv[1], argv[2], argv[3], argv[4], int(argv[5]) if len(argv) > 5 else None)
         return 0
     if len(argv) == 2 and argv[0] == "table":
-        table(argv[1])
-        return 0
+        return table(argv[1])
     if argv == ["self-test"]:
         return self_test()
     print(__doc__.split("\n\n")[1], file=sys.stderr)
