@@ -148,6 +148,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         max_connections: args.max_connections,
         handshake_timeout: args.read_timeout,
         header_read_timeout: args.read_timeout,
+        idle_timeout: args.idle_timeout,
         ..config.conn_limits
     };
     Ok(config)

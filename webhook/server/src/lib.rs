@@ -30,7 +30,7 @@ use tokio_rustls::TlsAcceptor;
 pub use admission::FailureMode;
 pub use error::HttpError;
 pub use health::Health;
-pub use listener::ConnLimits;
+pub use listener::{ConnLimits, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE};
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
 use body::BodyBudget;
@@ -51,6 +51,15 @@ use routes::AppState;
 /// defaults and the review's envelope; anything larger could never be
 /// stored, or is not from an API server.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Default idle timeout of a connection (no request in flight): 90 s,
+/// the API server's own: its webhook client (client-go's transport, through
+/// `k8s.io/apimachinery/pkg/util/net.SetOldTransportDefaults`) keeps an
+/// idle connection for `http.DefaultTransport`'s `IdleConnTimeout`, 90 s,
+/// over HTTP/1.1 and HTTP/2 alike, so a connection it still means to reuse
+/// is not closed under it earlier. (Over HTTP/1.1 the header read timeout
+/// closes an idle keep-alive connection first.)
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Connections served at once on the metrics port.
 pub const METRICS_MAX_CONNECTIONS: usize = 32;
@@ -126,7 +135,7 @@ impl ServerConfig {
                 handshake_timeout: Duration::from_secs(10),
                 header_read_timeout: Duration::from_secs(10),
                 http2_keep_alive: Duration::from_secs(30),
-                idle_timeout: Duration::from_secs(90),
+                idle_timeout: DEFAULT_IDLE_TIMEOUT,
             },
             client_ca_file: None,
         }

@@ -3,11 +3,13 @@
 //! reload without restart, graceful shutdown and slow clients.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod http_alpn;
 mod http_common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_alpn::tls_with_alpn;
 use http_common::{
     Pki, TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for,
     warnings_of, write_pair,
@@ -818,24 +820,6 @@ async fn during_the_drain_http1_answers_close_the_connection() {
 /// A raw TLS connection to the server (HTTP/1.1 only via ALPN).
 async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     tls_with_alpn(server, b"http/1.1").await
-}
-
-/// A TLS connection to the server offering only `alpn`.
-async fn tls_with_alpn(
-    server: &TestServer,
-    alpn: &[u8],
-) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = rustls_pki_types::CertificateDer::from(rcgen_ca_der(server));
-    roots.add(ca).unwrap();
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await.unwrap()
 }
 
 fn rcgen_ca_der(server: &TestServer) -> Vec<u8> {

@@ -136,10 +136,19 @@ pub struct ServeArgs {
     /// Connections served at once.
     #[arg(long, default_value_t = 1024, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
     pub max_connections: usize,
-    /// Time allowed for a client to send request headers (HTTP/1.1) and,
-    /// separately, the TLS handshake and the request body.
+    /// Time allowed for a client to send request headers (HTTP/1.1, also
+    /// the longest wait for the next request on a keep-alive connection), its
+    /// first request (HTTP/1.1 and HTTP/2: a client that sends no request
+    /// after the TLS handshake is disconnected) and, separately, the TLS
+    /// handshake and the request body.
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
     pub read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/2: `GOAWAY`; HTTP/1.1 keep-alive connections are closed after
+    /// `--read-timeout` without a new request). Default 90 s, the idle time
+    /// of the API server's own connection pool.
+    #[arg(long, default_value = "90s", value_parser = parse_duration, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
+    pub idle_timeout: Duration,
     /// Kubeconfig for the cluster caches (default: the KUBECONFIG
     /// environment variable, ~/.kube/config, then the in-cluster service
     /// account).

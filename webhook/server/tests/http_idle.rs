@@ -1,0 +1,203 @@
+//! How long a connection may stay open without requests, over HTTP/2 in
+//! particular: a client that completes TLS (ALPN `h2`) and sends nothing,
+//! or only the connection preface, is disconnected within the read timeout;
+//! such clients holding every connection slot do not lock out a new one
+//! for longer; a connection idle after a request is closed after the idle
+//! timeout, also when the client ignores the `GOAWAY`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod http_alpn;
+mod http_common;
+
+use std::time::{Duration, Instant};
+
+use http_alpn::tls_with_alpn;
+use http_common::{TestServer, wait_for};
+use kube_prestop_server::{HTTP2_MAX_CONCURRENT_STREAMS, ServerConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// The read timeout of these tests' servers.
+const READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The longest wait for what should happen after `READ_TIMEOUT` or the
+/// idle timeout: generous, for a loaded test machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The HTTP/2 connection preface and an empty SETTINGS frame.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// A 1 s read timeout, and the idle timeout and keep-alive pings out of the
+/// way (5 min) unless a test sets them.
+fn short_read_timeout(c: &mut ServerConfig) {
+    c.conn_limits.handshake_timeout = READ_TIMEOUT;
+    c.conn_limits.header_read_timeout = READ_TIMEOUT;
+    c.conn_limits.idle_timeout = Duration::from_secs(300);
+    c.conn_limits.http2_keep_alive = Duration::from_secs(300);
+}
+
+/// Reads (and discards) until the server closes the connection; how long
+/// that took, or `None` if it was still open after `PATIENCE`.
+async fn closed_within<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Duration> {
+    let start = Instant::now();
+    let mut buf = vec![0u8; 16 * 1024];
+    let until_closed = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, until_closed)
+        .await
+        .ok()
+        .map(|()| start.elapsed())
+}
+
+#[tokio::test]
+async fn an_http2_client_that_sends_nothing_after_tls_is_disconnected_within_the_read_timeout() {
+    // Before, hyper's HTTP/2 connection waited for the preface for ever
+    // (graceful shutdown is deferred until it arrives): held > 120 s.
+    let server = TestServer::start(short_read_timeout).await;
+    let mut tls = tls_with_alpn(&server, b"h2").await;
+    let took = closed_within(&mut tls).await;
+    assert!(
+        took.is_some(),
+        "an HTTP/2 client that sent nothing was still connected after {PATIENCE:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_http2_client_that_sends_only_the_preface_is_disconnected_within_the_read_timeout() {
+    // Before, only the keep-alive ping (interval + timeout, 60 s by
+    // default) ended such a connection.
+    let server = TestServer::start(short_read_timeout).await;
+    let mut tls = tls_with_alpn(&server, b"h2").await;
+    tls.write_all(PREFACE).await.unwrap();
+    tls.flush().await.unwrap();
+    let took = closed_within(&mut tls).await;
+    assert!(
+        took.is_some(),
+        "an HTTP/2 client that sent only the preface was still connected after {PATIENCE:?}"
+    );
+}
+
+#[tokio::test]
+async fn idle_http2_clients_holding_every_slot_do_not_lock_out_a_new_client() {
+    let server = TestServer::start(|c| {
+        short_read_timeout(c);
+        c.conn_limits.max_connections = 2;
+    })
+    .await;
+    // Every slot taken by a client that completed TLS with ALPN h2 and sends
+    // nothing; they stay open on the client's side throughout.
+    let _holders = [
+        tls_with_alpn(&server, b"h2").await,
+        tls_with_alpn(&server, b"h2").await,
+    ];
+    let client = server
+        .client_builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    wait_for(PATIENCE, "a new client served", || async {
+        matches!(client.get(server.url("/readyz")).send().await, Ok(r) if r.status() == 200)
+    })
+    .await;
+}
+
+/// One raw HTTP/2 frame: type, flags, stream id.
+async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Option<(u8, u8, u32)> {
+    let mut head = [0u8; 9];
+    stream.read_exact(&mut head).await.ok()?;
+    let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await.ok()?;
+    let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    Some((head[3], head[4], id))
+}
+
+/// `GET /livez` on stream 1 as one HEADERS frame (END_STREAM, END_HEADERS),
+/// HPACK from the static table and literals.
+fn get_livez() -> Vec<u8> {
+    let mut block = vec![0x82, 0x87]; // :method GET, :scheme https
+    block.extend_from_slice(b"\x44\x06/livez"); // :path, literal
+    block.extend_from_slice(b"\x41\x09localhost"); // :authority, literal
+    let len = u32::try_from(block.len()).unwrap().to_be_bytes();
+    let mut frame = vec![len[1], len[2], len[3], 0x01, 0x05, 0, 0, 0, 1];
+    frame.extend_from_slice(&block);
+    frame
+}
+
+#[tokio::test]
+async fn an_http2_connection_idle_after_a_request_is_closed_even_if_the_client_ignores_goaway() {
+    // Before, the idle close was a graceful shutdown only: the server sent
+    // GOAWAY and a PING and waited for the PING's answer for ever.
+    let idle_timeout = Duration::from_secs(2);
+    let server = TestServer::start(|c| {
+        short_read_timeout(c);
+        c.conn_limits.idle_timeout = idle_timeout;
+    })
+    .await;
+    let mut tls = tls_with_alpn(&server, b"h2").await;
+    tls.write_all(PREFACE).await.unwrap();
+    tls.write_all(&get_livez()).await.unwrap();
+    tls.flush().await.unwrap();
+    // Until the response's last frame (END_STREAM on stream 1); the client
+    // answers nothing, neither SETTINGS nor PING.
+    let answered = tokio::time::timeout(PATIENCE, async {
+        while let Some((_, flags, id)) = read_frame(&mut tls).await {
+            if id == 1 && flags & 0x01 != 0 {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(matches!(answered, Ok(true)), "no answer to GET /livez");
+    let took = closed_within(&mut tls).await;
+    let took = took.expect("an idle HTTP/2 connection stays open");
+    assert!(
+        took + Duration::from_millis(100) >= idle_timeout,
+        "closed after {took:?}, before the idle timeout {idle_timeout:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_http2_connection_idle_after_a_request_is_closed_gracefully_after_the_idle_timeout() {
+    let idle_timeout = Duration::from_secs(2);
+    let server = TestServer::start(|c| {
+        short_read_timeout(c);
+        c.conn_limits.idle_timeout = idle_timeout;
+    })
+    .await;
+    let tls = tls_with_alpn(&server, b"h2").await;
+    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = axum::http::Request::get(server.url("/livez"))
+        .body(())
+        .unwrap();
+    let (response, _) = client.send_request(request, true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        chunk.unwrap();
+    }
+    // The server's settings are in by now.
+    assert_eq!(
+        client.current_max_send_streams(),
+        usize::try_from(HTTP2_MAX_CONCURRENT_STREAMS).unwrap()
+    );
+    let idle_since = Instant::now();
+    let ended = tokio::time::timeout(PATIENCE, connection).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the server closes the idle connection gracefully (GOAWAY): {ended:?}"
+    );
+    assert!(
+        idle_since.elapsed() + Duration::from_millis(100) >= idle_timeout,
+        "closed after {:?}, before the idle timeout {idle_timeout:?}",
+        idle_since.elapsed()
+    );
+}
