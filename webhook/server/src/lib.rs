@@ -30,7 +30,9 @@ use tokio_rustls::TlsAcceptor;
 pub use admission::FailureMode;
 pub use error::HttpError;
 pub use health::Health;
-pub use listener::{ConnLimits, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE};
+pub use listener::{
+    ConnLimits, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE, HTTP2_WINDOW_BYTES,
+};
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
 use body::BodyBudget;

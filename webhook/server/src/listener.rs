@@ -54,6 +54,18 @@ pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 100;
 /// take a few hundred bytes.
 pub const HTTP2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 
+/// HTTP/2: flow-control window of a connection and of each of its streams,
+/// bytes: 64 KiB, the protocol's own initial window (RFC 9113 section
+/// 6.9.2, 65,535). hyper's server default is 1 MiB each, which lets every
+/// connection make the server buffer 1 MiB of request body before a handler
+/// reads it and before the in-flight body budget
+/// ([`crate::DEFAULT_MAX_INFLIGHT_BODY_BYTES`]) is charged: with 1,024
+/// connections, 1 GiB. At 64 KiB the worst case is 64 MiB. Only HTTP/2
+/// clients are slowed (a window update per 64 KiB); the API server calls a
+/// service webhook over HTTP/1.1 (`NextProtos = ["http/1.1"]`,
+/// `k8s.io/apiserver/pkg/util/webhook/client.go`, v0.37.2 = Kubernetes v1.37.2).
+pub const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
+
 /// Limits applied to every connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
@@ -221,7 +233,10 @@ async fn serve_connection<I>(
         .keep_alive_interval(limits.http2_keep_alive)
         .keep_alive_timeout(limits.http2_keep_alive)
         .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS)
-        .max_header_list_size(HTTP2_MAX_HEADER_LIST_SIZE);
+        .max_header_list_size(HTTP2_MAX_HEADER_LIST_SIZE)
+        .adaptive_window(false)
+        .initial_connection_window_size(HTTP2_WINDOW_BYTES)
+        .initial_stream_window_size(HTTP2_WINDOW_BYTES);
     // The protocol comes from ALPN, never from sniffing the first bytes:
     // the auto builder's sniff has no timer. HTTP/1 then bounds the wait
     // for each request's headers with header_read_timeout; HTTP/2 has no

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use http_alpn::tls_with_alpn;
 use http_common::{TestServer, wait_for};
-use kube_prestop_server::{HTTP2_MAX_CONCURRENT_STREAMS, ServerConfig};
+use kube_prestop_server::{HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_WINDOW_BYTES, ServerConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 /// The read timeout of these tests' servers.
@@ -189,6 +189,28 @@ async fn an_http2_connection_idle_after_a_request_is_closed_gracefully_after_the
         client.current_max_send_streams(),
         usize::try_from(HTTP2_MAX_CONCURRENT_STREAMS).unwrap()
     );
+    // A request body may be sent only as far as the server's flow-control
+    // window: 64 KiB, not hyper's 1 MiB (the server's settings and window
+    // updates are in: the first request's answer came after them).
+    let post = axum::http::Request::post(server.url("/mutate"))
+        .body(())
+        .unwrap();
+    let (posted, mut stream) = client.send_request(post, false).unwrap();
+    stream.reserve_capacity(4 << 20);
+    let granted = tokio::time::timeout(
+        PATIENCE,
+        std::future::poll_fn(|cx| stream.poll_capacity(cx)),
+    )
+    .await
+    .expect("capacity is granted")
+    .expect("the stream is open")
+    .unwrap();
+    assert!(
+        granted <= usize::try_from(HTTP2_WINDOW_BYTES).unwrap(),
+        "the server let a client send {granted} bytes of body unread (window {HTTP2_WINDOW_BYTES})"
+    );
+    stream.send_reset(h2::Reason::CANCEL);
+    drop(posted);
     let idle_since = Instant::now();
     let ended = tokio::time::timeout(PATIENCE, connection).await;
     assert!(
