@@ -47,6 +47,14 @@ pub use select::SkipReason;
 pub use verdict::{Verdict, Warning};
 pub use workload::WorkloadKind;
 
+/// Largest pod, in bytes of JSON, that injection may make: 1.5 MiB. etcd
+/// refuses a write over its `--max-request-bytes` (default 1.5 MiB,
+/// `DefaultMaxRequestBytes` in etcd's `server/embed/config.go`, v3.5 and
+/// v3.6). The webhook checks the pod it makes against it after rendering
+/// the patch; the engine refuses earlier ([`EngineError::PodTooLarge`]) a
+/// mutation that would add more than this by itself, before building it.
+pub const MAX_PATCHED_POD_BYTES: usize = 1536 * 1024;
+
 /// Everything the engine needs to know about the cluster, gathered by the
 /// caller (from a reflector cache in the server, from flags in `inject`).
 #[derive(Debug, Clone, Default)]
@@ -160,6 +168,29 @@ pub enum EngineError {
         /// The shipped architectures, comma-separated.
         shipped: String,
     },
+    /// The mutation alone would take the pod over [`MAX_PATCHED_POD_BYTES`]:
+    /// each sidecar's [`contract::FLAG_STARTED_AFTER`](kube_prestop_contract::FLAG_STARTED_AFTER)
+    /// names every container started after it (the pod's containers and the
+    /// later sidecars), so those lists grow with the square of the number
+    /// of watched containers. Found from the names' lengths before any of
+    /// the mutation is built ([`mutate::build`]).
+    #[error(
+        "the injected pod would be over the {max_bytes}-byte bound kept below etcd's request \
+         limit: the --started-after lists of its {sidecars} sidecars (each names every \
+         container started after it, of the pod's {containers} and the later sidecars) alone \
+         would add {bytes} bytes; watch fewer containers (kube-prestop.io/containers)"
+    )]
+    PodTooLarge {
+        /// Sidecars the pod would get (one per watched container).
+        sidecars: usize,
+        /// Containers of the pod (`spec.containers`).
+        containers: usize,
+        /// Bytes of the `--started-after` values alone (a lower bound of
+        /// what the mutation adds).
+        bytes: usize,
+        /// [`MAX_PATCHED_POD_BYTES`].
+        max_bytes: usize,
+    },
     /// A watched container already mounts something where the shared volume
     /// or its identifying mount goes.
     #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
@@ -176,13 +207,14 @@ pub enum EngineError {
 
 impl EngineError {
     /// Every value of [`EngineError::as_str`], in declaration order.
-    pub const LABELS: [&'static str; 7] = [
+    pub const LABELS: [&'static str; 8] = [
         "invalid_pod",
         "invalid_config",
         "invalid_annotation",
         "invalid_quantity",
         "limit_range_unsatisfiable",
         "unsupported_architecture",
+        "pod_too_large",
         "mount_path_conflict",
     ];
 
@@ -195,6 +227,7 @@ impl EngineError {
             Self::InvalidQuantity { .. } => "invalid_quantity",
             Self::LimitRangeUnsatisfiable { .. } => "limit_range_unsatisfiable",
             Self::UnsupportedArchitecture { .. } => "unsupported_architecture",
+            Self::PodTooLarge { .. } => "pod_too_large",
             Self::MountPathConflict { .. } => "mount_path_conflict",
         }
     }
@@ -496,6 +529,12 @@ mod tests {
                 field: String::new(),
                 shipped: String::new(),
             },
+            EngineError::PodTooLarge {
+                sidecars: 0,
+                containers: 0,
+                bytes: 0,
+                max_bytes: 0,
+            },
             EngineError::MountPathConflict {
                 container: String::new(),
                 path: String::new(),
@@ -511,6 +550,7 @@ mod tests {
                 | EngineError::InvalidQuantity { .. }
                 | EngineError::LimitRangeUnsatisfiable { .. }
                 | EngineError::UnsupportedArchitecture { .. }
+                | EngineError::PodTooLarge { .. }
                 | EngineError::MountPathConflict { .. } => {}
             }
         }

@@ -517,7 +517,10 @@ impl Mutation {
 /// only read.
 ///
 /// Errors: [`EngineError::UnsupportedArchitecture`] from
-/// [`delivery::choose`]; [`EngineError::MountPathConflict`] when a watched
+/// [`delivery::choose`]; [`EngineError::PodTooLarge`] when the sidecars'
+/// `--started-after` lists alone would be over
+/// [`crate::MAX_PATCHED_POD_BYTES`] (checked before they are built);
+/// [`EngineError::MountPathConflict`] when a watched
 /// container already mounts under `/.kube-prestop` or `/.kube-prestop-id`;
 /// resource errors from [`resources::container_resources`]; annotation
 /// errors from [`PodOverrides::sidecar_resources`].
@@ -627,6 +630,9 @@ pub fn build(
         });
     }
     let host_pid = spec.host_pid == Some(true);
+    if !host_pid {
+        check_started_after_size(spec, &sidecars)?;
+    }
     // Every container and init container of the patched pod: the kubelet
     // splits its termination-message budget among them (`--pod-containers`).
     let pod_containers = spec.containers.len()
@@ -722,6 +728,55 @@ pub fn build(
     })
 }
 
+/// Bytes of the [`contract::FLAG_STARTED_AFTER`] values the sidecars
+/// `sidecars` (in start order, each with its name last) of a pod with spec
+/// `spec` would get: sidecar k names the sidecars after it and then every
+/// container of `spec.containers`, comma-separated. Computed in O(n) from
+/// the names' lengths, without building the lists (whose total size is
+/// quadratic in the number of sidecars); saturates at `usize::MAX`.
+fn started_after_bytes(spec: &PodSpec, sidecars: &[(&Container, &[String], String)]) -> usize {
+    let containers = spec.containers.len();
+    let containers_bytes = spec
+        .containers
+        .iter()
+        .fold(0usize, |sum, c| sum.saturating_add(c.name.len()));
+    let mut later_sidecars_bytes = 0usize;
+    let mut total = 0usize;
+    // From the last sidecar back: `later_sidecars_bytes` is the length of
+    // the names after sidecar k, `later` their count.
+    for (later, (_, _, name)) in sidecars.iter().rev().enumerate() {
+        let names = later.saturating_add(containers);
+        let commas = names.saturating_sub(1);
+        total = total
+            .saturating_add(later_sidecars_bytes)
+            .saturating_add(containers_bytes)
+            .saturating_add(commas);
+        later_sidecars_bytes = later_sidecars_bytes.saturating_add(name.len());
+    }
+    total
+}
+
+/// Refuses a mutation whose sidecars' [`contract::FLAG_STARTED_AFTER`]
+/// values alone ([`started_after_bytes`], a lower bound of the patch's size)
+/// are over [`crate::MAX_PATCHED_POD_BYTES`], before they are built.
+///
+/// Errors: [`EngineError::PodTooLarge`].
+fn check_started_after_size(
+    spec: &PodSpec,
+    sidecars: &[(&Container, &[String], String)],
+) -> Result<(), EngineError> {
+    let bytes = started_after_bytes(spec, sidecars);
+    if bytes > crate::MAX_PATCHED_POD_BYTES {
+        return Err(EngineError::PodTooLarge {
+            sidecars: sidecars.len(),
+            containers: spec.containers.len(),
+            bytes,
+            max_bytes: crate::MAX_PATCHED_POD_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// In an Argo Workflows pod (owner Workflow and its label, whether or not
 /// the `argo-workflows` kind is enabled), gives every regular container
 /// without one Argo's kill-command annotation
@@ -750,13 +805,14 @@ fn argo_kill_commands(
     let existing = pod.metadata.annotations.as_ref();
     let command = serde_json::to_string(&contract::argo_kill_command_at(binary.path()))
         .map_err(|e| EngineError::Invalid(format!("Argo kill command: {e}")))?;
+    let watched: BTreeSet<usize> = watched.iter().map(|w| w.index).collect();
     let mut mounts = Vec::new();
     for (i, c) in spec.containers.iter().enumerate() {
         let key = workload::argo_kill_command_annotation(&c.name);
         if existing.is_some_and(|a| a.contains_key(&key)) {
             continue;
         }
-        if !watched.iter().any(|w| w.index == i) {
+        if !watched.contains(&i) {
             check_mounts(i, c)?;
             mounts.push(ContainerMounts {
                 index: i,
@@ -856,6 +912,90 @@ mod tests {
                 ),
                 "{bad}"
             );
+        }
+    }
+
+    /// A Job pod with `n` containers named `c0`, `c1`, ..., each with an
+    /// exec preStop.
+    fn job_pod(n: usize, host_pid: bool) -> Pod {
+        let containers: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "name": format!("c{i}"), "image": "busybox",
+                    "lifecycle": {"preStop": {"exec": {"command": ["true"]}}}
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "batch", "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1",
+                "controller": true
+            }]},
+            "spec": {"restartPolicy": "Never", "hostPID": host_pid, "containers": containers}
+        }))
+        .unwrap()
+    }
+
+    /// The `--started-after` values of the mutation's sidecars.
+    fn started_after_values(m: &Mutation) -> Vec<String> {
+        m.init_containers
+            .iter()
+            .filter_map(|c| {
+                let command = c.command.as_ref()?;
+                let at = command
+                    .iter()
+                    .position(|a| a == contract::FLAG_STARTED_AFTER)?;
+                command.get(at + 1).cloned()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn started_after_bytes_is_what_the_sidecars_get() {
+        for n in [1, 2, 3, 7] {
+            let pod = job_pod(n, false);
+            let crate::Plan::Inject(m) =
+                crate::plan(&pod, &ClusterContext::default(), &EngineConfig::default()).unwrap()
+            else {
+                panic!("not injected");
+            };
+            let values = started_after_values(&m);
+            assert_eq!(values.len(), n);
+            let spec = pod.spec.as_ref().unwrap();
+            let sidecars: Vec<(&Container, &[String], String)> = m
+                .init_containers
+                .iter()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+                .map(|c| (&spec.containers[0], &[][..], c.name.clone()))
+                .collect();
+            assert_eq!(
+                started_after_bytes(spec, &sidecars),
+                values.iter().map(String::len).sum::<usize>(),
+                "{n} containers"
+            );
+        }
+    }
+
+    #[test]
+    fn thousands_of_watched_containers_are_refused_before_the_mutation_is_built() {
+        let pod = job_pod(3000, false);
+        let verdict = crate::review(&pod, &ClusterContext::default(), &EngineConfig::default());
+        let Err(e) = &verdict.plan else {
+            panic!("not refused: {:?}", verdict.plan.map(|_| ()));
+        };
+        assert_eq!(e.as_str(), "pod_too_large", "{e}");
+        let message = e.to_string();
+        assert!(message.contains("3000 sidecars"), "{message}");
+        assert!(message.contains("--started-after"), "{message}");
+        assert!(
+            message.contains(&crate::MAX_PATCHED_POD_BYTES.to_string()),
+            "{message}"
+        );
+        // A few hundred still fit, and so does any number under hostPID
+        // (no --started-after: the sidecars see every process).
+        for pod in [job_pod(100, false), job_pod(3000, true)] {
+            let plan = crate::plan(&pod, &ClusterContext::default(), &EngineConfig::default());
+            assert!(matches!(plan, Ok(crate::Plan::Inject(_))));
         }
     }
 

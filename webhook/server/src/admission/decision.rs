@@ -28,8 +28,10 @@ use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
 /// their JSON, so a pod within this bound in JSON is within etcd's in
 /// storage. A patch that would cross it is answered per the failure mode
 /// ([`PodError::TooLarge`]) instead of letting the API server fail the pod
-/// after our answer, which no `failurePolicy` covers.
-pub const MAX_PATCHED_POD_BYTES: usize = 1536 * 1024;
+/// after our answer, which no `failurePolicy` covers. The engine's own
+/// bound (it refuses earlier a mutation that alone would cross it,
+/// `EngineError::PodTooLarge`).
+pub const MAX_PATCHED_POD_BYTES: usize = engine::MAX_PATCHED_POD_BYTES;
 
 /// An AdmissionReview answer: HTTP 200, `application/json`.
 #[derive(Debug, Clone)]

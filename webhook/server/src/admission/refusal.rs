@@ -70,6 +70,9 @@ impl Refusal {
     /// * no sidecar binary for the pod's architecture: 422 `Invalid` with
     ///   the pod's field that pins it, or 403 `Forbidden` when every node
     ///   has that architecture;
+    /// * a mutation that alone would take the pod over the size bound: 413
+    ///   `RequestEntityTooLarge`, as [`Refusal::of_pod_error`] for one
+    ///   found after the patch is rendered;
     /// * invalid webhook configuration, or a quantity we cannot parse in an
     ///   object the API server accepted: 500 `InternalError`.
     pub fn of(error: &EngineError) -> Self {
@@ -94,6 +97,8 @@ impl Refusal {
                 user(422, "Invalid", Some(field.clone()))
             }
             EngineError::UnsupportedArchitecture { .. } => user(403, "Forbidden", None),
+            // As for `PodError::TooLarge`.
+            EngineError::PodTooLarge { .. } => user(413, "RequestEntityTooLarge", None),
             EngineError::InvalidConfig(_) | EngineError::InvalidQuantity { .. } => Self::internal(),
         }
     }
