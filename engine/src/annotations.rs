@@ -127,22 +127,51 @@ pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
 /// the known one to be suggested.
 const SUGGESTION_MAX_EDITS: usize = 3;
 
+/// Most unknown annotations reported one by one ([`unknown_annotations`]);
+/// the others are only counted ([`UnknownAnnotations::more`]), so the
+/// warnings of a pod stay a few kilobytes whatever it carries.
+pub const MAX_UNKNOWN_ANNOTATIONS_LISTED: usize = 5;
+
+/// Longest name (the part after [`PREFIX`]) of an unknown annotation shown
+/// in full, in characters: 63, the longest valid annotation name
+/// (`IsQualifiedName` in k8s.io/apimachinery `pkg/util/validation`). A
+/// longer one is shown cut there, with its length.
+pub const MAX_SHOWN_NAME_CHARS: usize = 63;
+
 /// An annotation under [`PREFIX`] that kube-prestop does not know, most
 /// likely misspelt. It is ignored (the pod is handled as if it were absent);
 /// the webhook reports it as an admission warning and in its log, `inject`
 /// on stderr.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownAnnotation {
-    /// The key as written, e.g. `kube-prestop.io/contianers`.
+    /// The key as written, e.g. `kube-prestop.io/contianers` (whole: for
+    /// finding it; [`Self::shown_key`] is what messages show).
     pub key: String,
     /// The nearest settable key, when it is at most
     /// [`SUGGESTION_MAX_EDITS`] edits away, e.g. `kube-prestop.io/containers`.
     pub suggestion: Option<&'static str>,
 }
 
+impl UnknownAnnotation {
+    /// The key for messages: whole when its name has at most
+    /// [`MAX_SHOWN_NAME_CHARS`] characters, else cut there and marked
+    /// `...(N bytes)` with the key's length in bytes.
+    pub fn shown_key(&self) -> std::borrow::Cow<'_, str> {
+        let name = self.key.strip_prefix(PREFIX).unwrap_or(&self.key);
+        match name.char_indices().nth(MAX_SHOWN_NAME_CHARS) {
+            Some((at, _)) => {
+                let kept = self.key.len() - name.len() + at;
+                let cut = self.key.get(..kept).unwrap_or_default();
+                format!("{cut}...({} bytes)", self.key.len()).into()
+            }
+            None => self.key.as_str().into(),
+        }
+    }
+}
+
 impl std::fmt::Display for UnknownAnnotation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "unknown annotation {} is ignored", self.key)?;
+        write!(f, "unknown annotation {} is ignored", self.shown_key())?;
         if let Some(suggestion) = self.suggestion {
             write!(f, " (did you mean {suggestion}?)")?;
         }
@@ -150,28 +179,53 @@ impl std::fmt::Display for UnknownAnnotation {
     }
 }
 
+/// The unknown annotations of a pod (see [`unknown_annotations`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnknownAnnotations {
+    /// The first [`MAX_UNKNOWN_ANNOTATIONS_LISTED`], in key order.
+    pub listed: Vec<UnknownAnnotation>,
+    /// How many more there are (not listed, no suggestion computed).
+    pub more: usize,
+}
+
 /// The annotations under [`PREFIX`] that are neither [`SETTABLE`] nor
-/// [`WRITTEN`], in key order, each with the nearest settable key when close
-/// enough (see [`UnknownAnnotation`]). Unknown annotations never change the
-/// engine's decision.
-pub fn unknown_annotations(
-    annotations: Option<&BTreeMap<String, String>>,
-) -> Vec<UnknownAnnotation> {
-    annotations
+/// [`WRITTEN`]: the first [`MAX_UNKNOWN_ANNOTATIONS_LISTED`] in key order,
+/// each with the nearest settable key when close enough (see
+/// [`UnknownAnnotation`]), and the count of the others. Unknown annotations
+/// never change the engine's decision. Cost: linear in the keys' length
+/// (suggestions are computed for the listed ones only, and only against
+/// known keys whose length is within [`SUGGESTION_MAX_EDITS`]).
+pub fn unknown_annotations(annotations: Option<&BTreeMap<String, String>>) -> UnknownAnnotations {
+    let mut unknown = annotations
         .into_iter()
         .flat_map(BTreeMap::keys)
         .filter(|key| key.starts_with(PREFIX))
-        .filter(|key| !SETTABLE.contains(&key.as_str()) && !WRITTEN.contains(&key.as_str()))
+        .filter(|key| !SETTABLE.contains(&key.as_str()) && !WRITTEN.contains(&key.as_str()));
+    let listed = unknown
+        .by_ref()
+        .take(MAX_UNKNOWN_ANNOTATIONS_LISTED)
         .map(|key| UnknownAnnotation {
             key: key.clone(),
             suggestion: nearest_settable(key),
         })
-        .collect()
+        .collect();
+    UnknownAnnotations {
+        listed,
+        more: unknown.count(),
+    }
 }
 
+/// The settable key nearest to `key`, when at most [`SUGGESTION_MAX_EDITS`]
+/// edits away. The distance is at least the difference of the lengths (in
+/// characters), so only known keys within that difference are compared:
+/// each comparison costs at most about 80 × 80 steps, however long `key`.
 fn nearest_settable(key: &str) -> Option<&'static str> {
+    // Known keys are at most a few dozen characters: count no further.
+    let longest = SETTABLE.iter().map(|k| k.len()).max().unwrap_or(0);
+    let chars = key.chars().take(longest + SUGGESTION_MAX_EDITS + 1).count();
     SETTABLE
         .iter()
+        .filter(|known| known.chars().count().abs_diff(chars) <= SUGGESTION_MAX_EDITS)
         .map(|known| (strsim::damerau_levenshtein(key, known), *known))
         .filter(|(edits, _)| *edits <= SUGGESTION_MAX_EDITS)
         .min_by_key(|(edits, _)| *edits)
@@ -651,6 +705,8 @@ mod tests {
             ("example.com/contianers", "x"),
         ]);
         let unknown = unknown_annotations(Some(&a));
+        assert_eq!(unknown.more, 0);
+        let unknown = unknown.listed;
         let got: Vec<(&str, Option<&str>)> = unknown
             .iter()
             .map(|u| (u.key.as_str(), u.suggestion))
@@ -674,12 +730,60 @@ mod tests {
             "{message}"
         );
         assert!(!unknown[2].to_string().contains("did you mean"));
-        assert!(unknown_annotations(None).is_empty());
+        assert_eq!(unknown_annotations(None), UnknownAnnotations::default());
         // Unknown annotations change nothing else.
         assert_eq!(
             PodOverrides::parse(Some(&a)).unwrap().containers,
             Some(vec!["main".to_owned()])
         );
+    }
+
+    #[test]
+    fn a_huge_unknown_key_gets_no_suggestion_and_is_shown_cut() {
+        // 3 MB: the edit distance against every known key took minutes.
+        let key = format!("{PREFIX}{}", "x".repeat(3_000_000));
+        let unknown = unknown_annotations(Some(&ann(&[(key.as_str(), "v")])));
+        assert_eq!(unknown.listed.len(), 1);
+        assert_eq!(unknown.listed[0].suggestion, None);
+        assert_eq!(unknown.listed[0].key, key);
+        let message = unknown.listed[0].to_string();
+        assert!(message.len() < 1000, "{} bytes", message.len());
+        let shown = format!(
+            "{PREFIX}{}...({} bytes)",
+            "x".repeat(MAX_SHOWN_NAME_CHARS),
+            key.len()
+        );
+        assert!(message.contains(&shown), "{message}");
+        // A name of 63 characters is shown whole; multi-byte ones are cut on
+        // a character boundary.
+        let whole = UnknownAnnotation {
+            key: format!("{PREFIX}{}", "y".repeat(MAX_SHOWN_NAME_CHARS)),
+            suggestion: None,
+        };
+        assert_eq!(whole.shown_key(), whole.key);
+        let wide = UnknownAnnotation {
+            key: format!("{PREFIX}{}", "é".repeat(100)),
+            suggestion: None,
+        };
+        assert_eq!(
+            wide.shown_key(),
+            format!("{PREFIX}{}...({} bytes)", "é".repeat(63), wide.key.len())
+        );
+        // Close keys of any length within the threshold still get one.
+        let close = unknown_annotations(Some(&ann(&[("kube-prestop.io/containersxx", "a")])));
+        assert_eq!(close.listed[0].suggestion, Some(CONTAINERS));
+    }
+
+    #[test]
+    fn only_the_first_unknown_annotations_are_listed() {
+        let keys: Vec<String> = (0..60_000)
+            .map(|i| format!("{PREFIX}contianers-{i:05}"))
+            .collect();
+        let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+        let unknown = unknown_annotations(Some(&ann(&pairs)));
+        assert_eq!(unknown.listed.len(), MAX_UNKNOWN_ANNOTATIONS_LISTED);
+        assert_eq!(unknown.listed[0].key, keys[0]);
+        assert_eq!(unknown.more, 60_000 - MAX_UNKNOWN_ANNOTATIONS_LISTED);
     }
 
     fn resources(pairs: &[(&str, &str)]) -> Result<ResourceDefaults, EngineError> {

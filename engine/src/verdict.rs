@@ -23,6 +23,10 @@ pub enum Warning {
     /// An unknown `kube-prestop.io/` annotation (most likely misspelt): it is
     /// ignored, and never blocks the pod.
     UnknownAnnotation(UnknownAnnotation),
+    /// This many more unknown `kube-prestop.io/` annotations than the
+    /// [`annotations::MAX_UNKNOWN_ANNOTATIONS_LISTED`] listed before it,
+    /// ignored too.
+    MoreUnknownAnnotations(usize),
     /// The pod asked for injection (`kube-prestop.io/inject: "true"`) and is
     /// skipped anyway, for this reason. Never for a pod skipped because it
     /// is injected already (the API server's second call under
@@ -34,6 +38,12 @@ impl fmt::Display for Warning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::UnknownAnnotation(unknown) => write!(f, "kube-prestop: {unknown}"),
+            Self::MoreUnknownAnnotations(more) => write!(
+                f,
+                "kube-prestop: {more} more unknown {} annotations are ignored (only the first {} are listed)",
+                annotations::PREFIX,
+                annotations::MAX_UNKNOWN_ANNOTATIONS_LISTED
+            ),
             Self::OptedInButSkipped(reason) => write!(
                 f,
                 "kube-prestop: {} is \"true\" but the pod is not injected: {reason}",
@@ -49,8 +59,9 @@ pub struct Verdict {
     /// Skip (with the reason) or inject (with the mutation); the error when
     /// the pod cannot be handled (the caller's failure mode decides).
     pub plan: Result<Plan, EngineError>,
-    /// Warnings, in order: one per unknown annotation (key order), then the
-    /// opt-in one. Present whatever the plan, errors included.
+    /// Warnings, in order: one per unknown annotation (key order, the first
+    /// [`annotations::MAX_UNKNOWN_ANNOTATIONS_LISTED`]), the count of the
+    /// others, then the opt-in one. Present whatever the plan, errors included.
     pub warnings: Vec<Warning>,
 }
 
@@ -59,10 +70,15 @@ impl Verdict {
     /// from the pod's annotations and the plan.
     pub fn new(pod: &Pod, plan: Result<Plan, EngineError>) -> Self {
         let pod_annotations = pod.metadata.annotations.as_ref();
-        let mut warnings: Vec<Warning> = annotations::unknown_annotations(pod_annotations)
+        let unknown = annotations::unknown_annotations(pod_annotations);
+        let mut warnings: Vec<Warning> = unknown
+            .listed
             .into_iter()
             .map(Warning::UnknownAnnotation)
             .collect();
+        if unknown.more > 0 {
+            warnings.push(Warning::MoreUnknownAnnotations(unknown.more));
+        }
         if let Ok(Plan::Skip(reason)) = &plan {
             let opted_in = pod_annotations
                 .is_some_and(|a| matches!(annotations::inject_value(a), Ok(Some(true))));
@@ -90,11 +106,12 @@ impl Verdict {
         }
     }
 
-    /// The unknown annotations among the warnings.
+    /// The unknown annotations listed among the warnings (at most
+    /// [`annotations::MAX_UNKNOWN_ANNOTATIONS_LISTED`]).
     pub fn unknown_annotations(&self) -> impl Iterator<Item = &UnknownAnnotation> {
         self.warnings.iter().filter_map(|w| match w {
             Warning::UnknownAnnotation(unknown) => Some(unknown),
-            Warning::OptedInButSkipped(_) => None,
+            Warning::MoreUnknownAnnotations(_) | Warning::OptedInButSkipped(_) => None,
         })
     }
 
@@ -160,6 +177,27 @@ mod tests {
             }
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn unknown_annotations_past_the_first_few_are_one_warning() {
+        let keys: Vec<String> = (0..20)
+            .map(|i| format!("kube-prestop.io/x{i:02}"))
+            .collect();
+        let annotations: serde_json::Map<String, serde_json::Value> =
+            keys.iter().map(|k| (k.clone(), json!("v"))).collect();
+        let p = pod(serde_json::Value::Object(annotations), "Never");
+        let v = Verdict::new(&p, Ok(Plan::Skip(SkipReason::NotJobOwned)));
+        let n = annotations::MAX_UNKNOWN_ANNOTATIONS_LISTED;
+        assert_eq!(v.warnings.len(), n + 1);
+        assert_eq!(v.warnings[n], Warning::MoreUnknownAnnotations(20 - n));
+        assert_eq!(
+            v.warnings[n].to_string(),
+            format!(
+                "kube-prestop: 15 more unknown kube-prestop.io/ annotations are ignored (only the first {n} are listed)"
+            )
+        );
+        assert_eq!(v.unknown_annotations().count(), n);
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl RequestFacts {
     fn note(&mut self, verdict: &Verdict) {
         self.unknown_annotations = verdict
             .unknown_annotations()
-            .map(|u| u.key.as_str())
+            .map(|u| u.shown_key())
             .collect::<Vec<_>>()
             .join(",");
         self.opted_in_but_skipped = verdict.opted_in_but_skipped();

@@ -303,6 +303,8 @@ impl Site<'_> {
             .map(|warning| {
                 let key = match warning {
                     Warning::UnknownAnnotation(unknown) => unknown.key.as_str(),
+                    // No key of its own: the line of the annotations.
+                    Warning::MoreUnknownAnnotations(_) => engine::annotations::PREFIX,
                     Warning::OptedInButSkipped(_) => engine::annotations::INJECT,
                 };
                 let text = warning.to_string();
@@ -320,8 +322,10 @@ impl Site<'_> {
     /// The unknown-annotation warnings alone (for an object the API server
     /// never sends to the webhook, which the engine does not review).
     fn unknown_annotation_warnings(&self, pod: &Pod) -> Vec<String> {
-        engine::annotations::unknown_annotations(pod.metadata.annotations.as_ref())
-            .into_iter()
+        let unknown = engine::annotations::unknown_annotations(pod.metadata.annotations.as_ref());
+        let mut warnings: Vec<String> = unknown
+            .listed
+            .iter()
             .map(|unknown| {
                 format!(
                     "document {}, line {}: {}: {unknown}",
@@ -330,7 +334,18 @@ impl Site<'_> {
                     self.label
                 )
             })
-            .collect()
+            .collect();
+        if unknown.more > 0 {
+            let more = Warning::MoreUnknownAnnotations(unknown.more).to_string();
+            let more = more.strip_prefix("kube-prestop: ").unwrap_or(&more);
+            warnings.push(format!(
+                "document {}, line {}: {}: {more}",
+                self.doc.number,
+                self.annotation_line(engine::annotations::PREFIX),
+                self.label
+            ));
+        }
+        warnings
     }
 
     /// The line of annotation `key` of the pod metadata.
