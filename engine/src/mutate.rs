@@ -61,17 +61,38 @@ fn taken_container_names(spec: &PodSpec) -> BTreeSet<String> {
         .collect()
 }
 
-/// A path with trailing slashes removed, for comparing mount points.
-fn clean(path: &str) -> &str {
-    let trimmed = path.trim_end_matches('/');
-    if trimmed.is_empty() { "/" } else { trimmed }
+/// `path` as the container's mount point it names, for comparing mount
+/// points: absolute, components separated by single slashes, no `.`
+/// components, each `..` removing the component before it (none above the
+/// root), no trailing slash; a relative path is taken from the root. This
+/// is Go's `filepath.Clean` of the rooted path, which is how the runtime
+/// resolves a destination inside the container's root (runc's
+/// `securejoin`, symlinks aside). The API server does not refuse such
+/// paths: `ValidateVolumeMounts` (kubernetes/kubernetes
+/// `pkg/apis/core/validation/validation.go`) only requires a non-empty
+/// `mountPath` unique as a string, and checks `..` in `subPath` alone
+/// (`validateLocalDescendingPath`), so `//.kube-prestop` or
+/// `/x/../.kube-prestop` pass it.
+fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// Refuses a container (at `index` in `spec.containers`) that already
 /// mounts something at our mount points.
 fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
-        let p = clean(&m.mount_path);
+        let cleaned = clean(&m.mount_path);
+        let p = cleaned.as_str();
         let ours = p == contract::MOUNT_PATH
             || p.starts_with(&format!("{}/", contract::MOUNT_PATH))
             || p == contract::ID_MOUNT_ROOT
@@ -899,11 +920,21 @@ mod tests {
         };
         assert!(check_mounts(0, &with("/data")).is_ok());
         assert!(check_mounts(0, &with("/.kube-prestop-other")).is_ok());
+        assert!(check_mounts(0, &with("/x/.kube-prestop")).is_ok());
+        assert!(check_mounts(0, &with("/..kube-prestop")).is_ok());
         for bad in [
             "/.kube-prestop",
             "/.kube-prestop/",
             "/.kube-prestop/x",
             "/.kube-prestop-id/x",
+            // Spelt otherwise, the same mount point for the runtime.
+            "//.kube-prestop",
+            "/./.kube-prestop",
+            "/.kube-prestop/.",
+            "/x/../.kube-prestop",
+            "/../.kube-prestop",
+            "/.kube-prestop-id//x",
+            ".kube-prestop",
         ] {
             assert!(
                 matches!(
