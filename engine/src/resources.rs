@@ -93,12 +93,17 @@ fn accumulate(
         let limit = resources
             .and_then(|r| r.limits.as_ref())
             .and_then(|l| l.get(name));
-        let request = resources
+        let own_request = resources
             .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get(name))
-            .or(limit);
+            .and_then(|r| r.get(name));
+        // A request left out defaults to the limit: an error then names the
+        // limit, the field as written.
+        let (request, field) = match own_request {
+            Some(q) => (Some(q), "requests"),
+            None => (limit, "limits"),
+        };
         if let Some(q) = request {
-            let v = parse_at(q, || format!("{} requests.{name}", location()))?;
+            let v = parse_at(q, || format!("{} {field}.{name}", location()))?;
             if v > 0 {
                 let sum = requests.entry(name).or_insert(0);
                 *sum = sum.saturating_add(v);
@@ -550,6 +555,27 @@ mod tests {
     }
 
     const BOTH: [(&str, &str); 2] = [("cpu", "1"), ("memory", "1Gi")];
+
+    #[test]
+    fn an_unparsable_limit_without_request_is_named_as_the_limit() {
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [{"name": "work", "resources": {"limits": {"cpu": "lots"}}}]
+        }))
+        .unwrap();
+        let e = pod_qos(&spec).unwrap_err();
+        let message = e.to_string();
+        assert!(message.contains("limits.cpu"), "{message}");
+        assert!(!message.contains("requests.cpu"), "{message}");
+        // With its own request, a bad request is named as the request.
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [{"name": "work", "resources": {
+                "requests": {"cpu": "lots"}, "limits": {"cpu": "1"}
+            }}]
+        }))
+        .unwrap();
+        let message = pod_qos(&spec).unwrap_err().to_string();
+        assert!(message.contains("requests.cpu"), "{message}");
+    }
 
     #[test]
     fn qos_classes() {
