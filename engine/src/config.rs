@@ -73,7 +73,9 @@ impl ResourceDefaults {
     }
 
     /// Checks every value parses, is positive and each request is at most its
-    /// limit. Errors: [`EngineError::InvalidConfig`] naming `what` and the value.
+    /// limit. Errors: [`EngineError::InvalidConfig`] naming `what`, the
+    /// resource and the value(s): e.g. `sidecar memory request "32Mi"
+    /// exceeds the memory limit "1Mi"`.
     pub fn validate(&self, what: &str) -> Result<(), EngineError> {
         let get = |field: &str, q: &Quantity| -> Result<i128, EngineError> {
             match quantity::parse(q) {
@@ -88,10 +90,26 @@ impl ResourceDefaults {
         let mem_req = get("memory request", &self.memory_request)?;
         let cpu_lim = get("cpu limit", &self.cpu_limit)?;
         let mem_lim = get("memory limit", &self.memory_limit)?;
-        if cpu_req > cpu_lim || mem_req > mem_lim {
-            return Err(EngineError::InvalidConfig(format!(
-                "{what} requests exceed limits"
-            )));
+        for (resource, request, limit, (req, lim)) in [
+            (
+                "cpu",
+                &self.cpu_request,
+                &self.cpu_limit,
+                (cpu_req, cpu_lim),
+            ),
+            (
+                "memory",
+                &self.memory_request,
+                &self.memory_limit,
+                (mem_req, mem_lim),
+            ),
+        ] {
+            if req > lim {
+                return Err(EngineError::InvalidConfig(format!(
+                    "{what} {resource} request {:?} exceeds the {resource} limit {:?}",
+                    request.0, limit.0
+                )));
+            }
         }
         Ok(())
     }
@@ -213,6 +231,30 @@ mod tests {
         c.sidecar_resources.cpu_request = Quantity("1".into());
         assert!(matches!(c.validate(), Err(EngineError::InvalidConfig(m)) if m.contains("exceed")));
         c.sidecar_resources.cpu_request = Quantity("lots".into());
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn a_request_over_its_limit_names_the_resource_and_both_values() {
+        let mut c = EngineConfig::default();
+        c.sidecar_resources.memory_limit = Quantity("1Mi".into());
+        let Err(EngineError::InvalidConfig(m)) = c.validate() else {
+            panic!("accepted");
+        };
+        let request = &EngineConfig::default().sidecar_resources.memory_request.0;
+        assert_eq!(
+            m,
+            format!("sidecar memory request {request:?} exceeds the memory limit \"1Mi\"")
+        );
+        let mut c = EngineConfig::default();
+        c.install_resources.cpu_request = Quantity("100".into());
+        let Err(EngineError::InvalidConfig(m)) = c.validate() else {
+            panic!("accepted");
+        };
+        assert!(
+            m.starts_with("install cpu request \"100\" exceeds the cpu limit "),
+            "{m}"
+        );
         assert!(c.validate().is_err());
     }
 
