@@ -387,7 +387,7 @@ impl PodOverrides {
     ///
     /// Errors: [`EngineError::InvalidAnnotation`] naming the annotation and the
     /// value when [`INJECT`] is not exactly `true`/`false`, [`CONTAINERS`] is
-    /// empty or names an invalid container name, a resource value is not a
+    /// empty, names an invalid container name or a container twice, a resource value is not a
     /// positive quantity, or an overridden request exceeds its limit.
     pub fn parse(annotations: Option<&BTreeMap<String, String>>) -> Result<Self, EngineError> {
         let empty = BTreeMap::new();
@@ -413,6 +413,15 @@ impl PodOverrides {
                         CONTAINERS,
                         value,
                         &format!("{bad:?} is not a valid container name"),
+                    ));
+                }
+                // As in the per-container settings: each name at most once.
+                let mut seen = std::collections::BTreeSet::new();
+                if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
+                    return Err(invalid(
+                        CONTAINERS,
+                        value,
+                        &format!("names {twice:?} twice"),
                     ));
                 }
                 Some(names)
@@ -736,6 +745,18 @@ mod tests {
             PodOverrides::parse(Some(&a)).unwrap().containers,
             Some(vec!["main".to_owned()])
         );
+    }
+
+    #[test]
+    fn containers_naming_a_container_twice_is_an_error_as_in_run_on() {
+        for value in ["work,work", "work, main ,work"] {
+            let e = PodOverrides::parse(Some(&ann(&[(CONTAINERS, value)]))).unwrap_err();
+            let message = e.to_string();
+            assert!(message.contains(CONTAINERS), "{message}");
+            assert!(message.contains("names \"work\" twice"), "{message}");
+        }
+        let e = PodOverrides::parse(Some(&ann(&[(RUN_ON, "work=failure,work=success")])));
+        assert!(e.unwrap_err().to_string().contains("twice"));
     }
 
     #[test]
