@@ -125,7 +125,8 @@ impl ResourceDefaults {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Image of the install init container (must hold the static sidecar
-    /// binary at `contract::INSTALL_IMAGE_BINARY`). Must not be empty.
+    /// binary at `contract::INSTALL_IMAGE_BINARY`). Must be an image
+    /// reference ([`crate::image_reference`]).
     pub install_image: String,
     /// `imagePullPolicy` of the install init container: `Always`,
     /// `IfNotPresent` or `Never`.
@@ -142,7 +143,8 @@ pub struct EngineConfig {
     pub sidecar_binary_source: SidecarBinarySource,
     /// The architectures (`kubernetes.io/arch` values) the install image
     /// has a binary for; a pod whose node architecture is known and not
-    /// among them is an [`EngineError::UnsupportedArchitecture`].
+    /// among them is an [`EngineError::UnsupportedArchitecture`]. Each must
+    /// be one of [`SHIPPED_ARCHITECTURES`], named once.
     pub shipped_architectures: Vec<String>,
     /// The kinds of workload whose pods are injected without an opt-in
     /// (`engine::workload`); a pod of no enabled kind is injected only with
@@ -172,14 +174,21 @@ impl EngineConfig {
     /// Checks the configuration. Callers may call it once at start-up to fail
     /// fast; [`super::inject`] calls it on every pod as well.
     ///
-    /// Errors: [`EngineError::InvalidConfig`] for an empty install image, an
-    /// unknown pull policy, invalid resources, no shipped architecture or no
-    /// workload kind.
+    /// Errors: [`EngineError::InvalidConfig`], naming the flag that sets the
+    /// field (`--install-image`, ...), the value and what is allowed, for:
+    /// an install image that is not an image reference
+    /// ([`crate::image_reference`]: e.g. `"a b"`), an unknown pull policy,
+    /// invalid resources, a webhook namespace that is not a namespace name
+    /// (a DNS-1123 label, [`namespace_problem`]), shipped architectures that
+    /// are none, hold an empty entry or one twice, or one the images ship no
+    /// binary for (only [`SHIPPED_ARCHITECTURES`], written exactly: `AMD64`
+    /// is not `amd64`), or no workload kind.
     pub fn validate(&self) -> Result<(), EngineError> {
-        if self.install_image.trim().is_empty() {
-            return Err(EngineError::InvalidConfig(
-                "install image is empty".to_owned(),
-            ));
+        if let Some(why) = crate::image_reference::problem(&self.install_image) {
+            return Err(EngineError::InvalidConfig(format!(
+                "--install-image {:?} is not an image reference: {why}; expected [registry[:port]/]path[:tag][@algorithm:hex], the path lowercase",
+                self.install_image
+            )));
         }
         if !matches!(
             self.install_image_pull_policy.as_str(),
@@ -192,11 +201,10 @@ impl EngineConfig {
         }
         self.sidecar_resources.validate("sidecar")?;
         self.install_resources.validate("install")?;
-        if self.shipped_architectures.is_empty() {
-            return Err(EngineError::InvalidConfig(
-                "no shipped architectures".to_owned(),
-            ));
+        if let Some(why) = namespace_problem("--webhook-namespace", &self.webhook_namespace) {
+            return Err(EngineError::InvalidConfig(why));
         }
+        self.validate_architectures()?;
         if self.workload_kinds.is_empty() {
             return Err(EngineError::InvalidConfig(format!(
                 "no workload kinds; name at least one of: {}",
@@ -205,6 +213,55 @@ impl EngineConfig {
         }
         Ok(())
     }
+
+    /// [`EngineConfig::shipped_architectures`]: a non-empty list, without an
+    /// empty entry or one named twice, of [`SHIPPED_ARCHITECTURES`] (the
+    /// `kubernetes.io/arch` values `images/build.sh` builds a binary for).
+    /// A name the images do not ship would only move the error to every pod
+    /// pinned to a shipped architecture (`no sidecar binary for architecture
+    /// "amd64" ... shipped: AMD64`).
+    fn validate_architectures(&self) -> Result<(), EngineError> {
+        let archs = &self.shipped_architectures;
+        let allowed = SHIPPED_ARCHITECTURES.join(", ");
+        let err = |why: String| {
+            EngineError::InvalidConfig(format!(
+                "--architectures {:?} {why}; allowed: a comma-separated list of {allowed}",
+                archs.join(",")
+            ))
+        };
+        if archs.is_empty() {
+            return Err(err("names no architecture".to_owned()));
+        }
+        let mut seen = BTreeSet::new();
+        for arch in archs {
+            if arch.is_empty() {
+                return Err(err("has an empty entry".to_owned()));
+            }
+            if !SHIPPED_ARCHITECTURES.contains(&arch.as_str()) {
+                return Err(err(format!(
+                    "names {arch:?}, an architecture the images ship no sidecar binary for"
+                )));
+            }
+            if !seen.insert(arch.as_str()) {
+                return Err(err(format!("names {arch:?} twice")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Why `value`, given with `flag` (e.g. `--webhook-namespace`, `inject -n`),
+/// is not a namespace name, or `None` if it is one: a namespace name is an
+/// RFC 1123 DNS label (Kubernetes' `ValidateNamespaceName`), at most 63
+/// lowercase letters, digits and `-`, starting and ending with a letter or
+/// digit ([`kube_prestop_contract::is_dns_label`]).
+pub fn namespace_problem(flag: &str, value: &str) -> Option<String> {
+    (!kube_prestop_contract::is_dns_label(value)).then(|| {
+        format!(
+            "{flag} {value:?} is not a namespace name: a DNS-1123 label of at most {} lowercase letters, digits and '-', starting and ending with a letter or digit",
+            kube_prestop_contract::MAX_DNS_LABEL_LEN
+        )
+    })
 }
 
 #[cfg(test)]
@@ -256,6 +313,73 @@ mod tests {
             "{m}"
         );
         assert!(c.validate().is_err());
+    }
+
+    fn config_error(c: &EngineConfig) -> String {
+        match c.validate() {
+            Err(EngineError::InvalidConfig(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn architectures_must_be_shipped_named_once_and_not_empty() {
+        let with = |archs: &[&str]| EngineConfig {
+            shipped_architectures: archs.iter().map(|a| (*a).to_owned()).collect(),
+            ..Default::default()
+        };
+        with(&["amd64"]).validate().unwrap();
+        with(&["arm64", "amd64"]).validate().unwrap();
+        assert_eq!(
+            config_error(&with(&["AMD64"])),
+            "--architectures \"AMD64\" names \"AMD64\", an architecture the images ship no sidecar binary for; allowed: a comma-separated list of amd64, arm64"
+        );
+        assert!(config_error(&with(&["s390x"])).contains("\"s390x\""));
+        assert!(
+            config_error(&with(&["amd64", "", "arm64"]))
+                .starts_with("--architectures \"amd64,,arm64\" has an empty entry")
+        );
+        assert!(config_error(&with(&["amd64", "amd64"])).contains("names \"amd64\" twice"));
+        assert!(config_error(&with(&[])).starts_with("--architectures \"\" names no architecture"));
+    }
+
+    #[test]
+    fn install_image_must_be_an_image_reference() {
+        let with = |image: &str| EngineConfig {
+            install_image: image.to_owned(),
+            ..Default::default()
+        };
+        with("registry.example/kube-prestop-sidecar:test")
+            .validate()
+            .unwrap();
+        for bad in ["", "a b", "upper/Case", "x:", "x\t"] {
+            let m = config_error(&with(bad));
+            assert!(
+                m.starts_with(&format!(
+                    "--install-image {bad:?} is not an image reference: "
+                )),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
+    fn webhook_namespace_must_be_a_dns_label() {
+        let with = |ns: &str| EngineConfig {
+            webhook_namespace: ns.to_owned(),
+            ..Default::default()
+        };
+        with("kube-prestop-2").validate().unwrap();
+        for bad in ["UPPER", "", "-a", "a.b", &"a".repeat(64)] {
+            let m = config_error(&with(bad));
+            assert!(
+                m.starts_with(&format!(
+                    "--webhook-namespace {bad:?} is not a namespace name: a DNS-1123 label"
+                )),
+                "{m}"
+            );
+        }
+        assert_eq!(namespace_problem("-n", "ok"), None);
     }
 
     #[test]

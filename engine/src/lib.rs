@@ -30,6 +30,7 @@ pub mod annotations;
 pub mod config;
 pub mod delivery;
 pub mod gate;
+pub mod image_reference;
 pub mod mutate;
 pub mod names;
 pub mod patch;

@@ -585,6 +585,64 @@ fn missing_file_is_an_error() {
     assert!(stderr(&out).contains("/nonexistent/manifest.yaml"));
 }
 
+/// Engine flags are checked at start-up: the error names the flag, the
+/// value and what is allowed, and nothing is printed on stdout.
+#[test]
+fn loose_engine_flags_are_refused_naming_flag_value_and_what_is_allowed() {
+    let job = repo_root().join("examples/job-with-prestop.yaml");
+    let job = job.to_str().unwrap();
+    for (args, expected) in [
+        (
+            &["--architectures", "AMD64"][..],
+            "--architectures \"AMD64\" names \"AMD64\", an architecture the images ship no sidecar binary for; allowed: a comma-separated list of amd64, arm64",
+        ),
+        (
+            &["--architectures", "s390x"],
+            "--architectures \"s390x\" names \"s390x\"",
+        ),
+        (
+            &["--architectures", "amd64,,arm64"],
+            "--architectures \"amd64,,arm64\" has an empty entry",
+        ),
+        (
+            &["--architectures", "amd64,amd64"],
+            "--architectures \"amd64,amd64\" names \"amd64\" twice",
+        ),
+        (
+            &["--install-image", "a b"],
+            "--install-image \"a b\" is not an image reference",
+        ),
+        (
+            &["--webhook-namespace", "UPPER"],
+            "--webhook-namespace \"UPPER\" is not a namespace name: a DNS-1123 label",
+        ),
+        (
+            &["-n", "UPPER"],
+            "--namespace \"UPPER\" is not a namespace name: a DNS-1123 label",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["inject", "-f", job])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        assert!(stdout(&out).is_empty(), "{args:?}");
+        assert!(
+            stderr(&out).contains(expected),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let out = inject(
+        &["-f", job, "--architectures", "arm64", "-n", "team-a"],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 #[test]
 fn namespace_is_honoured_from_the_document_or_the_flag() {
     let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();

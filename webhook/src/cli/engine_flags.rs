@@ -73,8 +73,12 @@ fn set_quantity(target: &mut Quantity, value: Option<&String>) {
 impl EngineArgs {
     /// The engine configuration these flags describe, validated.
     ///
-    /// Errors: [`EngineError::InvalidConfig`] for an empty image, an
-    /// unknown pull policy, invalid resources or no workload kind.
+    /// Errors: [`EngineError::InvalidConfig`] as
+    /// [`EngineConfig::validate`]: naming the flag, the value and what is
+    /// allowed (an install image that is not an image reference, an
+    /// unknown pull policy, invalid resources, a webhook namespace that is
+    /// not a DNS-1123 label, architectures the images do not ship, empty or
+    /// repeated, no workload kind).
     pub fn engine_config(&self) -> Result<EngineConfig, EngineError> {
         let mut config = EngineConfig::default();
         set(&mut config.install_image, self.install_image.as_ref());
@@ -101,11 +105,8 @@ impl EngineArgs {
             config.sidecar_binary_source = source.into();
         }
         if let Some(archs) = &self.architectures {
-            config.shipped_architectures = archs
-                .iter()
-                .map(|a| a.trim().to_owned())
-                .filter(|a| !a.is_empty())
-                .collect();
+            // Empty entries are kept, so that validation refuses them.
+            config.shipped_architectures = archs.iter().map(|a| a.trim().to_owned()).collect();
         }
         if let Some(kinds) = &self.workload_kinds {
             config.workload_kinds = kinds.iter().map(|k| (*k).into()).collect();

@@ -212,9 +212,19 @@ pub struct InjectArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormatFlag::Yaml)]
     pub output: OutputFormatFlag,
-    /// Namespace of documents without `metadata.namespace`.
-    #[arg(short = 'n', long, default_value = "default")]
+    /// Namespace of documents without `metadata.namespace` (a DNS-1123
+    /// label, as every namespace name).
+    #[arg(short = 'n', long, default_value = "default", value_parser = namespace_name)]
     pub namespace: String,
+}
+
+/// `-n`'s value parser: a namespace name (a DNS-1123 label), else an error
+/// saying what is allowed.
+fn namespace_name(value: &str) -> Result<String, String> {
+    match kube_prestop_engine::config::namespace_problem("--namespace", value) {
+        Some(why) => Err(why),
+        None => Ok(value.to_owned()),
+    }
 }
 
 /// Flags of `outcomes`.
