@@ -354,19 +354,81 @@ fn invalid(annotation: &str, value: &str, reason: &str) -> EngineError {
     }
 }
 
-fn positive_quantity(
+/// Smallest memory request or limit (bytes) the sidecar resource
+/// annotations may set: 4 MiB (`4Mi`).
+///
+/// Evidence (docs/figures.md, sidecar/README.md): the sidecar is resident at
+/// about 600 KiB while it watches, and its static binary is 597 KiB; the
+/// memory cgroup also holds, at the same time, the `post-start` instance of
+/// the same binary the `exec` gate runs and the hook, which runs inside the
+/// sidecar's cgroup (the hook's own need is the user's: the default limit
+/// is 256 Mi for it). Two instances and the binary's pages come to about
+/// 1.8 MiB; 4 MiB is that rounded up with room for the kernel's per-task
+/// charges. It is a floor under which the sidecar itself cannot be counted
+/// on to start, not a measured minimum: the container runtime's own set-up
+/// process, which runs in the cgroup before the sidecar, was not measured.
+/// A value below it (`"0.5"`: half a byte, rounded up to 1 byte by the
+/// kubelet; `"1e3"`: 1000 bytes; `1Mi`) is refused, since the sidecar, and
+/// so the Job's own containers after it, would never start; a request
+/// below it would understate to the scheduler what the sidecar uses.
+pub const MIN_SIDECAR_MEMORY_BYTES: i128 = 4 << 20;
+
+/// [`MIN_SIDECAR_MEMORY_BYTES`] as a quantity, for messages.
+pub const MIN_SIDECAR_MEMORY: &str = "4Mi";
+
+/// Smallest CPU request or limit (nano-cores) the sidecar resource
+/// annotations may set: 1 millicore (`1m`).
+///
+/// The API server keeps a quantity to the nano-unit (rounding finer ones
+/// up: `"0.0000000001"` is stored as `1n`) and its validation
+/// (`ValidateResourceQuantityValue` in `pkg/apis/core/validation`) only
+/// refuses negative values, so nothing positive rounds to 0. The kubelet
+/// then reads CPU as `Quantity.MilliValue()`, `ceil(q * 1000)`
+/// (`k8s.io/apimachinery/pkg/api/resource/quantity.go`), and turns a limit
+/// into a CFS quota of at least 1 ms per 100 ms period (`MilliCPUToQuota`,
+/// `MinQuotaPeriod`, `pkg/kubelet/cm/helpers_linux.go`): a value below `1m`
+/// is not applied as written but raised to `1m` (and its quota to that of
+/// `10m`). Such a value is refused rather than silently changed.
+pub const MIN_SIDECAR_CPU_NANOS: i128 = 1_000_000;
+
+/// [`MIN_SIDECAR_CPU_NANOS`] as a quantity, for messages.
+pub const MIN_SIDECAR_CPU: &str = "1m";
+
+/// The quantity of annotation `key`, if set: a positive Kubernetes quantity
+/// of at least `floor` nano-units (`floor_text` names it in the error).
+fn quantity_at_least(
     annotations: &BTreeMap<String, String>,
     key: &str,
+    (floor, floor_text, why): (i128, &str, &str),
 ) -> Result<Option<Quantity>, EngineError> {
     match annotations.get(key) {
         None => Ok(None),
         Some(value) => match quantity::parse_nanos(value) {
-            Ok(n) if n > 0 => Ok(Some(Quantity(value.clone()))),
-            Ok(_) => Err(invalid(key, value, "must be a positive quantity")),
+            Ok(n) if n <= 0 => Err(invalid(key, value, "must be a positive quantity")),
+            Ok(n) if n < floor => Err(invalid(
+                key,
+                value,
+                &format!("is below the floor {floor_text}: {why}"),
+            )),
+            Ok(_) => Ok(Some(Quantity(value.clone()))),
             Err(_) => Err(invalid(key, value, "not a Kubernetes quantity")),
         },
     }
 }
+
+/// The floor of the CPU annotations, with its reason.
+const CPU_FLOOR: (i128, &str, &str) = (
+    MIN_SIDECAR_CPU_NANOS,
+    MIN_SIDECAR_CPU,
+    "the kubelet applies CPU in whole millicores and would raise it to 1m",
+);
+
+/// The floor of the memory annotations (in nano-bytes), with its reason.
+const MEMORY_FLOOR: (i128, &str, &str) = (
+    MIN_SIDECAR_MEMORY_BYTES * quantity::NANO,
+    MIN_SIDECAR_MEMORY,
+    "the sidecar cannot be counted on to start with less memory (and the hook runs in its cgroup too)",
+);
 
 /// The pod's [`INJECT`] annotation: `Some(true)` (opted in), `Some(false)`
 /// (opted out) or `None` (absent).
@@ -388,7 +450,9 @@ impl PodOverrides {
     /// Errors: [`EngineError::InvalidAnnotation`] naming the annotation and the
     /// value when [`INJECT`] is not exactly `true`/`false`, [`CONTAINERS`] is
     /// empty, names an invalid container name or a container twice, a resource value is not a
-    /// positive quantity, or an overridden request exceeds its limit.
+    /// positive quantity, a CPU value is below [`MIN_SIDECAR_CPU`] or a
+    /// memory value below [`MIN_SIDECAR_MEMORY`] (the error names the
+    /// floor), or an overridden request exceeds its limit.
     pub fn parse(annotations: Option<&BTreeMap<String, String>>) -> Result<Self, EngineError> {
         let empty = BTreeMap::new();
         let annotations = annotations.unwrap_or(&empty);
@@ -446,10 +510,10 @@ impl PodOverrides {
             run_on,
             hook_root,
             gate,
-            cpu_request: positive_quantity(annotations, SIDECAR_CPU_REQUEST)?,
-            memory_request: positive_quantity(annotations, SIDECAR_MEMORY_REQUEST)?,
-            cpu_limit: positive_quantity(annotations, SIDECAR_CPU_LIMIT)?,
-            memory_limit: positive_quantity(annotations, SIDECAR_MEMORY_LIMIT)?,
+            cpu_request: quantity_at_least(annotations, SIDECAR_CPU_REQUEST, CPU_FLOOR)?,
+            memory_request: quantity_at_least(annotations, SIDECAR_MEMORY_REQUEST, MEMORY_FLOOR)?,
+            cpu_limit: quantity_at_least(annotations, SIDECAR_CPU_LIMIT, CPU_FLOOR)?,
+            memory_limit: quantity_at_least(annotations, SIDECAR_MEMORY_LIMIT, MEMORY_FLOOR)?,
         })
     }
 
@@ -700,6 +764,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains(INJECT) && msg.contains("\"yes\""), "{msg}");
+    }
+
+    #[test]
+    fn resource_values_below_the_floors_are_refused_naming_the_floor() {
+        for (key, value, floor) in [
+            (SIDECAR_MEMORY_LIMIT, "0.5", "4Mi"),
+            (SIDECAR_MEMORY_LIMIT, "1e3", "4Mi"),
+            (SIDECAR_MEMORY_LIMIT, "1Mi", "4Mi"),
+            (SIDECAR_MEMORY_LIMIT, "4194303", "4Mi"),
+            (SIDECAR_MEMORY_REQUEST, "1Ki", "4Mi"),
+            (SIDECAR_CPU_LIMIT, "0.0000000001", "1m"),
+            (SIDECAR_CPU_LIMIT, "999u", "1m"),
+            (SIDECAR_CPU_REQUEST, "1n", "1m"),
+        ] {
+            let msg = PodOverrides::parse(Some(&ann(&[(key, value)])))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                msg.split(": the").next().unwrap(),
+                format!("invalid annotation {key}: {value:?}: is below the floor {floor}"),
+                "{msg}"
+            );
+        }
+        for (key, value) in [
+            (SIDECAR_MEMORY_LIMIT, "4Mi"),
+            (SIDECAR_MEMORY_LIMIT, "4194304"),
+            (SIDECAR_MEMORY_REQUEST, "5e6"),
+            (SIDECAR_CPU_LIMIT, "1m"),
+            (SIDECAR_CPU_LIMIT, "0.001"),
+            (SIDECAR_CPU_REQUEST, "1000000n"),
+        ] {
+            PodOverrides::parse(Some(&ann(&[(key, value)]))).unwrap();
+        }
+        assert_eq!(
+            MIN_SIDECAR_MEMORY_BYTES * quantity::NANO,
+            quantity::parse_nanos(MIN_SIDECAR_MEMORY).unwrap()
+        );
+        assert_eq!(
+            MIN_SIDECAR_CPU_NANOS,
+            quantity::parse_nanos(MIN_SIDECAR_CPU).unwrap()
+        );
     }
 
     #[test]

@@ -356,6 +356,36 @@ fn engine_error_fails_the_whole_stream() {
     assert!(err.contains("kube-prestop.io/sidecar-cpu-limit"), "{err}");
 }
 
+/// Resource annotations below what the sidecar can start with (or below
+/// the kubelet's 1m CPU granularity) fail the document, naming the
+/// annotation, the value and the floor.
+#[test]
+fn resource_annotations_below_the_floors_are_errors() {
+    let job = std::fs::read_to_string(repo_root().join("examples/job-with-prestop.yaml")).unwrap();
+    for (key, value, floor) in [
+        ("kube-prestop.io/sidecar-memory-limit", "0.5", "4Mi"),
+        ("kube-prestop.io/sidecar-memory-limit", "1e3", "4Mi"),
+        ("kube-prestop.io/sidecar-memory-limit", "1Mi", "4Mi"),
+        ("kube-prestop.io/sidecar-cpu-limit", "0.0000000001", "1m"),
+    ] {
+        let bad = job.replace(
+            "      labels:\n        app: prestop-demo\n    spec:",
+            &format!("      labels:\n        app: prestop-demo\n      annotations:\n        {key}: \"{value}\"\n    spec:"),
+        );
+        assert_ne!(bad, job);
+        let out = inject(&["-f", "-"], Some(&bad));
+        assert!(!out.status.success(), "{key}: {value} accepted");
+        assert!(out.stdout.is_empty());
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "invalid annotation {key}: {value:?}: is below the floor {floor}"
+            )),
+            "{err}"
+        );
+    }
+}
+
 /// 1-based line of the first line of `text` containing `needle`.
 fn line_of(text: &str, needle: &str) -> usize {
     text.lines().position(|l| l.contains(needle)).unwrap() + 1
