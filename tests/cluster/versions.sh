@@ -55,7 +55,8 @@ CONTAINERD_DIR="$KUBE_PRESTOP_CACHE/containerd-$CONTAINERD_VERSION"
 RUNC_DIR="$KUBE_PRESTOP_CACHE/runc-$RUNC_VERSION"
 # -seccomp: built with the features v1 and seccomp (the default features have no seccomp).
 YOUKI_DIR="$KUBE_PRESTOP_CACHE/youki-$YOUKI_VERSION-seccomp"
-GVISOR_DIR="$KUBE_PRESTOP_CACHE/gvisor-$GVISOR_VERSION"
+# -h2: the harness's shim patch, second revision (no log line on stdout).
+GVISOR_DIR="$KUBE_PRESTOP_CACHE/gvisor-$GVISOR_VERSION-h2"
 ARGO_WORKFLOWS_DIR="$KUBE_PRESTOP_CACHE/argo-workflows-$ARGO_WORKFLOWS_VERSION"
 
 # The runtime's binaries: RUNTIME_BIN goes first on the PATH of containerd (so it
