@@ -1215,6 +1215,13 @@ mod tests {
         }
     }
 
+    /// Asserts that the scanner's step at `at` finds `pid`, with no
+    /// candidate counted as moved.
+    fn found_unmoved(s: &mut Scanner, at: Instant, pid: i32) {
+        assert_eq!(s.step(at).unwrap().map(|i| i.pid), Some(pid));
+        assert_eq!(s.stats().candidates_moved, 0);
+    }
+
     /// A candidate whose held table shows the identifying mount itself (it
     /// never left the namespace it was first seen in, as under runc) is not
     /// counted as moved; nor is one followed after a `pivot_root`, whose
@@ -1236,13 +1243,7 @@ mod tests {
         )
         .unwrap();
         s.note_events(&[pid]);
-        assert_eq!(
-            s.step(t0 + Duration::from_millis(1))
-                .unwrap()
-                .map(|i| i.pid),
-            Some(pid)
-        );
-        assert_eq!(s.stats().candidates_moved, 0);
+        found_unmoved(&mut s, t0 + Duration::from_millis(1), pid);
         // pivot_root: the held table reads empty, the fresh one has the mount.
         let pid = 4_000_014;
         p.add(pid, procfs::now_ticks());
@@ -1260,12 +1261,6 @@ mod tests {
         .unwrap();
         std::fs::write(&mi, "").unwrap();
         std::fs::rename(&moved, &mi).unwrap();
-        assert_eq!(
-            s.step(t0 + Duration::from_millis(1))
-                .unwrap()
-                .map(|i| i.pid),
-            Some(pid)
-        );
-        assert_eq!(s.stats().candidates_moved, 0);
+        found_unmoved(&mut s, t0 + Duration::from_millis(1), pid);
     }
 }

@@ -30,6 +30,21 @@ mod common;
 
 use common::*;
 
+/// A `true` main container made in youki's order
+/// ([`Pod::spawn_late_unsharing_main`]), returned once the watcher holds its
+/// mount table in the runtime's namespace: its gate and the container.
+fn spawn_held(pod: &mut Pod, sc: &Sidecar) -> (std::path::PathBuf, Main) {
+    let (gate, m) = pod.spawn_late_unsharing_main(&["true"]);
+    let pid = ns_pid(m.pid);
+    wait_for_or_show(
+        "the watcher to hold the candidate's mount table",
+        T,
+        || sc.log_text(),
+        || holds_mountinfo_of(sc.pid, pid),
+    );
+    (gate, m)
+}
+
 /// Whether `pid` is in the stopped state (`T` in `/proc/PID/stat`).
 fn is_stopped(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
@@ -53,14 +68,7 @@ fn late_unsharing_true_containers_each_get_their_hook() {
     let mut pod = Pod::new("youki-order");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     for i in 0..N {
-        let (gate, mut m) = pod.spawn_late_unsharing_main(&["true"]);
-        let pid = ns_pid(m.pid);
-        wait_for_or_show(
-            "the watcher to hold the candidate's mount table",
-            T,
-            || sc.log_text(),
-            || holds_mountinfo_of(sc.pid, pid),
-        );
+        let (gate, mut m) = spawn_held(&mut pod, &sc);
         pod.open_gate(&gate);
         wait_for_or_show(
             &format!("the watcher to find container {}", i + 1),
@@ -109,14 +117,7 @@ fn a_late_unsharing_container_run_while_the_watcher_was_stopped_gets_one_late_ho
     require_root_and_util_linux();
     let mut pod = Pod::new("youki-order-starved");
     let mut sc = pod.sidecar(&pod.hook(), &[]);
-    let (gate, mut m) = pod.spawn_late_unsharing_main(&["true"]);
-    let pid = ns_pid(m.pid);
-    wait_for_or_show(
-        "the watcher to hold the candidate's mount table",
-        T,
-        || sc.log_text(),
-        || holds_mountinfo_of(sc.pid, pid),
-    );
+    let (gate, mut m) = spawn_held(&mut pod, &sc);
     kill(sc.pid, libc::SIGSTOP);
     wait_for("the watcher to stop", T, || is_stopped(sc.pid));
     pod.open_gate(&gate);
