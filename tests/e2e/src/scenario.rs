@@ -63,9 +63,9 @@ pub type Scenario = (
     Pin<Box<dyn Future<Output = Result<()>> + Send>>,
 );
 
-/// Scenarios that cannot pass on a container runtime, for a reason in that
-/// runtime's own source: (runtime as the cluster harness names it, scenario,
-/// why). The harness exports the runtime as `RUNTIME`
+/// Scenarios that cannot pass on a container runtime, for a reason in how
+/// that runtime behaves (recorded in docs/platforms.md with the run that
+/// showed it): (runtime as the cluster harness names it, scenario, why). The harness exports the runtime as `RUNTIME`
 /// (`/var/lib/kube-prestop/cluster/env.sh`, `tests/cluster/versions.sh`).
 pub const RULED_OUT: &[(&str, &str, &str)] = &[(
     "containerd2-gvisor",

@@ -172,7 +172,13 @@ async fn an_http2_connection_idle_after_a_request_is_closed_gracefully_after_the
     })
     .await;
     let tls = tls_with_alpn(&server, b"h2").await;
-    let (mut client, connection) = h2::client::handshake(tls).await.unwrap();
+    // A send buffer larger than any window the server could grant, so the
+    // capacity below is the server's window (h2's default caps it at 400 KiB).
+    let (mut client, connection) = h2::client::Builder::new()
+        .max_send_buffer_size(4 << 20)
+        .handshake::<_, axum::body::Bytes>(tls)
+        .await
+        .unwrap();
     let connection = tokio::spawn(connection);
     let request = axum::http::Request::get(server.url("/livez"))
         .body(())
