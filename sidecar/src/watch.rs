@@ -1318,9 +1318,19 @@ impl Watcher {
         }
     }
 
+    /// Reaps every exited child and, when the running hook is among them,
+    /// ends its run. Loops: ending a run can start the next queued hook
+    /// (`HookEnded` → `RunHook`), which may have exited already by the next
+    /// `waitpid`; that `waitpid` must then see it as the hook, or its status
+    /// is consumed as an orphan's and its run never ends (every later hook
+    /// would wait behind it).
     fn reap(&mut self) {
-        let status = hook::reap(self.hook.as_ref().map(|(h, _, _)| h.pid));
-        let Some(status) = status else { return };
+        while let Some(status) = hook::reap(self.hook.as_ref().map(|(h, _, _)| h.pid)) {
+            self.end_hook(status);
+        }
+    }
+
+    fn end_hook(&mut self, status: HookStatus) {
         let Some((h, inst, root)) = self.hook.take() else {
             return;
         };
@@ -1346,13 +1356,13 @@ impl Watcher {
                 h.instance
             );
         }
+        // The group's killed members are reaped on their SIGCHLD (this is
+        // a child subreaper), by the caller's next `hook::reap`.
         self.feed(Event::HookEnded {
             instance: inst,
             status,
             duration: dur,
         });
-        // Reap whatever the group kill left behind.
-        let _ = hook::reap(None);
     }
 
     fn on_term(&mut self, sig: Signal) {

@@ -263,6 +263,39 @@ fn three_restarts_three_hooks() {
     }
 }
 
+/// Hooks queued behind a slow one each end: when a run ends, the next
+/// queued hook starts at once and may exit before the watcher's next
+/// `waitpid`, which must see it as the hook (before the fix its status was
+/// reaped as an orphan's, its run never ended and every later hook waited
+/// behind it; the ungated measurement caught that in CI).
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn hooks_queued_behind_a_slow_one_each_end() {
+    require_root_and_util_linux();
+    let mut pod = Pod::new("queued");
+    let release = pod.out("release");
+    let hook = vec![
+        "sh".to_owned(),
+        "-c".to_owned(),
+        format!(
+            "echo \"$KUBE_PRESTOP_CONTAINER $KUBE_PRESTOP_INSTANCE $KUBE_PRESTOP_ATTEMPT\" >> {h}; \
+             [ -e {f} ] && exit 0; : > {f}; while [ ! -e {r} ]; do sleep 0.01; done",
+            h = pod.out("hooks").display(),
+            f = pod.out("first").display(),
+            r = release.display()
+        ),
+    ];
+    let _sc = pod.sidecar(&hook, &[]);
+    let n = 40;
+    for _ in 0..n {
+        assert_eq!(code(pod.run_main(&["true"])), 0);
+    }
+    // The first hook still holds the rest in the queue.
+    assert_eq!(pod.lines("hooks").len(), 1);
+    fs::write(&release, "").unwrap();
+    expect_hooks(&pod, n);
+}
+
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sidecar_killed_mid_watch_still_exactly_once() {

@@ -23,9 +23,24 @@ fn ungated_true_containers_measurement() {
     }
     // Every instance that was seen gets a done record.
     let seen = pod.records("seen-").len();
-    wait_for("hooks of all seen instances", T, || {
-        pod.records("done-").len() >= seen
-    });
+    wait_for_or_show(
+        "hooks of all seen instances",
+        T,
+        || {
+            let seen = pod.records("seen-");
+            let done = pod.records("done-");
+            let missing: Vec<_> = seen
+                .iter()
+                .filter(|s| !done.contains(&s.replacen("seen-", "done-", 1)))
+                .map(|s| format!("{s}: {}", pod.record(s)))
+                .collect();
+            format!(
+                "seen without done: {missing:?}; sidecar log:\n{}",
+                sc.log_text()
+            )
+        },
+        || pod.records("done-").len() >= seen,
+    );
     let lines = pod.lines("hooks");
     assert_eq!(lines.len(), seen);
     eprintln!("measured: no create/start window: {seen}/{n} caught");
