@@ -416,15 +416,16 @@ fn quantity_at_least(
     }
 }
 
-/// The floor of the CPU annotations, with its reason.
-const CPU_FLOOR: (i128, &str, &str) = (
+/// The floor of the CPU annotations and flags, with its reason.
+pub(crate) const CPU_FLOOR: (i128, &str, &str) = (
     MIN_SIDECAR_CPU_NANOS,
     MIN_SIDECAR_CPU,
     "the kubelet applies CPU in whole millicores and would raise it to 1m",
 );
 
-/// The floor of the memory annotations (in nano-bytes), with its reason.
-const MEMORY_FLOOR: (i128, &str, &str) = (
+/// The floor of the memory annotations and flags (in nano-bytes), with its
+/// reason.
+pub(crate) const MEMORY_FLOOR: (i128, &str, &str) = (
     MIN_SIDECAR_MEMORY_BYTES * quantity::NANO,
     MIN_SIDECAR_MEMORY,
     "the sidecar cannot be counted on to start with less memory (and the hook runs in its cgroup too)",

@@ -72,24 +72,39 @@ impl ResourceDefaults {
         }
     }
 
-    /// Checks every value parses, is positive and each request is at most its
+    /// Checks every value parses, is positive, is at least the floor the
+    /// resource annotations have ([`crate::annotations::MIN_SIDECAR_CPU`],
+    /// [`crate::annotations::MIN_SIDECAR_MEMORY`]: the install init
+    /// container runs the same binary) and each request is at most its
     /// limit. Errors: [`EngineError::InvalidConfig`] naming `what`, the
     /// resource and the value(s): e.g. `sidecar memory request "32Mi"
-    /// exceeds the memory limit "1Mi"`.
+    /// exceeds the memory limit "16Mi"`, `install memory limit "1Mi" is
+    /// below the floor 4Mi: ...`.
     pub fn validate(&self, what: &str) -> Result<(), EngineError> {
-        let get = |field: &str, q: &Quantity| -> Result<i128, EngineError> {
+        let get = |field: &str,
+                   q: &Quantity,
+                   (floor, floor_text, why): (i128, &str, &str)|
+         -> Result<i128, EngineError> {
             match quantity::parse(q) {
-                Ok(v) if v > 0 => Ok(v),
+                Ok(v) if v >= floor && v > 0 => Ok(v),
+                Ok(v) if v > 0 => Err(EngineError::InvalidConfig(format!(
+                    "{what} {field} {:?} is below the floor {floor_text}: {why}",
+                    q.0
+                ))),
                 _ => Err(EngineError::InvalidConfig(format!(
                     "{what} {field} {:?} is not a positive quantity",
                     q.0
                 ))),
             }
         };
-        let cpu_req = get("cpu request", &self.cpu_request)?;
-        let mem_req = get("memory request", &self.memory_request)?;
-        let cpu_lim = get("cpu limit", &self.cpu_limit)?;
-        let mem_lim = get("memory limit", &self.memory_limit)?;
+        let (cpu, memory) = (
+            crate::annotations::CPU_FLOOR,
+            crate::annotations::MEMORY_FLOOR,
+        );
+        let cpu_req = get("cpu request", &self.cpu_request, cpu)?;
+        let mem_req = get("memory request", &self.memory_request, memory)?;
+        let cpu_lim = get("cpu limit", &self.cpu_limit, cpu)?;
+        let mem_lim = get("memory limit", &self.memory_limit, memory)?;
         for (resource, request, limit, (req, lim)) in [
             (
                 "cpu",
@@ -294,14 +309,14 @@ mod tests {
     #[test]
     fn a_request_over_its_limit_names_the_resource_and_both_values() {
         let mut c = EngineConfig::default();
-        c.sidecar_resources.memory_limit = Quantity("1Mi".into());
+        c.sidecar_resources.memory_limit = Quantity("16Mi".into());
         let Err(EngineError::InvalidConfig(m)) = c.validate() else {
             panic!("accepted");
         };
         let request = &EngineConfig::default().sidecar_resources.memory_request.0;
         assert_eq!(
             m,
-            format!("sidecar memory request {request:?} exceeds the memory limit \"1Mi\"")
+            format!("sidecar memory request {request:?} exceeds the memory limit \"16Mi\"")
         );
         let mut c = EngineConfig::default();
         c.install_resources.cpu_request = Quantity("100".into());
@@ -313,6 +328,62 @@ mod tests {
             "{m}"
         );
         assert!(c.validate().is_err());
+    }
+
+    /// The flags have the annotations' floors: a value the kubelet would
+    /// raise (CPU below `1m`) or with which the sidecar cannot be counted
+    /// on to start (memory below `4Mi`) is refused at start-up, naming it.
+    #[test]
+    fn resources_below_the_floors_are_refused_naming_the_floor() {
+        type Set = fn(&mut ResourceDefaults, &str);
+        let cases: [(&str, Set, &str, &str); 4] = [
+            (
+                "cpu request",
+                |r, v| r.cpu_request = Quantity(v.into()),
+                "0.0000001",
+                "1m",
+            ),
+            (
+                "cpu limit",
+                |r, v| r.cpu_limit = Quantity(v.into()),
+                "999u",
+                "1m",
+            ),
+            (
+                "memory request",
+                |r, v| r.memory_request = Quantity(v.into()),
+                "1e3",
+                "4Mi",
+            ),
+            (
+                "memory limit",
+                |r, v| r.memory_limit = Quantity(v.into()),
+                "1Mi",
+                "4Mi",
+            ),
+        ];
+        for (field, set, value, floor) in cases {
+            for what in ["sidecar", "install"] {
+                let mut c = EngineConfig::default();
+                let r = if what == "sidecar" {
+                    &mut c.sidecar_resources
+                } else {
+                    &mut c.install_resources
+                };
+                set(r, value);
+                let m = config_error(&c);
+                assert!(
+                    m.starts_with(&format!(
+                        "{what} {field} {value:?} is below the floor {floor}: "
+                    )),
+                    "{m}"
+                );
+            }
+        }
+        // At the floor is accepted.
+        let mut c = EngineConfig::default();
+        c.sidecar_resources = ResourceDefaults::new("1m", "4Mi", "1m", "4Mi");
+        c.validate().unwrap();
     }
 
     fn config_error(c: &EngineConfig) -> String {
