@@ -381,8 +381,10 @@ mod tests {
             }
         }
         // At the floor is accepted.
-        let mut c = EngineConfig::default();
-        c.sidecar_resources = ResourceDefaults::new("1m", "4Mi", "1m", "4Mi");
+        let c = EngineConfig {
+            sidecar_resources: ResourceDefaults::new("1m", "4Mi", "1m", "4Mi"),
+            ..Default::default()
+        };
         c.validate().unwrap();
     }
 
