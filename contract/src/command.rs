@@ -5,7 +5,7 @@
 
 use crate::paths::{BINARY_PATH, BINARY_PATHS, INSTALL_IMAGE_BINARY};
 
-/// Subcommand that copies the binary into the shared volume.
+/// Subcommand that copies the binary into the binary's volume.
 pub const SUBCOMMAND_INSTALL: &str = "install";
 /// Subcommand of the native sidecar: watch a container, run its hook on exit.
 pub const SUBCOMMAND_WATCH: &str = "watch";
@@ -68,7 +68,7 @@ pub const FLAG_DEST_DIR: &str = "--dest-dir";
 /// Flag of `post-start`: how long to wait (whole seconds; default
 /// [`POST_START_TIMEOUT_SECONDS`]).
 pub const FLAG_TIMEOUT: &str = "--timeout";
-/// Flag overriding the shared volume's mount path (tests; default [`MOUNT_PATH`](crate::MOUNT_PATH)).
+/// Flag overriding the parent of our mounts (tests; default [`MOUNT_PATH`](crate::MOUNT_PATH)).
 pub const FLAG_ROOT: &str = "--root";
 /// Flag overriding the parent of identifying mount points (tests; default [`ID_MOUNT_ROOT`](crate::ID_MOUNT_ROOT)).
 pub const FLAG_ID_ROOT: &str = "--id-root";

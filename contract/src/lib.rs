@@ -22,35 +22,46 @@
 //! - [`record`]: what those files hold (typed, with their exact text);
 //! - [`termination`]: the sidecar's termination message.
 //!
-//! # Shared volume layout
+//! # Volume layout
 //!
-//! One `emptyDir` volume per pod, named [`VOLUME_NAME`] (or a suffixed
-//! variant when the pod already uses that name), mounted at [`MOUNT_PATH`] in
-//! the install init container, in every kube-prestop sidecar and in every
-//! watched container:
+//! Every mount of ours is a whole volume, except each watched container's
+//! identifying mount (a `subPath` costs the kubelet two `mount` execs
+//! before it creates the container, a whole volume none). Per pod: the id
+//! volume, an `emptyDir` named [`VOLUME_NAME`] (or a suffixed variant when
+//! the pod already uses that name); the binary's volume
+//! ([`BINARY_VOLUME_NAME`]: an image volume, a ConfigMap, or an `emptyDir`
+//! the install init container fills); and per watched container `X` a
+//! state volume, an `emptyDir` named `kube-prestop-state-X`
+//! ([`STATE_VOLUME_PREFIX`]). A sidecar sees, under [`MOUNT_PATH`]:
 //!
 //! ```text
 //! /.kube-prestop/
-//!   bin/kube-prestop                 the static sidecar binary (install copies it here, or
-//!                                    a ConfigMap volume over bin/ shows it here)
-//!   bin/kube-prestop-sidecar         the binary when the install image is an image volume over bin/
+//!   bin/kube-prestop                 the static sidecar binary (the install init container's copy,
+//!                                    or the ConfigMap's); binary volume, read-only
+//!   bin/kube-prestop-sidecar         the binary when the install image is an image volume
+//!   state/<container>/               <container>'s state volume: read-write in <container> and its
+//!                                    sidecar, read-only in the other sidecars
 //!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it; names the watcher, see ArmedRecord)
 //!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
 //!   state/<container>/done-<id>      our hook run for instance <id> finished (its outcome)
+//!   id/                              the id volume, read-only
 //!   id/<container>/                  source of <container>'s identifying mount; the kubelet
 //!                                    creates it when it prepares <container>'s first start
 //! ```
 //!
-//! The sidecars mount `id/` read-only at [`IDS_MOUNT_PATH`] and no container
-//! of the pod mounts it writable (the install init container, which mounts
-//! the whole volume, is done before any of them starts), so `id/X` exists
-//! only once the kubelet made it: the watcher's evidence that `X` was
-//! started when it never saw `X` run ([`ENV_HOOK_LATE`]).
+//! `/.kube-prestop` and `/.kube-prestop/state` are not mounts: the runtime
+//! makes them in the container's root file system as the parents of the
+//! mount points. The sidecars mount the id volume read-only at
+//! [`IDS_MOUNT_PATH`] and no container of the pod mounts it writable, so
+//! `id/X` exists only once the kubelet made it: the watcher's evidence that
+//! `X` was started when it never saw `X` run ([`ENV_HOOK_LATE`]).
 //!
-//! A watched container `X` additionally mounts `id/X` (read-only) at
-//! `/.kube-prestop-id/X` (see [`id_mount_path`]). That mount point appears
+//! A watched container `X` mounts the binary's volume (read-only), its own
+//! state volume at `/.kube-prestop/state/X` (read-write) and `subPath: X`
+//! of the id volume (read-only) at `/.kube-prestop-id/X` (see
+//! [`id_mount_path`]). That mount point appears
 //! in `/proc/PID/mountinfo` of every process of `X` and of no other container,
 //! which is how the sidecar finds `X`'s processes in the shared PID namespace
 //! (mountinfo is readable across users; `/proc/PID/ns/*` is not).

@@ -1,29 +1,41 @@
 //! Volumes, mount points and binary paths: where the webhook puts things in
 //! the pod and where the sidecar finds them.
 
-/// Name of the shared `emptyDir` volume the webhook adds to a pod.
+/// Name of the shared `emptyDir` volume the webhook adds to a pod (a suffix
+/// is added when the pod already has a volume of that name): the *id
+/// volume*, which holds only the watched containers' identifying
+/// directories ([`id_sub_path`]). The sidecars mount it whole, read-only,
+/// at [`IDS_MOUNT_PATH`]; each watched container mounts its own directory
+/// of it (a `subPath`, the only one the webhook writes) at
+/// [`id_mount_path`].
 pub const VOLUME_NAME: &str = "kube-prestop";
 
-/// Where the shared volume is mounted in the install init container, the
-/// sidecars and the watched containers.
+/// Parent of the mounts the webhook adds to the sidecars and the watched
+/// containers: the binary at [`BINARY_DIR`], the state directories under
+/// [`STATE_DIR`], the id volume at [`IDS_MOUNT_PATH`]. Not a mount itself
+/// (the runtime makes it in the container's root file system, as the parent
+/// of those mount points); the sidecar's `--root` (tests give another).
 pub const MOUNT_PATH: &str = "/.kube-prestop";
 
 /// Path of the sidecar binary inside the install image; the install init
 /// container runs it with [`crate::install_command`].
 pub const INSTALL_IMAGE_BINARY: &str = "/kube-prestop-sidecar";
 
-/// Path of the sidecar binary inside the shared volume, as seen by every
-/// container that mounts it at [`MOUNT_PATH`].
+/// Path of the sidecar binary as every container that mounts the binary's
+/// volume at [`BINARY_DIR`] sees it (install init container, ConfigMap).
 pub const BINARY_PATH: &str = "/.kube-prestop/bin/kube-prestop";
 
-/// Directory of [`BINARY_PATH`]. When the binary comes from a ConfigMap
-/// instead of the install init container, the ConfigMap's volume is mounted
-/// here (read-only, over the shared volume's `bin` directory), so the
-/// binary's path is the same either way.
+/// Directory of [`BINARY_PATH`]: where the volume holding the binary
+/// ([`BINARY_VOLUME_NAME`]) is mounted, whole and read-only, in the sidecars
+/// and the watched containers (and read-write in the install init
+/// container, which writes the binary there). The ConfigMap's volume shows
+/// its binary at the same path as the install init container's copy.
 pub const BINARY_DIR: &str = "/.kube-prestop/bin";
 
-/// Name of the volume holding the sidecar binary's ConfigMap (see
-/// [`BINARY_DIR`]); a suffix is added on collision like [`VOLUME_NAME`].
+/// Name of the volume holding the sidecar binary, mounted at [`BINARY_DIR`]:
+/// the install image as an image volume, the binary's ConfigMap, or (install
+/// init container delivery) an `emptyDir` of its own that the install init
+/// container fills; a suffix is added on collision like [`VOLUME_NAME`].
 pub const BINARY_VOLUME_NAME: &str = "kube-prestop-bin";
 
 /// Key of the sidecar binary in the ConfigMap's `binaryData`; the file the
@@ -64,57 +76,56 @@ pub const fn own_architecture() -> Option<&'static str> {
     }
 }
 
-/// Sub-path, inside the shared volume, of the installed binary's directory
-/// (install init container delivery): mounted read-only at [`BINARY_DIR`]
-/// in the watched containers and the sidecars.
-pub const BIN_SUB_PATH: &str = "bin";
+/// Directory, under [`MOUNT_PATH`], of the watched containers' state
+/// directories: one mount point per watched container ([`state_mount_path`]).
+pub const STATE_DIR: &str = "state";
 
-/// Sub-path, inside the shared volume, of every watched container's state
-/// directory: the sidecars mount it read-only at [`STATE_MOUNT_PATH`] (the
-/// termination message lists every container's runs).
-pub const STATE_SUB_PATH: &str = "state";
+/// Prefix of the name of each watched container's state volume, an
+/// `emptyDir` of its own: `kube-prestop-state-<container>` (hashed when
+/// too long or taken, like the sidecars' names). The watched container and
+/// its sidecar mount it whole, read-write, at [`state_mount_path`]; every
+/// other sidecar mounts it read-only there (the termination message lists
+/// every watched container's runs); no other container mounts it, so no
+/// other container of the pod can write there through a volume
+/// (`docs/security.md`). An `emptyDir`'s directory is mode 0777
+/// (`docs/facts.md` K16), so the watched container's user can write there
+/// whatever it is.
+pub const STATE_VOLUME_PREFIX: &str = "kube-prestop-state-";
 
-/// Mount point of [`STATE_SUB_PATH`]: `/.kube-prestop/state`.
-pub const STATE_MOUNT_PATH: &str = "/.kube-prestop/state";
-
-/// Sub-path, inside the shared volume, of `container`'s state directory:
-/// `state/<container>`. The watched container and its sidecar mount it
-/// read-write at [`state_mount_path`], and no other container mounts it
-/// writable: no other container of the pod can write there through the
-/// volume (`docs/security.md`). The kubelet creates a missing `subPath`
-/// directory with the volume root's mode (`docs/facts.md` K12).
-pub fn state_sub_path(container: &str) -> String {
-    format!("{STATE_SUB_PATH}/{container}")
-}
-
-/// Mount point of `container`'s state directory:
+/// Mount point of `container`'s state volume:
 /// `/.kube-prestop/state/<container>`, the same path
 /// [`crate::state_dir`] gives under [`MOUNT_PATH`].
 pub fn state_mount_path(container: &str) -> String {
-    format!("{MOUNT_PATH}/{}", state_sub_path(container))
+    format!("{MOUNT_PATH}/{STATE_DIR}/{container}")
 }
 
 /// Parent of the per-container identifying mount points.
 pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
 
-/// Sub-path, inside the shared volume, of the directory holding every
-/// watched container's identifying-mount source ([`id_sub_path`]). The
-/// sidecars mount it read-only at [`IDS_MOUNT_PATH`]: that `id/<container>`
-/// exists tells the watcher the kubelet prepared `<container>`'s start.
-pub const ID_SUB_PATH: &str = "id";
+/// Directory, under [`MOUNT_PATH`], where the sidecars mount the whole id
+/// volume ([`VOLUME_NAME`]), read-only: that `id/<container>` exists tells
+/// the watcher the kubelet prepared `<container>`'s start ([`id_dir`]).
+pub const IDS_DIR: &str = "id";
 
-/// Mount point of [`ID_SUB_PATH`] in the sidecars: `/.kube-prestop/id`.
+/// Mount point of the id volume in the sidecars: `/.kube-prestop/id`.
 pub const IDS_MOUNT_PATH: &str = "/.kube-prestop/id";
 
-/// Sub-path, inside the shared volume, of `container`'s identifying mount:
-/// `id/<container>`. Nothing of ours creates it: the kubelet does, when it
+/// Sub-path, inside the id volume, of `container`'s identifying mount: the
+/// directory `<container>` itself. Nothing of ours creates it: the kubelet does, when it
 /// prepares the container's mounts for its first start, after the image is
 /// present and right before it asks the runtime to create the container
 /// (`startContainer` → `generateContainerConfig` → `makeMounts` →
 /// `SafeMakeDir`, Kubernetes v1.37.2 `pkg/kubelet/kuberuntime/kuberuntime_container.go`
 /// and `pkg/kubelet/kubelet_pods.go`; `docs/facts.md` K12).
 pub fn id_sub_path(container: &str) -> String {
-    format!("{ID_SUB_PATH}/{container}")
+    container.to_owned()
+}
+
+/// `<root>/id/<container>`: `container`'s identifying directory as a sidecar
+/// sees it, the id volume being mounted at `<root>/`[`IDS_DIR`]
+/// ([`IDS_MOUNT_PATH`] in a pod).
+pub fn id_dir(root: &std::path::Path, container: &str) -> std::path::PathBuf {
+    root.join(IDS_DIR).join(id_sub_path(container))
 }
 
 /// Mount point of `container`'s identifying mount:
@@ -162,16 +173,19 @@ mod tests {
 
     #[test]
     fn state_mounts_are_pinned_and_are_the_state_dir() {
-        assert_eq!(state_sub_path("main"), "state/main");
-        assert_eq!(STATE_MOUNT_PATH, format!("{MOUNT_PATH}/{STATE_SUB_PATH}"));
-        assert_eq!(IDS_MOUNT_PATH, format!("{MOUNT_PATH}/{ID_SUB_PATH}"));
+        assert_eq!(STATE_VOLUME_PREFIX, "kube-prestop-state-");
+        assert_eq!(IDS_MOUNT_PATH, format!("{MOUNT_PATH}/{IDS_DIR}"));
         assert_eq!(
-            Path::new(IDS_MOUNT_PATH).join("main"),
-            Path::new(MOUNT_PATH).join(id_sub_path("main"))
+            id_dir(Path::new(MOUNT_PATH), "main"),
+            Path::new(IDS_MOUNT_PATH).join(id_sub_path("main"))
         );
-        assert_eq!(BINARY_DIR, format!("{MOUNT_PATH}/{BIN_SUB_PATH}"));
         assert_eq!(
-            Path::new(STATE_MOUNT_PATH),
+            id_dir(Path::new(MOUNT_PATH), "main"),
+            Path::new("/.kube-prestop/id/main")
+        );
+        assert_eq!(BINARY_DIR, format!("{MOUNT_PATH}/bin"));
+        assert_eq!(
+            Path::new(MOUNT_PATH).join(STATE_DIR),
             crate::state_dir(Path::new(MOUNT_PATH), "main")
                 .parent()
                 .unwrap()
@@ -186,7 +200,7 @@ mod tests {
     #[test]
     fn id_mounts_are_pinned() {
         assert_eq!(id_mount_path("main"), "/.kube-prestop-id/main");
-        assert_eq!(id_sub_path("main"), "id/main");
+        assert_eq!(id_sub_path("main"), "main");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The per-container state directory in the shared volume and the names of
+//! The per-container state directory (its own state volume) and the names of
 //! its files: `<root>/state/<container>/armed` and one record per instance
 //! and kind (`seen-<id>`, `prestop-<id>`, `running-<id>`, `done-<id>`). What
 //! the records hold is in [`crate::record`].
@@ -6,10 +6,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// The state directory of `container` under the shared volume mounted at
-/// `root`: `<root>/state/<container>`.
+/// The state directory of `container` under the mount path of ours
+/// `root`: `<root>/state/<container>` (where its state volume is mounted).
 pub fn state_dir(root: &Path, container: &str) -> PathBuf {
-    root.join("state").join(container)
+    root.join(crate::STATE_DIR).join(container)
 }
 
 /// File name, inside a container's state directory, of the mark the watcher
@@ -19,8 +19,8 @@ pub fn state_dir(root: &Path, container: &str) -> PathBuf {
 /// ([`crate::ArmedRecord`]).
 pub const ARMED_FILE: &str = "armed";
 
-/// The watcher's `armed` mark for `container` under the shared volume
-/// mounted at `root`: `<root>/state/<container>/armed` ([`ARMED_FILE`]).
+/// The watcher's `armed` mark for `container` under the mount path of
+/// ours `root`: `<root>/state/<container>/armed` ([`ARMED_FILE`]).
 pub fn armed_mark(root: &Path, container: &str) -> PathBuf {
     state_dir(root, container).join(ARMED_FILE)
 }

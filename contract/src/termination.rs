@@ -1,5 +1,5 @@
 //! The sidecar's termination message: one line per hook run of the pod (of
-//! every watched container, from the records in the shared volume), oldest
+//! every watched container, from the records in the state directories), oldest
 //! first, within the kubelet's 4 KiB ([`TERMINATION_MESSAGE_MAX_BYTES`]; the
 //! oldest runs are left out first, and the first line says how many).
 //!

@@ -192,8 +192,9 @@ pub enum EngineError {
         /// [`MAX_PATCHED_POD_BYTES`].
         max_bytes: usize,
     },
-    /// A watched container already mounts something where the shared volume
-    /// or its identifying mount goes.
+    /// A watched container already mounts something under
+    /// `/.kube-prestop`, where our volumes go, or under `/.kube-prestop-id`,
+    /// where its identifying mount goes.
     #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
     MountPathConflict {
         /// The container.

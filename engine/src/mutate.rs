@@ -129,67 +129,60 @@ fn install_security_context() -> SecurityContext {
     }
 }
 
-/// The whole shared volume at [`contract::MOUNT_PATH`], read-write: only
-/// the install init container mounts it (it writes the binary, and is done
-/// before any sidecar starts). Every other container of ours mounts only
-/// sub-paths ([`BinaryMount::mounts`], [`states_mount`], [`state_mount`],
-/// [`ids_mount`]), so none of them can replace the binary, write another
-/// container's records or fake another container's start (`docs/security.md`,
-/// "What a container of the pod can do to another's hook").
-fn shared_mount(volume: &str) -> VolumeMount {
-    VolumeMount {
-        name: volume.to_owned(),
-        mount_path: contract::MOUNT_PATH.to_owned(),
+/// An `emptyDir` volume named `name`.
+fn empty_dir(name: String) -> Volume {
+    Volume {
+        name,
+        empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     }
 }
 
-/// Every watched container's state directory, read-only: `subPath: state`
-/// at `/.kube-prestop/state`, for the sidecars (the termination message
-/// lists every watched container's runs; the finder learns the volume's
-/// mount source from it). [`state_mount`] lies over it.
-fn states_mount(volume: &str) -> VolumeMount {
-    VolumeMount {
-        name: volume.to_owned(),
-        mount_path: contract::STATE_MOUNT_PATH.to_owned(),
-        sub_path: Some(contract::STATE_SUB_PATH.to_owned()),
-        read_only: Some(true),
-        ..Default::default()
-    }
-}
-
-/// Every watched container's identifying-mount source, read-only:
-/// `subPath: id` at `/.kube-prestop/id`, for the sidecars. `id/X` exists
-/// once the kubelet prepared X's mounts for its first start (it creates a
-/// missing sub-path; nothing of ours does, and no container of the pod
-/// mounts `id` writable), which is how a watcher that never saw X run knows
-/// X was started and runs its hook late (`contract::ENV_HOOK_LATE`).
+/// The whole id volume (the shared `emptyDir`, [`contract::VOLUME_NAME`]),
+/// read-only at `/.kube-prestop/id`, for the sidecars. Its directory `X`
+/// exists once the kubelet prepared X's mounts for its first start (it
+/// creates the missing sub-path of X's identifying mount, [`id_mount`];
+/// nothing of ours does, and no container of the pod mounts the volume
+/// writable), which is how a watcher that never saw X run knows X was
+/// started and runs its hook late (`contract::ENV_HOOK_LATE`); the finder
+/// learns the volume's mount source from this mount.
 fn ids_mount(volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::IDS_MOUNT_PATH.to_owned(),
-        sub_path: Some(contract::ID_SUB_PATH.to_owned()),
         read_only: Some(true),
         ..Default::default()
     }
 }
 
-/// X's state directory, read-write: `subPath: state/X` at
-/// `/.kube-prestop/state/X` (in the sidecar over the read-only
-/// [`states_mount`]: the runtime mounts parents before children,
-/// `docs/facts.md` R1, and the mount point exists in the read-only parent
-/// because the kubelet made the directory first). The
-/// kubelet creates the directory before the container starts, as root,
-/// with the volume root's mode, 0777 for an `emptyDir` (`makeMounts` in
-/// `pkg/kubelet/kubelet_pods.go` → `SafeMakeDir`, which `fchmod`s against
-/// the umask; Kubernetes v1.37, `docs/facts.md` K12), so X's user can write
-/// there whatever it is. Mounted in X (the preStop wrapper writes its mark) and in X's
-/// sidecar, and in no other container.
-fn state_mount(x: &Container, volume: &str) -> VolumeMount {
+/// X's identifying mount, in X only: `subPath: X` of the id volume,
+/// read-only, at `/.kube-prestop-id/X`. The one `subPath` of the mutation:
+/// the kubelet makes the missing directory when it prepares X's first
+/// start (`docs/facts.md` K12, K15), the evidence of that start; a
+/// `subPath` costs the kubelet two `mount` execs before it creates X
+/// (K17), a whole-volume mount none.
+fn id_mount(x: &Container, volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
-        mount_path: contract::state_mount_path(&x.name),
-        sub_path: Some(contract::state_sub_path(&x.name)),
+        mount_path: contract::id_mount_path(&x.name),
+        sub_path: Some(contract::id_sub_path(&x.name)),
+        read_only: Some(true),
+        ..Default::default()
+    }
+}
+
+/// The whole state volume `volume` of the watched container named
+/// `container` at `/.kube-prestop/state/<container>`: read-write in
+/// that container (the preStop wrapper writes its mark) and in its sidecar,
+/// read-only in every other sidecar (the termination message lists every
+/// watched container's runs), in no other container. An `emptyDir`'s
+/// directory is `root`-owned mode 0777 (`docs/facts.md` K16), so X's user
+/// can write there whatever it is.
+fn state_mount(container: &str, volume: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::state_mount_path(container),
+        read_only: read_only.then_some(true),
         ..Default::default()
     }
 }
@@ -198,8 +191,9 @@ fn state_mount(x: &Container, volume: &str) -> VolumeMount {
 /// of the [`Delivery`] the engine chose, with the volume names it picked.
 #[derive(Debug, Clone, Copy)]
 enum BinaryMount<'a> {
-    /// Copied into the shared volume by the install init container.
-    Installed,
+    /// Copied by the install init container into the `emptyDir` named by
+    /// the first field.
+    Installed(&'a str),
     /// Mounted from the ConfigMap volume named by the first field, at
     /// [`contract::BINARY_DIR`].
     ConfigMapVolume(&'a str),
@@ -213,29 +207,37 @@ impl BinaryMount<'_> {
     /// Where the containers find the binary.
     fn path(self) -> &'static str {
         match self {
-            BinaryMount::Installed | BinaryMount::ConfigMapVolume(_) => contract::BINARY_PATH,
+            BinaryMount::Installed(_) | BinaryMount::ConfigMapVolume(_) => contract::BINARY_PATH,
             BinaryMount::ImageVolume(_) => contract::IMAGE_VOLUME_BINARY_PATH,
         }
     }
 
-    /// The mount that gives a container the binary at [`Self::path`],
-    /// read-only at [`contract::BINARY_DIR`]: the shared volume's `bin`
-    /// (`subPath`, written by the install init container before), or the
-    /// binary's ConfigMap or image volume.
-    fn mount(self, shared: &str) -> VolumeMount {
-        let (name, sub_path) = match self {
-            BinaryMount::Installed => (shared, Some(contract::BIN_SUB_PATH.to_owned())),
-            BinaryMount::ConfigMapVolume(volume) | BinaryMount::ImageVolume(volume) => {
-                (volume, None)
-            }
-        };
-        VolumeMount {
-            name: name.to_owned(),
-            mount_path: contract::BINARY_DIR.to_owned(),
-            sub_path,
-            read_only: Some(true),
-            ..Default::default()
-        }
+    /// The mount that gives a container the binary at [`Self::path`]: the
+    /// whole volume holding it (the install init container's `emptyDir`,
+    /// written before any sidecar starts, or the binary's ConfigMap or image
+    /// volume), read-only at [`contract::BINARY_DIR`].
+    fn mount(self) -> VolumeMount {
+        let (BinaryMount::Installed(volume)
+        | BinaryMount::ConfigMapVolume(volume)
+        | BinaryMount::ImageVolume(volume)) = self;
+        binary_dir_mount(volume, true)
+    }
+}
+
+/// The whole volume `volume` at [`contract::BINARY_DIR`]: read-only
+/// ([`BinaryMount::mount`]), or read-write in the install init container
+/// only (it writes the binary, and is done before any sidecar starts). No
+/// other container of ours mounts anything writable but its own state
+/// volume ([`state_mount`]), so none of them can replace the binary, write
+/// another container's records or fake another container's start
+/// (`docs/security.md`, "What a container of the pod can do to another's
+/// hook").
+fn binary_dir_mount(volume: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: contract::BINARY_DIR.to_owned(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
     }
 }
 
@@ -273,7 +275,8 @@ fn image_volume(name: String, config: &EngineConfig) -> Volume {
     }
 }
 
-/// The install init container.
+/// The install init container, which writes the binary into the
+/// `emptyDir` `volume`.
 fn install_container(
     name: String,
     volume: &str,
@@ -285,7 +288,7 @@ fn install_container(
         image: Some(config.install_image.clone()),
         image_pull_policy: Some(config.install_image_pull_policy.clone()),
         command: Some(contract::install_command()),
-        volume_mounts: Some(vec![shared_mount(volume)]),
+        volume_mounts: Some(vec![binary_dir_mount(volume, false)]),
         security_context: Some(install_security_context()),
         resources,
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
@@ -328,27 +331,28 @@ pub fn sidecar_env(x: &Container, grace_period_seconds: i64) -> Vec<EnvVar> {
 /// handler (the start gate; not with [`gate::Plan::None`]): `started_after` names the containers the
 /// kubelet starts after it ([`contract::FLAG_STARTED_AFTER`]; empty for
 /// `hostPID` pods), `run_on` and `hook_root` come from the annotations; the
-/// binary's delivery and the shared volume's name give the binary's path
-/// and the mounts of the binary ([`BinaryMount::mount`]), of every state
-/// directory ([`states_mount`], read-only), of X's ([`state_mount`],
-/// read-write) and of every identifying-mount source ([`ids_mount`],
-/// read-only), added to X's own.
+/// binary's delivery gives the binary's path and mount
+/// ([`BinaryMount::mount`]); `states` names every watched container and its
+/// state volume (X's is mounted read-write, the others read-only:
+/// [`state_mount`]); `ids` is the id volume ([`ids_mount`], read-only).
+/// Added to X's own mounts.
 fn sidecar_container(
     name: String,
     x: &Container,
     hook: &[String],
     (opts, gated): (&contract::WatchOptions, bool),
-    (binary, shared): (BinaryMount<'_>, &str),
+    (binary, states, ids): (BinaryMount<'_>, &[(&str, &str)], &str),
     grace_period_seconds: i64,
     resources: Option<ResourceRequirements>,
 ) -> Container {
     let mut mounts = x.volume_mounts.clone().unwrap_or_default();
-    mounts.extend([
-        binary.mount(shared),
-        states_mount(shared),
-        state_mount(x, shared),
-        ids_mount(shared),
-    ]);
+    mounts.push(binary.mount());
+    mounts.extend(
+        states
+            .iter()
+            .map(|&(container, volume)| state_mount(container, volume, container != x.name)),
+    );
+    mounts.push(ids_mount(ids));
     let binary = binary.path();
     Container {
         name,
@@ -411,21 +415,18 @@ fn post_start(binary: &str, container: &str, gate_port: Option<u16>) -> Lifecycl
 }
 
 /// X's mounts: the binary, read-only ([`BinaryMount::mount`]: the wrapper
-/// runs it), X's own state directory read-write ([`state_mount`]: the
-/// wrapper writes its mark there), and the identifying mount (`subPath:
-/// id/X`, read-only, at `/.kube-prestop-id/X`; the kubelet creates a missing
-/// subPath directory). Nothing else of the shared volume.
-fn watched_mounts(x: &Container, volume: &str, binary: BinaryMount<'_>) -> Vec<VolumeMount> {
+/// runs it), X's own state volume `state` read-write ([`state_mount`]: the
+/// wrapper writes its mark there), and the identifying mount ([`id_mount`]
+/// of the id volume `ids`). Nothing else of ours.
+fn watched_mounts(
+    x: &Container,
+    (state, ids): (&str, &str),
+    binary: BinaryMount<'_>,
+) -> Vec<VolumeMount> {
     vec![
-        binary.mount(volume),
-        state_mount(x, volume),
-        VolumeMount {
-            name: volume.to_owned(),
-            mount_path: contract::id_mount_path(&x.name),
-            sub_path: Some(contract::id_sub_path(&x.name)),
-            read_only: Some(true),
-            ..Default::default()
-        },
+        binary.mount(),
+        state_mount(&x.name, state, false),
+        id_mount(x, ids),
     ]
 }
 
@@ -461,8 +462,10 @@ pub struct Mutation {
     /// container (unless the binary comes from an image volume or a
     /// ConfigMap), then one native sidecar per watched container.
     pub init_containers: Vec<Container>,
-    /// Appended to `spec.volumes`: the shared `emptyDir`, then the binary's
-    /// image volume or ConfigMap volume when there is one.
+    /// Appended to `spec.volumes`: the shared `emptyDir` (the id volume),
+    /// then the volume holding the binary (image volume, ConfigMap volume or
+    /// the install init container's `emptyDir`), then one state `emptyDir`
+    /// per watched container, in `containers` order.
     pub volumes: Vec<Volume>,
     /// The changes to the watched containers, in `spec.containers` order.
     pub watched: Vec<WatchedChange>,
@@ -576,11 +579,7 @@ pub fn build(
         .collect();
     let volume = names::first_free(contract::VOLUME_NAME, &volume_names);
     volume_names.insert(volume.clone());
-    let mut volumes = vec![Volume {
-        name: volume.clone(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    }];
+    let mut volumes = vec![empty_dir(volume.clone())];
 
     // The binary: from an image volume, the ConfigMap of the pod's node
     // architecture, else copied by the install init container (one more
@@ -592,15 +591,14 @@ pub fn build(
         &config.shipped_architectures,
     )?;
     let mut init_containers = Vec::with_capacity(watched.len() + 1);
-    let binary_volume_name;
+    let binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
+    volume_names.insert(binary_volume_name.clone());
     let binary = match &choice.delivery {
         Delivery::ImageVolume => {
-            binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
             volumes.push(image_volume(binary_volume_name.clone(), config));
             BinaryMount::ImageVolume(&binary_volume_name)
         }
         Delivery::ConfigMap { name, .. } => {
-            binary_volume_name = names::first_free(contract::BINARY_VOLUME_NAME, &volume_names);
             volumes.push(binary_volume(binary_volume_name.clone(), name));
             BinaryMount::ConfigMapVolume(&binary_volume_name)
         }
@@ -615,13 +613,14 @@ pub fn build(
             )?;
             let install_name = names::first_free(names::INSTALL_CONTAINER, &taken);
             taken.insert(install_name.clone());
+            volumes.push(empty_dir(binary_volume_name.clone()));
             init_containers.push(install_container(
                 install_name,
-                &volume,
+                &binary_volume_name,
                 config,
                 install_resources,
             ));
-            BinaryMount::Installed
+            BinaryMount::Installed(&binary_volume_name)
         }
     };
 
@@ -632,6 +631,8 @@ pub fn build(
     // sidecar is started before the next one (`docs/facts.md` K2), so each watcher is
     // told which containers start after it (`--started-after`).
     let mut sidecars: Vec<(&Container, &[String], String)> = Vec::new();
+    // Each watched container's name and state volume, in the same order.
+    let mut state_volumes: Vec<(String, String)> = Vec::with_capacity(watched.len());
     let mut changes = Vec::with_capacity(watched.len());
     for &i in watched {
         let Some(x) = spec.containers.get(i) else {
@@ -644,11 +645,15 @@ pub fn build(
         let name = names::sidecar_name(&x.name, &taken);
         taken.insert(name.clone());
         sidecars.push((x, hook, name));
+        let state = names::state_volume_name(&x.name, &volume_names);
+        volume_names.insert(state.clone());
+        volumes.push(empty_dir(state.clone()));
         changes.push(WatchedChange {
             index: i,
             prestop_command: contract::prestop_command_at(binary.path(), &x.name, hook),
-            volume_mounts: watched_mounts(x, &volume, binary),
+            volume_mounts: watched_mounts(x, (&state, &volume), binary),
         });
+        state_volumes.push((x.name.clone(), state));
     }
     let host_pid = spec.host_pid == Some(true);
     if !host_pid {
@@ -663,6 +668,10 @@ pub fn build(
     // The start gate: an httpGet to each watcher where the kubelet's request
     // reaches it (`gate::plan`), else the exec; none when asked for.
     let gate = gate::plan(pod, spec, overrides.gate, sidecars.len());
+    let states: Vec<(&str, &str)> = state_volumes
+        .iter()
+        .map(|(c, v)| (c.as_str(), v.as_str()))
+        .collect();
     for (k, (x, hook, name)) in sidecars.iter().enumerate() {
         // With hostPID every pod's containers are visible: no inference.
         let started_after: Vec<String> = if host_pid {
@@ -688,7 +697,7 @@ pub fn build(
                 },
                 gate != gate::Plan::None,
             ),
-            (binary, &volume),
+            (binary, &states, &volume),
             grace,
             sidecar_resources.clone(),
         ));
@@ -731,7 +740,7 @@ pub fn build(
     let other_mounts = if host_pid {
         Vec::new()
     } else {
-        argo_kill_commands(pod, spec, &changes, binary, &volume, &mut annotations)?
+        argo_kill_commands(pod, spec, &changes, binary, &mut annotations)?
     };
 
     Ok(Mutation {
@@ -817,7 +826,6 @@ fn argo_kill_commands(
     spec: &PodSpec,
     watched: &[WatchedChange],
     binary: BinaryMount<'_>,
-    volume: &str,
     annotations: &mut Vec<(String, String)>,
 ) -> Result<Vec<ContainerMounts>, EngineError> {
     if !WorkloadKind::ArgoWorkflows.matches(&pod.metadata) {
@@ -837,7 +845,7 @@ fn argo_kill_commands(
             check_mounts(i, c)?;
             mounts.push(ContainerMounts {
                 index: i,
-                volume_mounts: vec![binary.mount(volume)],
+                volume_mounts: vec![binary.mount()],
             });
         }
         annotations.push((key, command.clone()));

@@ -2,9 +2,11 @@
 //!
 //! | added | preferred name | on collision |
 //! |---|---|---|
-//! | shared volume | `kube-prestop` | `kube-prestop-1`, `kube-prestop-2`, ... (first free) |
+//! | shared (id) volume | `kube-prestop` | `kube-prestop-1`, `kube-prestop-2`, ... (first free) |
+//! | binary volume | `kube-prestop-bin` | `kube-prestop-bin-1`, ... (first free) |
 //! | install init container | `kube-prestop-install` | `kube-prestop-install-1`, ... (first free) |
 //! | sidecar watching `X` | `kube-prestop-X` | see [`sidecar_name`] |
+//! | `X`'s state volume | `kube-prestop-state-X` | see [`state_volume_name`] (as [`sidecar_name`]) |
 //!
 //! Container names are unique across `containers`, `initContainers` and
 //! `ephemeralContainers` of a pod, and must be RFC 1123 DNS labels of at most
@@ -58,7 +60,20 @@ fn hashed(full: &str, seed: &str) -> String {
 /// `kube-prestop-<watched>`; if even that is taken, the hash of
 /// `kube-prestop-<watched>-1`, `-2`, ... is used instead.
 pub fn sidecar_name(watched: &str, taken: &BTreeSet<String>) -> String {
-    let full = format!("{SIDECAR_PREFIX}{watched}");
+    prefixed_name(SIDECAR_PREFIX, watched, taken)
+}
+
+/// Name of the `emptyDir` holding container `watched`'s state directory
+/// ([`kube_prestop_contract::STATE_VOLUME_PREFIX`]): `kube-prestop-state-<watched>`
+/// when that is at most 63 characters and not one of the pod's volumes
+/// (`taken`), else hashed exactly as [`sidecar_name`] hashes.
+pub fn state_volume_name(watched: &str, taken: &BTreeSet<String>) -> String {
+    prefixed_name(kube_prestop_contract::STATE_VOLUME_PREFIX, watched, taken)
+}
+
+/// `<prefix><watched>`, or its hashed forms ([`sidecar_name`] says how).
+fn prefixed_name(prefix: &str, watched: &str, taken: &BTreeSet<String>) -> String {
+    let full = format!("{prefix}{watched}");
     if full.len() <= MAX_LABEL && !taken.contains(&full) {
         return full;
     }
@@ -131,6 +146,35 @@ mod tests {
         let first = sidecar_name("main", &set(&["kube-prestop-main"]));
         let second = sidecar_name("main", &set(&["kube-prestop-main", &first]));
         assert_ne!(first, second);
+        assert!(is_dns_label(&second));
+    }
+
+    #[test]
+    fn state_volume_names() {
+        assert_eq!(
+            state_volume_name("main", &set(&[])),
+            "kube-prestop-state-main"
+        );
+        // Taken by a volume of the pod: hashed.
+        let n = state_volume_name("main", &set(&["kube-prestop-state-main"]));
+        assert_eq!(
+            n,
+            format!(
+                "kube-prestop-state-main-{:08x}",
+                fnv1a32("kube-prestop-state-main")
+            )
+        );
+        // Too long (a 63-character container name): 63 characters, stable,
+        // a DNS label, distinct for distinct names sharing a prefix.
+        let long = "x".repeat(63);
+        let n = state_volume_name(&long, &set(&[]));
+        assert_eq!(n.len(), 63);
+        assert!(is_dns_label(&n) && n.starts_with("kube-prestop-state-xxx"));
+        assert_eq!(n, state_volume_name(&long, &set(&[])));
+        let a = state_volume_name(&format!("{}a", "y".repeat(50)), &set(&[]));
+        let b = state_volume_name(&format!("{}b", "y".repeat(50)), &set(&[]));
+        assert_ne!(a, b);
+        let second = state_volume_name("main", &set(&["kube-prestop-state-main", &n]));
         assert!(is_dns_label(&second));
     }
 }

@@ -240,6 +240,7 @@ fn volume_name() -> impl Strategy<Value = String> {
         1 => Just("kube-prestop".to_owned()),
         1 => Just("kube-prestop-1".to_owned()),
         1 => Just("kube-prestop-bin".to_owned()),
+        1 => Just("kube-prestop-state-main".to_owned()),
     ]
 }
 
@@ -567,11 +568,9 @@ fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
 
     let vols_b = list(spec_b.get("volumes").cloned().unwrap_or(Value::Null));
     let vols_a = list(take(spec_a, "volumes"));
-    let added_volumes = if config_map { 2 } else { 1 };
-    assert_eq!(
-        vols_a.len(),
-        vols_b.len() + added_volumes,
-        "the emptyDir (and the binary's ConfigMap volume) added"
+    assert!(
+        vols_a.len() > vols_b.len() + 2,
+        "the id emptyDir, the binary's volume and the state emptyDirs added"
     );
     assert_eq!(&vols_a[..vols_b.len()], &vols_b[..], "user volumes changed");
     let ours = &vols_a[vols_b.len()..];
@@ -586,6 +585,15 @@ fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
             "second added volume is the binary's ConfigMap: {}",
             ours[1]
         );
+    } else {
+        assert!(
+            ours[1].get("emptyDir").is_some(),
+            "second added volume is the install init container's emptyDir: {}",
+            ours[1]
+        );
+    }
+    for v in &ours[2..] {
+        assert!(v.get("emptyDir").is_some(), "a state emptyDir: {v}");
     }
     let install = usize::from(!config_map);
     put(
@@ -662,6 +670,11 @@ fn strip_allowed(before: &Value, after: &mut Value, config_map: bool) -> usize {
         added.len(),
         watched + install,
         "install (unless the binary comes from a ConfigMap) + one sidecar per watched container"
+    );
+    assert_eq!(
+        ours.len(),
+        2 + watched,
+        "one state emptyDir per watched container"
     );
 
     // metadata
@@ -823,16 +836,18 @@ fn check(g: &Gen) -> Result<(), TestCaseError> {
     // 5. Names.
     check_names(&out);
 
-    // 6. The shared volume is writable only where it must be.
+    // 6. Our volumes are writable only where they must be.
     check_shared_volume(&pod, &out);
     Ok(())
 }
 
-/// The shared volume's root is mounted only by the install init container
-/// (to write the binary); the other mounts are sub-paths, read-write only
-/// for each watched container X's `state/X` at `/.kube-prestop/state/X`,
-/// in X and X's sidecar alone: no container can replace the binary or write
-/// another container's records through the volume.
+/// Of the volumes injection adds, every mount is whole except each watched
+/// container X's identifying mount (`subPath: X`, read-only, at
+/// `/.kube-prestop-id/X`, in X itself), and the only writable ones are the
+/// install init container's (to write the binary) and each watched
+/// container X's state volume at `/.kube-prestop/state/X`, in X and X's
+/// sidecar alone: no container can replace the binary, write another
+/// container's records or fake another container's start through a volume.
 fn check_shared_volume(before: &Pod, out: &Pod) {
     let spec_b = before.spec.as_ref().unwrap();
     let spec = out.spec.as_ref().unwrap();
@@ -842,13 +857,13 @@ fn check_shared_volume(before: &Pod, out: &Pod) {
         .flatten()
         .map(|v| v.name.as_str())
         .collect();
-    let shared = &spec
+    let ours: BTreeSet<&str> = spec
         .volumes
         .iter()
         .flatten()
-        .find(|v| v.empty_dir.is_some() && !user_volumes.contains(v.name.as_str()))
-        .expect("the shared emptyDir")
-        .name;
+        .map(|v| v.name.as_str())
+        .filter(|v| !user_volumes.contains(v))
+        .collect();
     let mut writers: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for c in spec
         .init_containers
@@ -857,34 +872,39 @@ fn check_shared_volume(before: &Pod, out: &Pod) {
         .chain(&spec.containers)
     {
         for m in c.volume_mounts.iter().flatten() {
-            if &m.name != shared {
+            if !ours.contains(m.name.as_str()) {
                 continue;
             }
-            match m.sub_path.as_deref() {
-                None => assert_eq!(
-                    c.command.as_deref(),
-                    Some(&contract::install_command()[..]),
-                    "{}: the shared volume's root mounted",
-                    c.name
-                ),
-                Some(_) if m.read_only == Some(true) => {}
-                Some(sub) => {
-                    let x = sub
-                        .strip_prefix("state/")
-                        .unwrap_or_else(|| panic!("{}: {sub} mounted read-write", c.name));
-                    assert_eq!(m.mount_path, contract::state_mount_path(x));
-                    writers
-                        .entry(x.to_owned())
-                        .or_default()
-                        .push(c.name.clone());
-                }
+            if let Some(sub) = m.sub_path.as_deref() {
+                assert_eq!(sub, contract::id_sub_path(&c.name), "{}: subPath", c.name);
+                assert_eq!(m.mount_path, contract::id_mount_path(&c.name));
+                assert_eq!(m.read_only, Some(true), "{}: {sub} writable", c.name);
+                continue;
             }
+            if m.read_only == Some(true) {
+                continue;
+            }
+            if c.command.as_deref() == Some(&contract::install_command()[..]) {
+                assert_eq!(m.mount_path, contract::BINARY_DIR, "{}", c.name);
+                continue;
+            }
+            let x = m
+                .mount_path
+                .strip_prefix(&contract::state_mount_path(""))
+                .unwrap_or_else(|| panic!("{}: {} mounted read-write", c.name, m.mount_path));
+            writers
+                .entry(m.name.clone())
+                .or_default()
+                .push(format!("{x}:{}", c.name));
         }
     }
-    for (x, names) in &writers {
+    for (volume, names) in &writers {
+        let x = names[0].split(':').next().unwrap_or_default();
         assert!(
-            names.len() == 2 && names.contains(x),
-            "state/{x} writable by {names:?}, not by {x} and its sidecar only"
+            names.len() == 2
+                && names.iter().all(|n| n.starts_with(&format!("{x}:")))
+                && names.contains(&format!("{x}:{x}")),
+            "{volume} writable by {names:?}, not by one container X and its sidecar only"
         );
     }
 }

@@ -49,7 +49,7 @@ pub struct UsageError(pub String);
 pub struct Target {
     /// The watched container (a DNS label).
     pub container: String,
-    /// Mount path of the shared volume ([`contract::MOUNT_PATH`] by default).
+    /// Parent of our mounts (`bin/`, `state/`, `id/`; [`contract::MOUNT_PATH`] by default).
     pub root: PathBuf,
     /// Parent of identifying mount points ([`contract::ID_MOUNT_ROOT`] by default).
     pub id_root: PathBuf,
@@ -71,7 +71,7 @@ pub enum Cli {
     },
     /// `watch ... -- HOOK...`.
     Watch {
-        /// The watched container and the shared volume.
+        /// The watched container and where our mounts are.
         target: Target,
         /// [`FLAG_STARTED_AFTER`]: the containers started after this
         /// sidecar; empty when not given.
@@ -96,7 +96,7 @@ pub enum Cli {
     Probe(Target),
     /// `post-start ...`: wait until the watcher is armed.
     PostStart {
-        /// The watched container and the shared volume.
+        /// The watched container and where our mounts are.
         target: Target,
         /// How long to wait ([`FLAG_TIMEOUT`]; default
         /// [`contract::POST_START_TIMEOUT_SECONDS`]).

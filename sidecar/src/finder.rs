@@ -117,43 +117,54 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
 
 /// The identifying mount of `container`: mount point [`mount_point`], and
 /// the source it must come from ([`IdSource`]), read from this process's
-/// own mounts of the shared volume (under `root`):
+/// own mounts, which the kubelet made (`root` is the mount path of ours,
+/// [`contract::MOUNT_PATH`] in a pod):
 ///
-/// - when the volume or a sub-path of it is mounted under `root`
-///   ([`procfs::volume_source_of`]; always in a pod on a Linux runtime):
-///   the same file system, root `<volume root>/id/<container>`
+/// - in a sidecar, which mounts the whole id volume at `<root>/id`
+///   ([`procfs::id_volume_source`]; always in a pod on a Linux runtime):
+///   the same file system, root `<id volume root>/<container>`
 ///   ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from
 ///   the volume's own directory, so both mounts name the same file system
-///   and a root path inside it that differs only by the sub-path;
-/// - under gVisor, whose mountinfo names neither
+///   and root paths that differ only by the sub-path;
+/// - under gVisor, whose mountinfo names no volume
 ///   ([`procfs::volume_is_gvisor_bind`]): a host bind mount at the mount
 ///   point whose directory is `<root>/id/<container>` as this process sees
-///   it (the sidecars mount `id/`), or, in the watched container itself
-///   (the preStop wrapper, which has no `id/`), its own identifying mount;
+///   it ([`contract::id_dir`]: the sidecars mount the id volume), or, in
+///   the watched container itself (the preStop wrapper, which has no
+///   `id/`), its own identifying mount;
+/// - in the watched container itself on Linux: the source of its own
+///   identifying mount;
 /// - otherwise (plain directories in tests) the mount point alone.
 pub fn id_mount(proc_root: &Path, root: &Path, id_root: &Path, container: &str) -> IdMount {
     let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo")).ok();
     let root_str = root.to_string_lossy();
     let point = mount_point(id_root, container);
     let source = match own.as_deref() {
-        Some(m) => match procfs::volume_source_of(m, &root_str, container) {
-            Some(s) => IdSource::Volume(MountSource {
-                root: format!(
-                    "{}/{}",
-                    s.root.trim_end_matches('/'),
-                    contract::id_sub_path(container)
-                ),
-                dev: s.dev,
-            }),
-            None if procfs::volume_is_gvisor_bind(m, &root_str, container) => IdSource::Gvisor {
-                reference: if procfs::mountinfo_source_of(m, &point).is_some() {
-                    PathBuf::from(&point)
-                } else {
-                    root.join(contract::id_sub_path(container))
-                },
-            },
-            None => IdSource::Any,
-        },
+        Some(m) => {
+            let own_point = procfs::mountinfo_source_of(m, &point);
+            if let Some(s) = procfs::id_volume_source(m, &root_str) {
+                IdSource::Volume(MountSource {
+                    root: format!(
+                        "{}/{}",
+                        s.root.trim_end_matches('/'),
+                        contract::id_sub_path(container)
+                    ),
+                    dev: s.dev,
+                })
+            } else if procfs::volume_is_gvisor_bind(m, &root_str, container) {
+                IdSource::Gvisor {
+                    reference: if own_point.is_some() {
+                        PathBuf::from(&point)
+                    } else {
+                        contract::id_dir(root, container)
+                    },
+                }
+            } else if let Some(s) = own_point.filter(|s| s.root != "/") {
+                IdSource::Volume(s)
+            } else {
+                IdSource::Any
+            }
+        }
         None => IdSource::Any,
     };
     IdMount { point, source }
@@ -879,7 +890,7 @@ mod tests {
                 "{pid} (main) {state} 0 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"
             );
             std::fs::write(d.join("stat"), stat).unwrap();
-            let mountinfo = format!("700 600 0:50 /id/main {POINT} ro - tmpfs tmpfs rw\n");
+            let mountinfo = format!("700 600 0:50 /main {POINT} ro - tmpfs tmpfs rw\n");
             std::fs::write(d.join("mountinfo"), mountinfo).unwrap();
         }
     }
@@ -942,8 +953,8 @@ mod tests {
     const GVISOR_SIDECAR: &str = "1 0 0:6 / / ro - 9p none ro,trans=fd,rfdno=4,wfdno=4,cache=remote_revalidating\n\
         2 1 0:8 / /proc rw - proc none rw\n\
         7 1 0:12 / /.kube-prestop/bin ro - 9p none ro,trans=fd,cache=remote_revalidating\n\
-        8 1 0:13 / /.kube-prestop/state ro - 9p none ro,trans=fd,cache=remote_revalidating\n\
-        9 8 0:14 / /.kube-prestop/state/main rw - 9p none rw,trans=fd,cache=remote_revalidating\n\
+        8 1 0:13 / /.kube-prestop/state/other ro - 9p none ro,trans=fd,cache=remote_revalidating\n\
+        9 1 0:14 / /.kube-prestop/state/main rw - 9p none rw,trans=fd,cache=remote_revalidating\n\
         10 1 0:15 / /.kube-prestop/id ro - 9p none ro,trans=fd,cache=remote_revalidating\n";
     fn gvisor_id_line(id: u64, dev: u32) -> String {
         format!("{id} 20 0:{dev} / {POINT} ro - 9p none ro,trans=fd,cache=remote_revalidating\n")
@@ -983,18 +994,32 @@ mod tests {
         let p = FakeProc::new("idsrc", "0.00 0.00 0.00 0/0 0\n");
         let root = Path::new("/.kube-prestop");
         let id_root = Path::new("/.kube-prestop-id");
-        // Linux: the volume's file system and root.
+        // Linux, the sidecar: the id volume's file system and root.
+        let ids = "/var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop";
+        let state =
+            "/var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop-state-main";
         p.set_self(
-            "41 22 8:1 /pods/a/volumes/v/state /.kube-prestop/state ro - ext4 /dev/sda1 rw\n",
+            &format!(
+                "41 22 8:1 {state} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
+                 42 22 8:1 {ids} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n"
+            ),
             "user:[1]",
         );
-        assert_eq!(
-            id_mount(&p.0, root, id_root, "main").source,
-            IdSource::Volume(MountSource {
-                dev: "8:1".into(),
-                root: "/pods/a/volumes/v/id/main".into()
-            })
+        let volume = IdSource::Volume(MountSource {
+            dev: "8:1".into(),
+            root: format!("{ids}/main"),
+        });
+        assert_eq!(id_mount(&p.0, root, id_root, "main").source, volume);
+        // Linux, the preStop wrapper in `main` (no `id/`): its own
+        // identifying mount, the same source.
+        p.set_self(
+            &format!(
+                "41 22 8:1 {state} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
+                 43 22 8:1 {ids}/main {POINT} ro - ext4 /dev/sda1 rw\n"
+            ),
+            "user:[1]",
         );
+        assert_eq!(id_mount(&p.0, root, id_root, "main").source, volume);
         // gVisor, the sidecar: compared with its own view of id/main.
         p.set_self(GVISOR_SIDECAR, "user:[1]");
         let m = id_mount(&p.0, root, id_root, "main");
@@ -1022,6 +1047,48 @@ mod tests {
         assert_eq!(id_mount(&p.0, root, id_root, "main").source, IdSource::Any);
     }
 
+    /// On Linux the sidecar takes the id volume's source from its own mount
+    /// of it, and an older process of another container with a mount of its
+    /// own at the identifying mount point (another volume, or another pod's
+    /// `id/main` under `hostPID`) is not taken for `main`.
+    #[test]
+    fn a_lookalike_mount_at_the_point_is_not_taken_for_the_watched_container() {
+        let p = FakeProc::new("lookalike", "0.00 0.00 0.00 0/0 0\n");
+        let dir = |pod: &str, v: &str| {
+            format!("/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~empty-dir/{v}")
+        };
+        p.set_self(
+            &format!(
+                "42 22 8:1 {} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n",
+                dir("a", "kube-prestop")
+            ),
+            "user:[1]",
+        );
+        let m = id_mount(
+            &p.0,
+            Path::new("/.kube-prestop"),
+            Path::new("/.kube-prestop-id"),
+            "main",
+        );
+        let t = procfs::now_ticks();
+        let with_mount = |pid: i32, start: u64, root: String| {
+            p.add(pid, start);
+            let line = format!("{pid}0 22 8:1 {root} {POINT} ro - ext4 /dev/sda1 rw\n");
+            std::fs::write(p.0.join(pid.to_string()).join("mountinfo"), line).unwrap();
+        };
+        with_mount(40, t, dir("a", "scratch"));
+        with_mount(41, t, format!("{}/main", dir("b", "kube-prestop")));
+        with_mount(42, t + 1, format!("{}/main", dir("a", "kube-prestop")));
+        assert_eq!(find_oldest(&p.0, &m).unwrap().map(|i| i.pid), Some(42));
+        let mut s = Scanner::new(&p.0, m);
+        assert_eq!(s.step(Instant::now()).unwrap().map(|i| i.pid), Some(42));
+        // On the mount point alone the oldest lookalike would be taken.
+        assert_eq!(
+            find_oldest(&p.0, &point()).unwrap().map(|i| i.pid),
+            Some(40)
+        );
+    }
+
     /// Before the gVisor source, a sidecar on gVisor found no source for its
     /// volume and matched on the mount point alone: any container of the
     /// pod with a mount of its own there passed for `main`. Now, under
@@ -1040,7 +1107,9 @@ mod tests {
             },
         };
         // The line's shape: a Linux bind of id/main is not gVisor's.
-        let linux = format!("30 22 8:1 /pods/a/volumes/v/id/main {POINT} ro - ext4 /dev/sda1 rw\n");
+        let linux = format!(
+            "30 22 8:1 /var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop/main {POINT} ro - ext4 /dev/sda1 rw\n"
+        );
         assert_eq!(m.find(&linux), None);
         assert_eq!(m.find(&gvisor_id_line(31, 16)), Some(31));
 

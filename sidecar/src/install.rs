@@ -1,4 +1,4 @@
-//! `install`: copy this binary into the shared volume; or, with
+//! `install`: copy this binary into the binary's volume; or, with
 //! `--dest-dir`, every architecture's binary of the image into a directory
 //! ([`install_architectures`]).
 //!

@@ -3,12 +3,12 @@
 //!
 //! The wire it shares with the webhook, which writes the pod specs that run
 //! this binary (paths, subcommands and flags, environment, the records in
-//! the shared volume), is the `kube-prestop-contract` crate. The modules here
+//! the state volumes), is the `kube-prestop-contract` crate. The modules here
 //! are the binary's parts, one job each:
 //!
 //! - [`procfs`]: reading `/proc` (processes vanish mid-read; that is normal);
 //! - [`finder`]: finding the watched container's process by its identifying mount;
-//! - [`state`]: the per-instance records in the shared volume (atomic writes);
+//! - [`state`]: the per-instance records in the state directories (atomic writes);
 //! - [`exit_info`]: the container's exit status through its pidfd (`PIDFD_INFO_EXIT`);
 //! - [`run_on`]: whether a hook runs, by `--run-on` and the exit status (pure);
 //! - [`container_process`]: the first process of the caller's container in the shared PID namespace;
@@ -21,7 +21,7 @@
 //! - [`lifecycle`]: the watcher's decisions, events in and actions out (pure);
 //! - [`watch`]: the `watch` main loop (pidfd + signalfd in `poll`), the I/O shell around [`lifecycle`];
 //! - [`wrapper`]: the `prestop` wrapper that replaces the container's preStop;
-//! - [`install`]: copying the binary into the shared volume;
+//! - [`install`]: copying the binary into the binary's volume;
 //! - [`signal`]: Argo's kill command, signalling the first process of the caller's container;
 //! - [`gate`]: the start gate, the `httpGet` postStart handler the watcher answers once armed;
 //! - [`poststart`]: the exec postStart handler, which waits until the watcher is armed;

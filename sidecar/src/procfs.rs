@@ -175,12 +175,12 @@ pub struct MountSource {
 ///
 /// The source matters in `hostPID` pods, where the processes of every pod on
 /// the node are visible and other pods' containers of the same name carry
-/// the same mount point: only this pod's shared volume (same file system,
-/// root `<volume root>/id/<container>`) identifies this pod's container. In
+/// the same mount point: only this pod's id volume (same file system,
+/// root `<volume root>/<container>`) identifies this pod's container. In
 /// every pod it keeps another container of the pod from passing for the
 /// watched one with a mount of its own at that path (a container may make
 /// one in a user and mount namespace of its own where the runtime lets it
-/// create them): it has no mount of `id/<container>` to show.
+/// create them): it has no mount of the id volume's `<container>` to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdMount {
     /// Mount point, matched as [`mountinfo_find_mount_point`] does.
@@ -324,8 +324,8 @@ pub fn same_host_dir(seen: &Path, reference: &Path) -> bool {
 /// system, which for a host bind mount is that file system's root;
 /// `gofer.Name` is `9p`, `pkg/sentry/fsimpl/gofer/gofer.go`;
 /// gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237). Linux never shows
-/// a bind mount of a `subPath` so: its root is the sub-path's path in the
-/// volume's file system.
+/// a bind mount of a volume so: its root is the volume directory's path in
+/// the node's file system (a `subPath`: that path and the sub-path).
 pub fn gvisor_bind(line: &str) -> bool {
     let mut fields = line.split(' ');
     let Some(root) = fields.nth(3) else {
@@ -336,19 +336,21 @@ pub fn gvisor_bind(line: &str) -> bool {
 }
 
 /// Whether the reader runs under gVisor, judged from its own mountinfo
-/// `content`: its mount of the shared volume's `state` or
-/// `state/<container>` sub-path (under the volume's mount path `root`) is
-/// shown as gVisor shows a bind mount from the host ([`gvisor_bind`]). Read
-/// from the reader's own mounts, which the kubelet made: no other container
-/// has a say in it.
+/// `content`: its mount of the id volume at `<root>/id` (the sidecars) or
+/// of `<container>`'s state volume at `<root>/state/<container>` (the
+/// sidecar and the watched container; `root` is the mount path of ours,
+/// [`kube_prestop_contract::MOUNT_PATH`] in a pod) is shown as gVisor shows
+/// a bind mount from the host ([`gvisor_bind`]). Both are whole `emptyDir`
+/// mounts, which the runtime bind-mounts from the host like a `subPath`.
+/// Read from the reader's own mounts, which the kubelet made: no other
+/// container has a say in it.
 pub fn volume_is_gvisor_bind(content: &str, root: &str, container: &str) -> bool {
-    let root = root.trim_end_matches('/');
+    let root = Path::new(root);
     let points = [
-        format!("{root}/{}", kube_prestop_contract::STATE_SUB_PATH),
-        format!(
-            "{root}/{}",
-            kube_prestop_contract::state_sub_path(container)
-        ),
+        ids_mount_point(root),
+        kube_prestop_contract::state_dir(root, container)
+            .to_string_lossy()
+            .into_owned(),
     ];
     content.lines().any(|line| {
         line.split(' ')
@@ -373,32 +375,26 @@ pub fn mountinfo_source_of(content: &str, mount_point: &str) -> Option<MountSour
     })
 }
 
-/// The source of the shared volume's root, from this process's mountinfo
-/// `content`, the volume's mount path `root` and the watched container's
-/// name: the mount at `root` itself (pods admitted before the sub-path
-/// layout, the tests' plain directories give none), else the mount of
-/// `<root>/state` (`subPath: state`, the sidecars) or of
-/// `<root>/state/<container>` (`subPath: state/<container>`, the watched
-/// container) with that sub-path taken off its root. The kubelet
-/// bind-mounts a `subPath` from the volume's own directory, so the
-/// mount's root is the volume's root followed by the sub-path.
-pub fn volume_source_of(content: &str, root: &str, container: &str) -> Option<MountSource> {
-    let root = root.trim_end_matches('/');
-    if let Some(own) = mountinfo_source_of(content, root) {
-        return Some(own);
-    }
-    [
-        format!("/{}", kube_prestop_contract::STATE_SUB_PATH),
-        format!("/{}", kube_prestop_contract::state_sub_path(container)),
-    ]
-    .into_iter()
-    .find_map(|sub| {
-        let s = mountinfo_source_of(content, &format!("{root}{sub}"))?;
-        Some(MountSource {
-            root: s.root.strip_suffix(&sub)?.to_owned(),
-            dev: s.dev,
-        })
-    })
+/// `<root>/id`, where the sidecars mount the id volume
+/// ([`kube_prestop_contract::IDS_MOUNT_PATH`] in a pod).
+fn ids_mount_point(root: &Path) -> String {
+    root.join(kube_prestop_contract::IDS_DIR)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The source of the id volume's directory, from this process's mountinfo
+/// `content` and the mount path of ours `root`: the mount at `<root>/id`,
+/// where a sidecar mounts the whole id volume (the watched container and
+/// the tests' plain directories have none). The runtime bind-mounts an
+/// `emptyDir` from its directory on the node, so the mount's root is that
+/// directory's path, and X's identifying mount (`subPath: X`) has the
+/// same file system and root `<that path>/X`. `None` for a root of `/`:
+/// that is how gVisor shows every bind mount from the host
+/// ([`gvisor_bind`]), and no `emptyDir` of the node's disk is the root of
+/// its file system.
+pub fn id_volume_source(content: &str, root: &str) -> Option<MountSource> {
+    mountinfo_source_of(content, &ids_mount_point(Path::new(root))).filter(|s| s.root != "/")
 }
 
 fn find_mount(content: &str, mount_point: &str, source: &IdSource) -> Option<u64> {
@@ -627,65 +623,94 @@ mod tests {
         assert!(list_pids(Path::new(PROC_ROOT)).unwrap().contains(&me));
     }
 
+    /// A whole `emptyDir`'s directory on the node, as a bind mount of it
+    /// shows its root in mountinfo.
+    fn empty_dir(pod: &str, volume: &str) -> String {
+        format!("/var/lib/kubelet/pods/{pod}/volumes/kubernetes.io~empty-dir/{volume}")
+    }
+
     #[test]
     fn identifying_mount_from_this_pods_volume_only() {
         // hostPID: two pods' containers named `main`, same mount point; the
-        // sidecar's own volume mount names the file system and root.
-        let own = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-                   40 22 8:1 /pods/uid-a/volumes/kube-prestop /.kube-prestop rw - ext4 /dev/sda1 rw\n";
-        let src = mountinfo_source_of(own, "/.kube-prestop").unwrap();
+        // sidecar's own mount of the whole id volume names the file system
+        // and root.
+        let vol_a = empty_dir("uid-a", "kube-prestop");
+        let vol_b = empty_dir("uid-b", "kube-prestop");
+        let own = format!(
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             40 22 8:1 {vol_a} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n"
+        );
+        let src = id_volume_source(&own, "/.kube-prestop").unwrap();
         assert_eq!(src.dev, "8:1");
-        assert_eq!(src.root, "/pods/uid-a/volumes/kube-prestop");
+        assert_eq!(src.root, vol_a);
         let id = IdMount {
             point: "/.kube-prestop-id/main".into(),
             source: IdSource::Volume(MountSource {
                 dev: src.dev,
-                root: format!("{}/id/main", src.root),
+                root: format!("{}/main", src.root),
             }),
         };
-        let other_pod = "50 22 8:1 /pods/uid-b/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n";
-        let this_pod = "51 22 8:1 /pods/uid-a/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n";
-        let other_fs = "52 22 8:2 /pods/uid-a/volumes/kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sdb1 rw\n";
-        assert_eq!(id.find(other_pod), None);
-        assert_eq!(id.find(this_pod), Some(51));
-        assert_eq!(id.find(other_fs), None);
+        let other_pod =
+            format!("50 22 8:1 {vol_b}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n");
+        let this_pod =
+            format!("51 22 8:1 {vol_a}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n");
+        let other_fs =
+            format!("52 22 8:2 {vol_a}/main /.kube-prestop-id/main ro - ext4 /dev/sdb1 rw\n");
+        // Another container of this pod with a whole volume of its own there.
+        let whole = format!(
+            "53 22 8:1 {} /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n",
+            empty_dir("uid-a", "scratch")
+        );
+        assert_eq!(id.find(&other_pod), None);
+        assert_eq!(id.find(&this_pod), Some(51));
+        assert_eq!(id.find(&other_fs), None);
+        assert_eq!(id.find(&whole), None);
         let any = IdMount {
             point: "/.kube-prestop-id/main".into(),
             source: IdSource::Any,
         };
-        assert_eq!(any.find(other_pod), Some(50));
-        assert_eq!(mountinfo_source_of(own, "/nowhere"), None);
+        assert_eq!(any.find(&other_pod), Some(50));
+        assert_eq!(mountinfo_source_of(&own, "/nowhere"), None);
     }
 
-    /// The volume's root is found from the sub-path mounts of the sidecar
-    /// (`state`) and of the watched container (`state/X`) too.
+    /// The id volume's source comes from the sidecar's whole mount of it at
+    /// `<root>/id`, never from the state volumes or the binary's.
     #[test]
-    fn volume_source_from_sub_path_mounts() {
-        let vol = "/pods/uid-a/volumes/kube-prestop";
+    fn id_volume_source_from_the_sidecars_whole_mount() {
         let sidecar = format!(
             "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-             40 22 8:1 {vol}/bin /.kube-prestop/bin ro - ext4 /dev/sda1 rw\n\
-             41 22 8:1 {vol}/state /.kube-prestop/state ro - ext4 /dev/sda1 rw\n\
-             42 41 8:1 {vol}/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n"
+             40 22 8:1 {} /.kube-prestop/bin ro - ext4 /dev/sda1 rw\n\
+             41 22 8:1 {} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
+             42 22 8:1 {} /.kube-prestop/state/other ro - ext4 /dev/sda1 rw\n\
+             43 22 8:1 {} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n",
+            empty_dir("uid-a", "kube-prestop-bin"),
+            empty_dir("uid-a", "kube-prestop-state-main"),
+            empty_dir("uid-a", "kube-prestop-state-other"),
+            empty_dir("uid-a", "kube-prestop"),
         );
+        let src = id_volume_source(&sidecar, "/.kube-prestop").unwrap();
+        assert_eq!(
+            (src.dev.as_str(), src.root.as_str()),
+            ("8:1", empty_dir("uid-a", "kube-prestop").as_str())
+        );
+        assert_eq!(
+            id_volume_source(&sidecar, "/.kube-prestop/"),
+            Some(src),
+            "a trailing slash"
+        );
+        // The watched container has no `id/`: nothing (its own identifying
+        // mount is the finder's business).
         let watched = format!(
             "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-             42 22 8:1 {vol}/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n"
+             41 22 8:1 {} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
+             44 22 8:1 {}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n",
+            empty_dir("uid-a", "kube-prestop-state-main"),
+            empty_dir("uid-a", "kube-prestop"),
         );
-        let old_layout = format!("40 22 8:1 {vol} /.kube-prestop rw - ext4 /dev/sda1 rw\n");
-        for content in [&sidecar, &watched, &old_layout] {
-            let src = volume_source_of(content, "/.kube-prestop", "main").unwrap();
-            assert_eq!(
-                (src.dev.as_str(), src.root.as_str()),
-                ("8:1", vol),
-                "{content}"
-            );
-        }
-        // Another container's state directory does not name the volume.
-        assert_eq!(volume_source_of(&watched, "/.kube-prestop", "other"), None);
-        // A mount whose root does not end with the sub-path is not ours.
-        let odd = "42 22 8:1 /elsewhere /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n";
-        assert_eq!(volume_source_of(odd, "/.kube-prestop", "main"), None);
+        assert_eq!(id_volume_source(&watched, "/.kube-prestop"), None);
+        // A mount whose root is `/` names no directory of the node.
+        let odd = "43 22 0:9 / /.kube-prestop/id ro - tmpfs tmpfs rw\n";
+        assert_eq!(id_volume_source(odd, "/.kube-prestop"), None);
     }
 
     /// gVisor's rendering of bind mounts from the host, against Linux's.
@@ -693,22 +718,31 @@ mod tests {
     fn gvisor_bind_lines() {
         let gvisor = "9 8 0:14 / /.kube-prestop/state/main rw - 9p none rw,trans=fd\n";
         assert!(gvisor_bind(gvisor));
-        let linux_sub_path = "42 41 8:1 /pods/a/volumes/v/state/main /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n";
-        assert!(!gvisor_bind(linux_sub_path));
+        let linux_state = format!(
+            "42 41 8:1 {} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n",
+            empty_dir("a", "kube-prestop-state-main")
+        );
+        assert!(!gvisor_bind(&linux_state));
+        let linux_id = format!(
+            "43 41 8:1 {} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n",
+            empty_dir("a", "kube-prestop")
+        );
+        assert!(!gvisor_bind(&linux_id));
         assert!(!gvisor_bind("2 1 0:8 / /proc rw - proc none rw"));
         assert!(!gvisor_bind("3 1 0:9 / /tmp rw shared:1 - tmpfs none rw"));
         assert!(gvisor_bind("3 1 0:9 / /x rw shared:1 - 9p none rw"));
         assert!(!gvisor_bind("garbage"));
+        // X's state volume (the sidecar and X), or the id volume (sidecars).
         assert!(volume_is_gvisor_bind(gvisor, "/.kube-prestop", "main"));
         assert!(!volume_is_gvisor_bind(gvisor, "/.kube-prestop", "other"));
-        assert!(!volume_is_gvisor_bind(
-            linux_sub_path,
-            "/.kube-prestop",
-            "main"
-        ));
-        // The Linux source is still found from a Linux sub-path, never from gVisor's.
-        assert!(volume_source_of(linux_sub_path, "/.kube-prestop", "main").is_some());
-        assert_eq!(volume_source_of(gvisor, "/.kube-prestop", "main"), None);
+        let gvisor_id = "10 1 0:15 / /.kube-prestop/id ro - 9p none ro,trans=fd\n";
+        assert!(volume_is_gvisor_bind(gvisor_id, "/.kube-prestop", "other"));
+        for linux in [&linux_state, &linux_id] {
+            assert!(!volume_is_gvisor_bind(linux, "/.kube-prestop", "main"));
+        }
+        // The Linux source is still found from the Linux id mount, never from gVisor's.
+        assert!(id_volume_source(&linux_id, "/.kube-prestop").is_some());
+        assert_eq!(id_volume_source(gvisor_id, "/.kube-prestop"), None);
     }
 
     #[test]
@@ -724,7 +758,7 @@ mod tests {
     #[test]
     fn mountinfo_matching() {
         let mi = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-                  30 22 8:1 /kube-prestop/id/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n\
+                  30 22 8:1 /kube-prestop/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n\
                   31 22 8:1 /x /with\\040space rw - ext4 /dev/sda1 rw\n";
         assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main"));
         assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main/"));
@@ -732,7 +766,7 @@ mod tests {
         assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id/main2"));
         assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id"));
         assert!(mountinfo_has_mount_point(mi, "/with space"));
-        let pre_pivot = "40 22 0:5 /id/main /run/containerd/t/abc/rootfs/.kube-prestop-id/main ro - ext4 x rw\n";
+        let pre_pivot = "40 22 0:5 /kube-prestop/main /run/containerd/t/abc/rootfs/.kube-prestop-id/main ro - ext4 x rw\n";
         assert!(mountinfo_has_mount_point(
             pre_pivot,
             "/.kube-prestop-id/main"

@@ -1,10 +1,11 @@
-//! The per-container state directory in the shared volume
-//! (`<root>/state/<container>/`, see [`kube_prestop_contract::state_files`]).
+//! The per-container state directory (`<root>/state/<container>/`, see
+//! [`kube_prestop_contract::state_files`]): in a pod, the container's own
+//! state volume, an `emptyDir` mounted whole there.
 //!
 //! The volume is hostile input: in a pod, only the watched container X and
-//! its sidecar mount X's directory read-write (a `subPath` mount, the rest
-//! of the volume read-only; `docs/security.md`), but X's own processes and
-//! hooks can still write there. So nothing here follows a link or trusts a
+//! its sidecar mount X's state volume read-write (the other sidecars
+//! read-only; `docs/security.md`), but X's own processes and hooks can
+//! still write there. So nothing here follows a link or trusts a
 //! file it did not create:
 //!
 //! - directories are opened one level at a time from `<root>` with
@@ -147,7 +148,7 @@ fn replaceable(name: &str) -> bool {
 }
 
 impl StateStore {
-    /// The store of `container` in the shared volume mounted at `root`.
+    /// The store of `container` under `root` (`<root>/state/<container>`).
     pub fn new(root: &Path, container: &str) -> Self {
         Self {
             root: root.to_owned(),
@@ -184,9 +185,9 @@ impl StateStore {
 
     /// Opens `<root>/state` and then `<root>/state/<container>`, each
     /// without following a link. With `create`, makes each that is missing
-    /// (mode 0777, the mode the kubelet gives `subPath` directories of an
-    /// `emptyDir`, `docs/facts.md` K12: the preStop wrapper runs with the
-    /// watched container's user, which may differ from the sidecar's).
+    /// (mode 0777, the mode of an `emptyDir`'s directory, `docs/facts.md`
+    /// K16: the preStop wrapper runs with the watched container's user,
+    /// which may differ from the sidecar's).
     fn open_dir(&self, create: bool) -> Result<OwnedFd, (PathBuf, Refusal)> {
         if create {
             // `<root>` is the mount point given on the command line (in a
@@ -218,8 +219,8 @@ impl StateStore {
     }
 
     /// Creates the directory (and `state/`) if missing, mode 0777, without
-    /// following links. In a pod the kubelet has made it already (it is
-    /// X's `subPath` mount).
+    /// following links. In a pod both exist already (the directory is the
+    /// mount point of X's state volume, which the runtime made).
     ///
     /// Errors: [`StateError::Refused`] when `state` or the container's
     /// directory is a link or not a directory; [`StateError::CreateDir`]

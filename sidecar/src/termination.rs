@@ -1,5 +1,5 @@
 //! Writing the sidecar's termination message: the runs recorded in the
-//! shared volume ([`collect`]), rendered by the contract
+//! state directories ([`collect`]), rendered by the contract
 //! ([`kube_prestop_contract::termination`], which documents the format),
 //! written to the file the kubelet reads ([`write()`]).
 

@@ -109,7 +109,7 @@ const ROOT_HOLD_RETRY: Duration = Duration::from_secs(2);
 /// Settings of the `watch` subcommand.
 #[derive(Debug)]
 pub struct WatchConfig {
-    /// Container, shared volume and identifying-mount root.
+    /// Container, root of our mounts and identifying-mount root.
     pub target: Target,
     /// The hook command (the container's original preStop command).
     pub hook: Vec<String>,
@@ -640,12 +640,10 @@ impl Watcher {
 
     /// `<root>/id/X`: the source of X's identifying mount, which the kubelet
     /// creates when it prepares X's first start ([`contract::id_sub_path`]);
-    /// the sidecar sees it read-only at [`contract::IDS_MOUNT_PATH`].
+    /// the sidecar sees it read-only, the id volume being mounted whole at
+    /// [`contract::IDS_MOUNT_PATH`] ([`contract::id_dir`]).
     fn ids_entry(&self) -> PathBuf {
-        self.cfg
-            .target
-            .root
-            .join(contract::id_sub_path(self.container()))
+        contract::id_dir(&self.cfg.target.root, self.container())
     }
 
     /// [`Action::CheckStarted`]: whether the kubelet started X
@@ -788,7 +786,7 @@ impl Watcher {
             }
             Err(e) => {
                 log!(
-                    "error: cannot arm (is the shared volume mounted and writable?): {e}; retrying in {}",
+                    "error: cannot arm (is the state volume mounted and writable?): {e}; retrying in {}",
                     secs(self.arm_backoff)
                 );
                 self.arm_retry_at = Instant::now() + self.arm_backoff;

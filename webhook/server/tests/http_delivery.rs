@@ -101,8 +101,15 @@ async fn delivery(server: &TestServer, pod: Value) -> (String, Value) {
             );
             "imageVolume".to_owned()
         }
-        Some(v) => format!("configMap:{}", v["configMap"]["name"].as_str().unwrap()),
-        None => "installContainer".to_owned(),
+        Some(v) if v.get("configMap").is_some() => {
+            format!("configMap:{}", v["configMap"]["name"].as_str().unwrap())
+        }
+        // The install init container's emptyDir.
+        Some(v) => {
+            assert!(v.get("emptyDir").is_some(), "{v}");
+            "installContainer".to_owned()
+        }
+        None => panic!("no kube-prestop-bin volume: {out}"),
     };
     assert_eq!(installs, usize::from(label == "installContainer"), "{out}");
     (label, response)

@@ -175,8 +175,15 @@ mod tests {
                 "kube-prestop-sidecar-d99e85a195e9".to_owned()
             ))
         );
-        p.spec.as_mut().unwrap().volumes.as_mut().unwrap().pop();
+        // The install init container's delivery: an emptyDir of that name.
+        let volumes = p.spec.as_mut().unwrap().volumes.as_mut().unwrap();
+        volumes.pop();
+        volumes.push(
+            serde_json::from_value(serde_json::json!({"name": "kube-prestop-bin", "emptyDir": {}}))
+                .unwrap(),
+        );
         assert_eq!(injected(&p), Some(Delivery::InstallContainer));
+        p.spec.as_mut().unwrap().volumes.as_mut().unwrap().pop();
         p.spec.as_mut().unwrap().volumes.as_mut().unwrap().push(
             serde_json::from_value(serde_json::json!(
                 {"name": "kube-prestop-bin", "image": {"reference": "example/sidecar:1"}}
