@@ -317,10 +317,12 @@ async fn the_policy_refuses_the_webhook_account_any_other_config_map() -> Result
 /// for it (bounded); then it tries to rename the binary's directory away,
 /// overwrite the binary, plant a file beside it, forge `b`'s `done-` and
 /// `prestop-` records for that instance (a file, a link), make `b`'s state
-/// directory, and write into the shared volume's root. Each attempt appends
+/// directory, and write into `/.kube-prestop` itself (not a mount: the
+/// parent the runtime made for the mount points). Each attempt appends
 /// `<what>: ok` or `<what>: refused: <error>` to `/records/attack`; before
-/// them, the owner and mode of its own state directory (made by the
-/// kubelet, docs/facts.md K12) and whether it can write there.
+/// them, the owner and mode of its own state directory (its state volume,
+/// an `emptyDir` the kubelet made root-owned 0777, docs/facts.md K16) and
+/// whether it can write there.
 const ATTACK: &str = r#"
 log() { echo "$*" >> /records/attack; }
 try() { what=$1; shift; if out=$("$@" 2>&1); then log "$what: ok"; else log "$what: refused: $out"; fi; }
@@ -352,9 +354,9 @@ log "b-instance: $id"
 /// with (busybox's words): the binary's directory is a read-only mount
 /// (`EROFS`; its rename fails in the root-owned directory of `a`'s image
 /// that holds the mount point, `EACCES`, or as a mount point, `EBUSY`);
-/// `b`'s state directory and the volume's root are not mounted in `a` at
-/// all (`ENOENT`, "nonexistent directory"; `EACCES` or `EROFS` for what `a`,
-/// not root, would make in its own image's directories).
+/// `b`'s state volume is not mounted in `a` at all (`ENOENT`, "nonexistent
+/// directory"; `EACCES` or `EROFS` for what `a`, not root, would make in the
+/// root-owned directories the runtime made for the mount points).
 const REFUSED: [(&str, &[&str]); 8] = [
     (
         "bin-rename",
@@ -387,12 +389,14 @@ const REFUSED: [(&str, &[&str]); 8] = [
 /// init container (a Node of another architecture whose runtime mounts no
 /// image volume, no kubelet, makes `auto` choose it for an unpinned pod):
 /// container `a` tries [`ATTACK`] on the binary and on `b`'s records while
-/// `b` runs. Every attempt is refused (the binary's directory is mounted
-/// read-only, and `a` mounts nothing else of the volume but its own
-/// `state/a`, which the kubelet made 0777 and `a` can write), and each
-/// container's hook runs exactly once; each hook's attempt to make a
-/// directory under `id/` (faking a container's start, which would make a
-/// sidecar run a late hook) is refused too.
+/// `b` runs. Every attempt is refused (the binary's volume is mounted
+/// read-only, and `a` mounts nothing else of ours writable but its own
+/// state volume, an `emptyDir` the kubelet made 0777, which `a` can write),
+/// and each container's hook runs exactly once; each hook's attempt to make
+/// a directory under `id/` (faking a container's start, which would make a
+/// sidecar run a late hook) is refused too, and so is its attempt to write
+/// into the other container's state volume, which its sidecar mounts
+/// read-only (for the termination message).
 #[tokio::test]
 async fn a_container_cannot_replace_the_binary_or_forge_another_containers_records() -> Result<()> {
     init_tracing();
@@ -410,11 +414,17 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
                 WAIT,
             )
             .await?;
-            // Each hook (run by its sidecar, which mounts the volume's
-            // `id/` read-only) also tries to fake another container's start.
+            // Each hook (run by its sidecar, which mounts the id volume
+            // read-only) also tries to fake another container's start, and
+            // to write into the other container's state volume (read-only
+            // in its sidecar).
             let hook = "echo $KUBE_PRESTOP_CONTAINER >> /records/hooks; \
                         out=$(mkdir /.kube-prestop/id/forged 2>&1) && r=ok || r=\"refused: $out\"; \
-                        echo \"$KUBE_PRESTOP_CONTAINER forge-start: $r\" >> /records/forge";
+                        echo \"$KUBE_PRESTOP_CONTAINER forge-start: $r\" >> /records/forge; \
+                        for d in /.kube-prestop/state/*; do \
+                        [ \"$d\" = /.kube-prestop/state/$KUBE_PRESTOP_CONTAINER ] && continue; \
+                        out=$(touch \"$d/forged\" 2>&1) && r=ok || r=\"refused: $out\"; \
+                        echo \"$KUBE_PRESTOP_CONTAINER forge-other $d: $r\" >> /records/forge-other; done";
             let mut spec = pod_spec(
                 &rec,
                 vec![
@@ -480,6 +490,16 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
                     "a hook could make a directory under id/ (a faked start): {forged:?}"
                 );
             }
+            // Each sidecar sees the other's state volume, read-only.
+            let mut other = ensure_records(&rec, "forge-other", 2).await?;
+            other.sort();
+            ensure!(
+                other.len() == 2
+                    && other[0].starts_with("a forge-other /.kube-prestop/state/b: refused: ")
+                    && other[1].starts_with("b forge-other /.kube-prestop/state/a: refused: ")
+                    && other.iter().all(|l| l.contains("Read-only file system")),
+                "a hook could write into the other container's state volume, or did not see it: {other:?}"
+            );
             ensure_sidecar_hooks(&client, &ns, &name, "a", 1).await?;
             let b_log = ensure_sidecar_hooks(&client, &ns, &name, "b", 1).await?;
             ensure!(
