@@ -203,7 +203,7 @@ fn hook_root_container_runs_the_hook_chrooted_into_the_containers_files() {
         "sh".into(),
         "-c".into(),
         // Inside the chroot the file is at its own absolute path; the hook
-        // writes its result into the shared volume (mounted in the
+        // writes its result into the pod's directory (mounted in the
         // container too).
         format!(
             "{{ echo \"root=$KUBE_PRESTOP_ROOT\"; cat {f}; }} >> {out}",
@@ -309,8 +309,7 @@ fn a_sidecar_stopped_without_seeing_its_container_says_so_in_the_termination_mes
     // container: here `id/main` is not the directory the kubelet makes.
     require_root_and_util_linux();
     let pod = Pod::new("missed");
-    std::fs::create_dir_all(pod.vol().join("id")).unwrap();
-    std::fs::write(pod.vol().join("id").join(C), "").unwrap();
+    std::fs::write(pod.id_volume().join(C), "").unwrap();
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     wait_for("the watcher to arm", T, || {
         pod.state().join("armed").exists()

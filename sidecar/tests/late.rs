@@ -134,7 +134,7 @@ fn without_the_id_mount_a_run_never_seen_is_reported_not_guessed() {
     // `/.kube-prestop/id`, so a missing `id/main` proves nothing.
     require_root_and_util_linux();
     let pod = Pod::new("late-no-mount");
-    std::fs::remove_dir(pod.vol().join("id")).unwrap();
+    pod.without_id_volume();
     let mut sc = pod.sidecar(&telling_hook(&pod), &[]);
     terminate(&mut sc);
     let log = sc.log_text();

@@ -38,6 +38,13 @@ fn exit_zero_runs_the_hook_once_with_its_env() {
     // Also record when the hook starts, to measure exit -> hook latency.
     hook[2] = format!("date +%s%N > {}; {}", pod.out("hook-ts").display(), hook[2]);
     let mut sc = pod.sidecar(&hook, &[]);
+    // As in a pod, the identifying mount must come from the id volume the
+    // sidecar mounts at `id/`: its file system, and its root plus `/main`.
+    let log = sc.log_text();
+    assert!(
+        log.contains("/volumes/kube-prestop/main)"),
+        "the finder's source is not the id volume: {log}"
+    );
     let ts = pod.out("exit-ts");
     let st = pod.run_main(&["sh", "-c", &format!("date +%s%N > {}", ts.display())]);
     assert_eq!(code(st), 0);
@@ -609,6 +616,42 @@ fn a_sigterm_from_a_process_of_the_pod_is_not_the_kubelets_stop() {
     assert_eq!(code(m.wait(T)), 128 + 15);
     expect_hooks(&pod, 1);
     // The runtime's SIGTERM comes from outside the pod's PID namespace.
+    kill(sc.pid, libc::SIGTERM);
+    assert_eq!(code(sc.wait(T)), 0);
+}
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_lookalike_mount_of_another_directory_is_not_taken_for_main() {
+    // Another container of the pod (parentless, in a mount namespace of
+    // its own) with a mount of its own directory at main's identifying
+    // mount point, started before main: not from the id volume, so never
+    // an instance of main. On the mount point alone (before the source
+    // check) it was the oldest match: seen, and its exit got main's hook.
+    require_root_and_util_linux();
+    let mut pod = Pod::new("lookalike");
+    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    let src = pod.out("lookalike-src");
+    fs::create_dir_all(&src).unwrap();
+    let mp = pod.idroot().join(C);
+    let mut fake = pod.spawn_plain_process(&format!(
+        "mount --bind {} {} && exec sleep 30",
+        src.display(),
+        mp.display()
+    ));
+    fake.start();
+    let needle = format!(" {} ", mp.display());
+    wait_for("the lookalike's mount", T, || {
+        fs::read_to_string(format!("/proc/{}/mountinfo", fake.pid))
+            .is_ok_and(|m| m.contains(&needle))
+    });
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    expect_hooks(&pod, 1);
+    kill(fake.pid, libc::SIGKILL);
+    fake.wait(T);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pod.lines("hooks").len(), 1, "{}", sc.log_text());
+    assert_eq!(pod.records("seen-").len(), 1, "{}", sc.log_text());
     kill(sc.pid, libc::SIGTERM);
     assert_eq!(code(sc.wait(T)), 0);
 }

@@ -10,9 +10,19 @@
 //!   process into the pod's PID namespace (parent outside: parent PID 0), born
 //!   in its final mount namespace; it mounts the pod's `/proc` and bind-mounts
 //!   a directory at the identifying mount point `<id-root>/main` (the runtime
-//!   does that for the `id/main` subPath). Like after `runc create`, it then
+//!   does that for the `subPath: main` of the id volume). Like after `runc create`, it then
 //!   waits on a FIFO (runc's "exec fifo") until the harness "starts" it, and
 //!   execs the payload.
+//!
+//! `vol/` is the sidecar's `--root` (`/.kube-prestop` in a pod), laid out as
+//! a sidecar sees its mounts there. `vol/id/` is the whole id volume, as
+//! the runtime mounts it: `volumes/kube-prestop/` (the volume's directory on
+//! the node) bind-mounted read-only there in the pod's mount namespace,
+//! where the sidecar runs, so the finder takes the identifying mount's
+//! source from it (`IdSource::Volume`) as in a pod; the main container's
+//! identifying mount binds `volumes/kube-prestop/main`. `vol/state/main/`,
+//! main's state volume, is a plain directory (read by the tests from the
+//! host).
 //!
 //! Everything is asserted from files: the hook appends a line to `out/hooks`,
 //! and the state records are in `vol/state/main/`. Waits poll with deadlines.
@@ -205,9 +215,10 @@ impl Pod {
         let serial = ONE_POD_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("kps-it-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        // `vol/id`: the kubelet makes the sidecar's `id` sub-path when it
-        // prepares the sidecar's mounts.
-        for d in ["vol/id", "idroot/main", "out"] {
+        // `vol/id`: the sidecar's mount point of the whole id volume, which
+        // the runtime makes when it creates the sidecar; `volumes/...`: the
+        // id volume's directory on the node.
+        for d in ["vol/id", "idroot/main", "out", "volumes/kube-prestop"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
         for i in 0..12 {
@@ -234,6 +245,20 @@ impl Pod {
             fs::read_to_string(format!("/proc/{init}/cmdline"))
                 .is_ok_and(|c| c.starts_with("sleep"))
         });
+        // The runtime's mount of the whole id volume, read-only, where the
+        // sidecars run (the pod's mount namespace).
+        let (src, dst) = (dir.join("volumes/kube-prestop"), dir.join("vol/id"));
+        let st = Command::new("nsenter")
+            .arg(format!("--target={init}"))
+            .args(["--mount", "--", "sh", "-c"])
+            .arg(format!(
+                "mount --bind {src} {dst} && mount -o remount,bind,ro {dst}",
+                src = src.display(),
+                dst = dst.display()
+            ))
+            .status()
+            .unwrap();
+        assert!(st.success(), "the id volume's mount: {st}");
         Pod {
             _serial: serial,
             dir,
@@ -245,6 +270,24 @@ impl Pod {
 
     pub fn vol(&self) -> PathBuf {
         self.dir.join("vol")
+    }
+    /// The id volume's directory "on the node": what the sidecar sees at
+    /// `vol/id` (read-only) and the kubelet writes in.
+    pub fn id_volume(&self) -> PathBuf {
+        self.dir.join("volumes").join("kube-prestop")
+    }
+    /// Takes the id volume's mount away from the pod's mount namespace and
+    /// removes its mount point: a sidecar without `id/` (a pod injected by
+    /// a webhook older than late hooks).
+    pub fn without_id_volume(&self) {
+        let st = Command::new("nsenter")
+            .arg(format!("--target={}", self.init))
+            .args(["--mount", "--", "umount"])
+            .arg(self.vol().join("id"))
+            .status()
+            .unwrap();
+        assert!(st.success(), "umount: {st}");
+        fs::remove_dir(self.vol().join("id")).unwrap();
     }
     pub fn idroot(&self) -> PathBuf {
         self.dir.join("idroot")
@@ -451,15 +494,15 @@ impl Pod {
     }
 
     /// What the kubelet does before it asks the runtime to create the main
-    /// container: it makes the identifying mount's source, `id/main` in the
-    /// shared volume, a missing `subPath` (`makeMounts`, Kubernetes v1.37.2),
-    /// which tells the watcher the container was started. Returns the source
-    /// the stand-ins bind (`idsrc`, a directory outside the volume: the
-    /// finder's tests were written against it). Not done for a process
+    /// container: it makes the identifying mount's source, the directory
+    /// `main` of the id volume (`vol/id/main` as the sidecar sees it), a
+    /// missing `subPath` (`makeMounts`, Kubernetes v1.37.2), which tells the
+    /// watcher the container was started. Returns it: the stand-ins bind it
+    /// at the identifying mount point, so their mount has the sidecar's id
+    /// mount's file system and root plus `/main`. Not done for a process
     /// exec'd into a container.
     fn kubelet_prepares_mounts(&self) -> PathBuf {
-        fs::create_dir_all(self.vol().join("id").join(C)).unwrap();
-        let src = self.dir.join("idsrc");
+        let src = self.id_volume().join(C);
         fs::create_dir_all(&src).unwrap();
         src
     }
