@@ -172,22 +172,24 @@ pub enum EngineError {
     /// The mutation alone would take the pod over [`MAX_PATCHED_POD_BYTES`]:
     /// each sidecar's [`contract::FLAG_STARTED_AFTER`](kube_prestop_contract::FLAG_STARTED_AFTER)
     /// names every container started after it (the pod's containers and the
-    /// later sidecars), so those lists grow with the square of the number
-    /// of watched containers. Found from the names' lengths before any of
-    /// the mutation is built ([`mutate::build`]).
+    /// later sidecars; not with `hostPID`), and each sidecar mounts every
+    /// watched container's state volume, so both grow with the square of
+    /// the number of watched containers. Found from the names' lengths
+    /// before any of the mutation is built ([`mutate::build`]).
     #[error(
         "the injected pod would be over the {max_bytes}-byte bound kept below etcd's request \
-         limit: the --started-after lists of its {sidecars} sidecars (each names every \
-         container started after it, of the pod's {containers} and the later sidecars) alone \
-         would add {bytes} bytes; watch fewer containers (kube-prestop.io/containers)"
+         limit: the --started-after lists and state-volume mounts of its {sidecars} sidecars \
+         (each names every container started after it, of the pod's {containers} and the \
+         later sidecars, and mounts every watched container's state volume) alone would add \
+         {bytes} bytes; watch fewer containers (kube-prestop.io/containers)"
     )]
     PodTooLarge {
         /// Sidecars the pod would get (one per watched container).
         sidecars: usize,
         /// Containers of the pod (`spec.containers`).
         containers: usize,
-        /// Bytes of the `--started-after` values alone (a lower bound of
-        /// what the mutation adds).
+        /// Bytes of the `--started-after` values and the state-volume
+        /// mounts alone (a lower bound of what the mutation adds).
         bytes: usize,
         /// [`MAX_PATCHED_POD_BYTES`].
         max_bytes: usize,

@@ -656,9 +656,7 @@ pub fn build(
         state_volumes.push((x.name.clone(), state));
     }
     let host_pid = spec.host_pid == Some(true);
-    if !host_pid {
-        check_started_after_size(spec, &sidecars)?;
-    }
+    check_quadratic_size(spec, &sidecars, host_pid)?;
     // Every container and init container of the patched pod: the kubelet
     // splits its termination-message budget among them (`--pod-containers`).
     let pod_containers = spec.containers.len()
@@ -786,16 +784,45 @@ fn started_after_bytes(spec: &PodSpec, sidecars: &[(&Container, &[String], Strin
     total
 }
 
-/// Refuses a mutation whose sidecars' [`contract::FLAG_STARTED_AFTER`]
-/// values alone ([`started_after_bytes`], a lower bound of the patch's size)
-/// are over [`crate::MAX_PATCHED_POD_BYTES`], before they are built.
+/// `{"mountPath":"","name":""}`: a volume mount's JSON without its two
+/// values.
+const EMPTY_MOUNT_JSON_BYTES: usize = r#"{"mountPath":"","name":""}"#.len();
+
+/// Bytes, at least, of the state-volume mounts the sidecars `sidecars` get:
+/// each mounts every watched container X's state volume ([`state_mount`]),
+/// in JSON at least `{"mountPath":"/.kube-prestop/state/X","name":"kube-prestop-state-X"}`
+/// (a name over 63 characters is hashed to 63, [`names::state_volume_name`]).
+/// Computed in O(n) from the names' lengths, without building the mounts
+/// (whose number is the square of the number of sidecars); saturates at
+/// `usize::MAX`.
+fn state_mounts_bytes(sidecars: &[(&Container, &[String], String)]) -> usize {
+    let per_sidecar = sidecars.iter().fold(0usize, |sum, (x, _, _)| {
+        let path = contract::state_mount_path(&x.name).len();
+        let name =
+            (contract::STATE_VOLUME_PREFIX.len() + x.name.len()).min(contract::MAX_DNS_LABEL_LEN);
+        sum.saturating_add(EMPTY_MOUNT_JSON_BYTES + path + name)
+    });
+    per_sidecar.saturating_mul(sidecars.len())
+}
+
+/// Refuses a mutation whose parts that grow with the square of the number
+/// of sidecars, the sidecars' [`contract::FLAG_STARTED_AFTER`] values
+/// ([`started_after_bytes`]; none with `hostPID`) and their state-volume
+/// mounts ([`state_mounts_bytes`]), alone (a lower bound of the patch's
+/// size) are over [`crate::MAX_PATCHED_POD_BYTES`], before they are built.
 ///
 /// Errors: [`EngineError::PodTooLarge`].
-fn check_started_after_size(
+fn check_quadratic_size(
     spec: &PodSpec,
     sidecars: &[(&Container, &[String], String)],
+    host_pid: bool,
 ) -> Result<(), EngineError> {
-    let bytes = started_after_bytes(spec, sidecars);
+    let started_after = if host_pid {
+        0
+    } else {
+        started_after_bytes(spec, sidecars)
+    };
+    let bytes = started_after.saturating_add(state_mounts_bytes(sidecars));
     if bytes > crate::MAX_PATCHED_POD_BYTES {
         return Err(EngineError::PodTooLarge {
             sidecars: sidecars.len(),
@@ -1026,15 +1053,62 @@ mod tests {
         let message = e.to_string();
         assert!(message.contains("3000 sidecars"), "{message}");
         assert!(message.contains("--started-after"), "{message}");
+        assert!(message.contains("state-volume mounts"), "{message}");
         assert!(
             message.contains(&crate::MAX_PATCHED_POD_BYTES.to_string()),
             "{message}"
         );
-        // A few hundred still fit, and so does any number under hostPID
-        // (no --started-after: the sidecars see every process).
-        for pod in [job_pod(100, false), job_pod(3000, true)] {
+        // Under hostPID (no --started-after) too: the state-volume mounts
+        // alone (each sidecar mounts every watched container's) would be
+        // 9 million mounts.
+        let verdict = crate::review(
+            &job_pod(3000, true),
+            &ClusterContext::default(),
+            &EngineConfig::default(),
+        );
+        assert!(
+            matches!(&verdict.plan, Err(e) if e.as_str() == "pod_too_large"),
+            "hostPID: not refused"
+        );
+        // A hundred still fit, with or without hostPID.
+        for pod in [job_pod(100, false), job_pod(100, true)] {
             let plan = crate::plan(&pod, &ClusterContext::default(), &EngineConfig::default());
             assert!(matches!(plan, Ok(crate::Plan::Inject(_))));
+        }
+    }
+
+    #[test]
+    fn state_mounts_bytes_is_a_lower_bound_of_the_sidecars_state_mounts() {
+        for (n, long) in [(1, false), (2, false), (7, false), (3, true)] {
+            let mut pod = job_pod(n, false);
+            if long {
+                // Names of 63 characters: hashed volume names.
+                for (i, c) in pod.spec.as_mut().unwrap().containers.iter_mut().enumerate() {
+                    c.name = format!("{i}{}", "x".repeat(62));
+                }
+            }
+            let crate::Plan::Inject(m) =
+                crate::plan(&pod, &ClusterContext::default(), &EngineConfig::default()).unwrap()
+            else {
+                panic!("not injected");
+            };
+            let spec = pod.spec.as_ref().unwrap();
+            let sidecars: Vec<(&Container, &[String], String)> = spec
+                .containers
+                .iter()
+                .map(|c| (c, &[][..], String::new()))
+                .collect();
+            let state = contract::state_mount_path("");
+            let rendered: usize = m
+                .init_containers
+                .iter()
+                .flat_map(|c| c.volume_mounts.iter().flatten())
+                .filter(|v| v.mount_path.starts_with(&state))
+                .map(|v| serde_json::to_string(v).unwrap().len())
+                .sum();
+            let bound = state_mounts_bytes(&sidecars);
+            let read_only = r#","readOnly":true"#.len() * n * (n - 1);
+            assert_eq!(bound + read_only, rendered, "{n} containers, long {long}");
         }
     }
 
