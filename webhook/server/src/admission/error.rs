@@ -9,9 +9,9 @@ use kube_prestop_metrics::labels::{self, reason};
 /// (or the refusal's message) and the log line's `detail`.
 #[derive(Debug, thiserror::Error)]
 pub enum PodError {
-    /// The request's object does not parse as a Pod.
-    #[error("the pod object does not parse: {0}")]
-    Unparsable(serde_json::Error),
+    /// The request's object does not parse as a Pod: the field and why.
+    #[error("the pod object does not parse {0}")]
+    Unparsable(super::wire::InvalidPod),
     /// The request has no object.
     #[error("the request has no object")]
     NoObject,

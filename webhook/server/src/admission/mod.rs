@@ -26,4 +26,4 @@ mod wire;
 pub use decision::{Answer, MAX_PATCHED_POD_BYTES, Outcome, RequestFacts, review};
 pub use error::PodError;
 pub use refusal::{FailureMode, Refusal};
-pub use wire::ReviewError;
+pub use wire::{InvalidPod, ReviewError};

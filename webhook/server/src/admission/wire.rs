@@ -97,8 +97,8 @@ struct WireRequest<O> {
 pub(super) enum Object {
     /// A Pod (or something that parses as one: only pod requests use it).
     Pod(Pod),
-    /// Not a Pod: why.
-    Invalid(serde_json::Error),
+    /// Not a Pod: where and why.
+    Invalid(InvalidPod),
     /// Absent or null.
     Absent,
 }
@@ -118,12 +118,44 @@ pub(super) fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Obj
     let (request, raw) = into_request(review)?;
     let object = match raw {
         None => Object::Absent,
-        Some(raw) => match serde_json::from_str::<Pod>(raw.get()) {
+        Some(raw) => match parse_pod(raw.get()) {
             Ok(pod) => Object::Pod(pod),
             Err(e) => Object::Invalid(e),
         },
     };
     Ok((request, object))
+}
+
+/// Where and why a pod object does not parse, for the admission warning or
+/// refusal and the log: `path` is the field, as
+/// [`serde_path_to_error::Path`] prints it (`spec.containers[0].ports[0].containerPort`;
+/// `.` for the object itself), `message` serde's reason without the
+/// position (the object is one line of the review's JSON, so `line 1
+/// column N` told a Job author nothing).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at {path}: {message}")]
+pub struct InvalidPod {
+    /// The field that does not parse.
+    pub path: String,
+    /// Why, e.g. `invalid type: string "80", expected i32`.
+    pub message: String,
+}
+
+/// Parses `raw` as a Pod, naming the field that fails ([`InvalidPod`]).
+fn parse_pod(raw: &str) -> Result<Pod, InvalidPod> {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    serde_path_to_error::deserialize::<_, Pod>(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let text = inner.to_string();
+        let position = format!(" at line {} column {}", inner.line(), inner.column());
+        InvalidPod {
+            path,
+            message: text
+                .strip_suffix(&position)
+                .map_or_else(|| text.clone(), str::to_owned),
+        }
+    })
 }
 
 /// Checks the review's type and uid; kube's request and the object.
@@ -196,6 +228,50 @@ mod tests {
                 .map_or(Value::Null, |pod| serde_json::to_value(pod).unwrap())
         });
         (!request.uid.is_empty()).then_some((request.uid, object))
+    }
+
+    /// A pod that does not parse is answered naming the field and why,
+    /// without serde's position in the review's one-line JSON.
+    #[test]
+    fn an_invalid_pod_names_the_field() {
+        for (object, path, message) in [
+            (
+                json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": "80"}]}]}}),
+                "spec.containers[0].ports[0].containerPort",
+                "invalid type: string \"80\", expected i32",
+            ),
+            (
+                json!({"spec": {"containers": 5}}),
+                "spec.containers",
+                "invalid type: integer `5`, expected a sequence",
+            ),
+            (
+                json!({"metadata": {"annotations": {"kube-prestop.io/inject": true}}}),
+                "metadata.annotations.kube-prestop.io/inject",
+                "invalid type: boolean `true`, expected a string",
+            ),
+            (
+                json!("not a pod"),
+                ".",
+                "invalid type: string \"not a pod\", expected Pod",
+            ),
+        ] {
+            let body = serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "operation": "CREATE", "userInfo": {}, "object": object}
+            }))
+            .unwrap();
+            let Ok((_, Object::Invalid(e))) = parse(&body) else {
+                panic!("{object} parsed");
+            };
+            assert_eq!((e.path.as_str(), e.message.as_str()), (path, message));
+            assert_eq!(
+                crate::admission::PodError::Unparsable(e).to_string(),
+                format!("the pod object does not parse at {path}: {message}")
+            );
+        }
     }
 
     #[test]
