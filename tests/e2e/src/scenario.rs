@@ -72,7 +72,9 @@ pub const RULED_OUT: &[(&str, &str, &str)] = &[(
     "oom_kill_runs_hook_once",
     "under gVisor every container of the pod runs in the one sandbox, and the \
      out-of-memory kill of the watched container ended the sidecar too, with no \
-     exit seen and the kubelet's own preStop failed (docs/platforms.md, gVisor)",
+     exit seen and the kubelet's own preStop failed: the host's OOM killer kills \
+     the sandbox (runsc's sentry) in the pod's memory cgroup, gVisor issue 2533 \
+     (docs/platforms.md, gVisor)",
 )];
 
 /// Why `scenario` cannot pass on the cluster's runtime (`RUNTIME`), if it
