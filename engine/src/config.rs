@@ -335,42 +335,26 @@ mod tests {
     /// on to start (memory below `4Mi`) is refused at start-up, naming it.
     #[test]
     fn resources_below_the_floors_are_refused_naming_the_floor() {
-        type Set = fn(&mut ResourceDefaults, &str);
-        let cases: [(&str, Set, &str, &str); 4] = [
-            (
-                "cpu request",
-                |r, v| r.cpu_request = Quantity(v.into()),
-                "0.0000001",
-                "1m",
-            ),
-            (
-                "cpu limit",
-                |r, v| r.cpu_limit = Quantity(v.into()),
-                "999u",
-                "1m",
-            ),
-            (
-                "memory request",
-                |r, v| r.memory_request = Quantity(v.into()),
-                "1e3",
-                "4Mi",
-            ),
-            (
-                "memory limit",
-                |r, v| r.memory_limit = Quantity(v.into()),
-                "1Mi",
-                "4Mi",
-            ),
+        // (field, its place in ResourceDefaults::new, value, floor)
+        let cases = [
+            ("cpu request", 0, "0.0000001", "1m"),
+            ("memory request", 1, "1e3", "4Mi"),
+            ("cpu limit", 2, "999u", "1m"),
+            ("memory limit", 3, "1Mi", "4Mi"),
         ];
-        for (field, set, value, floor) in cases {
+        for (field, place, value, floor) in cases {
+            let mut values = ["10m", "32Mi", "200m", "256Mi"];
+            values[place] = value;
+            let [cpu_request, memory_request, cpu_limit, memory_limit] = values;
+            let resources =
+                ResourceDefaults::new(cpu_request, memory_request, cpu_limit, memory_limit);
             for what in ["sidecar", "install"] {
                 let mut c = EngineConfig::default();
-                let r = if what == "sidecar" {
-                    &mut c.sidecar_resources
+                if what == "sidecar" {
+                    c.sidecar_resources = resources.clone();
                 } else {
-                    &mut c.install_resources
-                };
-                set(r, value);
+                    c.install_resources = resources.clone();
+                }
                 let m = config_error(&c);
                 assert!(
                     m.starts_with(&format!(
