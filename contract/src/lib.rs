@@ -44,6 +44,7 @@
 //!   state/<container>/armed          the watcher for <container> is armed (the postStart handler waits for it; names the watcher, see ArmedRecord)
 //!   state/<container>/seen-<id>      the watcher found instance <id> (so an exit while it is down is not missed)
 //!   state/<container>/prestop-<id>   the kubelet started <container>'s preStop for instance <id>
+//!   state/<container>/prestop-ended-<id>  that preStop ended (the wrapper's record of its end)
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
 //!   state/<container>/done-<id>      our hook run for instance <id> finished (its outcome)
 //!   id/                              the id volume, read-only
