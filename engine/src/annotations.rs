@@ -9,7 +9,7 @@ use kube_prestop_contract::{HookRoot, RunOn};
 
 use super::EngineError;
 use super::config::ResourceDefaults;
-use super::quantity;
+use super::quantity::{self, FloorError};
 
 /// Prefix of every kube-prestop annotation and label.
 pub const PREFIX: &str = "kube-prestop.io/";
@@ -403,15 +403,15 @@ fn quantity_at_least(
 ) -> Result<Option<Quantity>, EngineError> {
     match annotations.get(key) {
         None => Ok(None),
-        Some(value) => match quantity::parse_nanos(value) {
-            Ok(n) if n <= 0 => Err(invalid(key, value, "must be a positive quantity")),
-            Ok(n) if n < floor => Err(invalid(
+        Some(value) => match quantity::at_least(value, floor) {
+            Err(FloorError::NotPositive) => Err(invalid(key, value, "must be a positive quantity")),
+            Err(FloorError::BelowFloor) => Err(invalid(
                 key,
                 value,
                 &format!("is below the floor {floor_text}: {why}"),
             )),
             Ok(_) => Ok(Some(Quantity(value.clone()))),
-            Err(_) => Err(invalid(key, value, "not a Kubernetes quantity")),
+            Err(FloorError::NotAQuantity) => Err(invalid(key, value, "not a Kubernetes quantity")),
         },
     }
 }

@@ -85,16 +85,18 @@ impl ResourceDefaults {
                    q: &Quantity,
                    (floor, floor_text, why): (i128, &str, &str)|
          -> Result<i128, EngineError> {
-            match quantity::parse(q) {
-                Ok(v) if v >= floor && v > 0 => Ok(v),
-                Ok(v) if v > 0 => Err(EngineError::InvalidConfig(format!(
+            match quantity::at_least(&q.0, floor) {
+                Ok(v) => Ok(v),
+                Err(quantity::FloorError::BelowFloor) => Err(EngineError::InvalidConfig(format!(
                     "{what} {field} {:?} is below the floor {floor_text}: {why}",
                     q.0
                 ))),
-                _ => Err(EngineError::InvalidConfig(format!(
-                    "{what} {field} {:?} is not a positive quantity",
-                    q.0
-                ))),
+                Err(quantity::FloorError::NotAQuantity | quantity::FloorError::NotPositive) => {
+                    Err(EngineError::InvalidConfig(format!(
+                        "{what} {field} {:?} is not a positive quantity",
+                        q.0
+                    )))
+                }
             }
         };
         let (cpu, memory) = (

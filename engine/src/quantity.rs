@@ -109,6 +109,30 @@ pub fn parse_nanos(text: &str) -> Result<i128, QuantityError> {
     Ok(if negative { -nanos } else { nanos })
 }
 
+/// Why a value is not a quantity of at least a floor ([`at_least`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorError {
+    /// Not Kubernetes quantity syntax ([`parse_nanos`]).
+    NotAQuantity,
+    /// Zero or negative.
+    NotPositive,
+    /// Positive, but below the floor.
+    BelowFloor,
+}
+
+/// `text` in nano-units when it is a positive quantity of at least `floor`
+/// nano-units (the floors of the sidecar's resource annotations and flags).
+///
+/// Errors: [`FloorError`], which the caller words for its input.
+pub fn at_least(text: &str, floor: i128) -> Result<i128, FloorError> {
+    match parse_nanos(text) {
+        Err(_) => Err(FloorError::NotAQuantity),
+        Ok(n) if n <= 0 => Err(FloorError::NotPositive),
+        Ok(n) if n < floor => Err(FloorError::BelowFloor),
+        Ok(n) => Ok(n),
+    }
+}
+
 /// Parses a [`Quantity`]; see [`parse_nanos`].
 pub fn parse(quantity: &Quantity) -> Result<i128, QuantityError> {
     parse_nanos(&quantity.0)
