@@ -70,8 +70,6 @@ pub const FLAG_DEST_DIR: &str = "--dest-dir";
 pub const FLAG_TIMEOUT: &str = "--timeout";
 /// Flag overriding the parent of our mounts (tests; default [`MOUNT_PATH`](crate::MOUNT_PATH)).
 pub const FLAG_ROOT: &str = "--root";
-/// Flag overriding the parent of identifying mount points (tests; default [`ID_MOUNT_ROOT`](crate::ID_MOUNT_ROOT)).
-pub const FLAG_ID_ROOT: &str = "--id-root";
 /// Flag of `watch`: the containers the kubelet starts after this sidecar
 /// (comma-separated names: later native sidecars, then the pod's regular
 /// containers), as the webhook knows them from the pod spec. When it names
@@ -486,16 +484,9 @@ mod tests {
                 FLAG_DEST_DIR,
                 FLAG_TIMEOUT,
                 FLAG_ROOT,
-                FLAG_ID_ROOT,
                 FLAG_TERMINATION_MESSAGE
             ],
-            [
-                "--dest-dir",
-                "--timeout",
-                "--root",
-                "--id-root",
-                "--termination-message"
-            ]
+            ["--dest-dir", "--timeout", "--root", "--termination-message"]
         );
         assert_eq!(POST_START_TIMEOUT_SECONDS, 30);
     }

@@ -39,8 +39,8 @@ pub const ENV_HOOK_ROOT: &str = "KUBE_PRESTOP_ROOT";
 pub const ENV_HOOK_KUBELET_PRESTOP: &str = "KUBE_PRESTOP_KUBELET_PRESTOP";
 /// Environment variable given to the hook: `1` for a *late* run, one for a
 /// run of the container the watcher never saw (it was created, ran and
-/// exited while the sidecar was not scheduled): the kubelet had prepared the
-/// container's start ([`crate::id_dir`] exists), no run of it was
+/// exited while the sidecar was not scheduled): the runtime had created the
+/// container ([`crate::created_dir`] exists), no run of it was
 /// found, and the kubelet did not run its preStop. The hook then runs when
 /// the sidecar is stopped, with [`ENV_HOOK_INSTANCE`]
 /// [`crate::UNSEEN_INSTANCE_ID`], and without [`ENV_HOOK_EXIT_CODE`],

@@ -47,22 +47,23 @@
 //!   state/<container>/prestop-ended-<id>  that preStop ended (the wrapper's record of its end)
 //!   state/<container>/running-<id>   our hook run for instance <id> started (retry bookkeeping)
 //!   state/<container>/done-<id>      our hook run for instance <id> finished (its outcome)
-//!   id/                              the id volume, read-only
-//!   id/<container>/                  source of <container>'s identifying mount; the kubelet
-//!                                    creates it when it prepares <container>'s first start
+//!   state/<container>/created/       the mount point of <container>'s identifying mount; the
+//!                                    container runtime makes it when it creates <container>
+//!   id/                              the id volume, read-only; always empty
 //! ```
 //!
 //! `/.kube-prestop` and `/.kube-prestop/state` are not mounts: the runtime
 //! makes them in the container's root file system as the parents of the
-//! mount points. The sidecars mount the id volume read-only at
-//! [`IDS_MOUNT_PATH`] and no container of the pod mounts it writable, so
-//! `id/X` exists only once the kubelet made it: the watcher's evidence that
-//! `X` was started when it never saw `X` run ([`ENV_HOOK_LATE`]).
+//! mount points. Only `<container>` and its sidecar mount `<container>`'s
+//! state volume writable, and nothing of ours makes `state/<container>/created`,
+//! so it exists only once the runtime created `<container>` ([`created_dir`]):
+//! the watcher's evidence that `<container>` was started when it never saw it
+//! run ([`ENV_HOOK_LATE`]).
 //!
 //! A watched container `X` mounts the binary's volume (read-only), its own
-//! state volume at `/.kube-prestop/state/X` (read-write) and `subPath: X`
-//! of the id volume (read-only) at `/.kube-prestop-id/X` (see
-//! [`id_mount_path`]). That mount point appears
+//! state volume at `/.kube-prestop/state/X` (read-write) and the whole id
+//! volume (read-only) at `/.kube-prestop/state/X/created` (see
+//! [`id_mount_path`]), with no `subPath`. That mount point appears
 //! in `/proc/PID/mountinfo` of every process of `X` and of no other container,
 //! which is how the sidecar finds `X`'s processes in the shared PID namespace
 //! (mountinfo is readable across users; `/proc/PID/ns/*` is not).

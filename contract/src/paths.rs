@@ -3,11 +3,13 @@
 
 /// Name of the shared `emptyDir` volume the webhook adds to a pod (a suffix
 /// is added when the pod already has a volume of that name): the *id
-/// volume*, which holds only the watched containers' identifying
-/// directories ([`id_sub_path`]). The sidecars mount it whole, read-only,
-/// at [`IDS_MOUNT_PATH`]; each watched container mounts its own directory
-/// of it (a `subPath`, the only one the webhook writes) at
-/// [`id_mount_path`].
+/// volume*, which stays empty. The sidecars mount it whole, read-only, at
+/// [`IDS_MOUNT_PATH`] (where the finder learns its source on the node);
+/// each watched container mounts it whole, read-only, at its identifying
+/// mount point [`id_mount_path`], inside its own state volume, so the
+/// runtime makes [`CREATED_DIR`] there when it creates the container. No
+/// `subPath`: each one costs the kubelet two `mount` execs before it
+/// creates the container (`docs/facts.md` K17).
 pub const VOLUME_NAME: &str = "kube-prestop";
 
 /// Parent of the mounts the webhook adds to the sidecars and the watched
@@ -99,39 +101,40 @@ pub fn state_mount_path(container: &str) -> String {
     format!("{MOUNT_PATH}/{STATE_DIR}/{container}")
 }
 
-/// Parent of the per-container identifying mount points.
-pub const ID_MOUNT_ROOT: &str = "/.kube-prestop-id";
-
 /// Directory, under [`MOUNT_PATH`], where the sidecars mount the whole id
-/// volume ([`VOLUME_NAME`]), read-only: that `id/<container>` exists tells
-/// the watcher the kubelet prepared `<container>`'s start ([`id_dir`]).
+/// volume ([`VOLUME_NAME`]), read-only: the finder takes the volume's
+/// source on the node from this mount.
 pub const IDS_DIR: &str = "id";
 
 /// Mount point of the id volume in the sidecars: `/.kube-prestop/id`.
 pub const IDS_MOUNT_PATH: &str = "/.kube-prestop/id";
 
-/// Sub-path, inside the id volume, of `container`'s identifying mount: the
-/// directory `<container>` itself. Nothing of ours creates it: the kubelet does, when it
-/// prepares the container's mounts for its first start, after the image is
-/// present and right before it asks the runtime to create the container
-/// (`startContainer` → `generateContainerConfig` → `makeMounts` →
-/// `SafeMakeDir`, Kubernetes v1.37.2 `pkg/kubelet/kuberuntime/kuberuntime_container.go`
-/// and `pkg/kubelet/kubelet_pods.go`; `docs/facts.md` K12).
-pub fn id_sub_path(container: &str) -> String {
-    container.to_owned()
+/// Name of the directory, in each watched container's state volume, that
+/// is the mount point of the container's identifying mount
+/// ([`id_mount_path`]). Nothing of ours makes it: the container runtime
+/// does, when it creates the container's root file system and finds the
+/// mount point missing inside the state volume it has just mounted there
+/// (runc `mountToRootfs`; `docs/facts.md` K18). So its existence in the
+/// state volume ([`created_dir`]) is the evidence that the runtime created
+/// the container, which only it, the container and the container's own
+/// sidecar could write (no other container mounts that volume writable).
+pub const CREATED_DIR: &str = "created";
+
+/// `<root>/state/<container>/created`: [`CREATED_DIR`] of `container`'s
+/// state volume as a sidecar sees it (`root` is the mount path of ours,
+/// [`MOUNT_PATH`] in a pod). It exists once the runtime created
+/// `container` for its first start.
+pub fn created_dir(root: &std::path::Path, container: &str) -> std::path::PathBuf {
+    crate::state_dir(root, container).join(CREATED_DIR)
 }
 
-/// `<root>/id/<container>`: `container`'s identifying directory as a sidecar
-/// sees it, the id volume being mounted at `<root>/`[`IDS_DIR`]
-/// ([`IDS_MOUNT_PATH`] in a pod).
-pub fn id_dir(root: &std::path::Path, container: &str) -> std::path::PathBuf {
-    root.join(IDS_DIR).join(id_sub_path(container))
-}
-
-/// Mount point of `container`'s identifying mount:
-/// `/.kube-prestop-id/<container>`.
+/// Mount point of `container`'s identifying mount, the whole id volume,
+/// read-only, in `container` only: `/.kube-prestop/state/<container>/created`,
+/// inside its state volume ([`created_dir`] under [`MOUNT_PATH`]). It
+/// appears in the mountinfo of `container`'s processes and of no other
+/// container's.
 pub fn id_mount_path(container: &str) -> String {
-    format!("{ID_MOUNT_ROOT}/{container}")
+    format!("{}/{CREATED_DIR}", state_mount_path(container))
 }
 
 #[cfg(test)]
@@ -175,14 +178,6 @@ mod tests {
     fn state_mounts_are_pinned_and_are_the_state_dir() {
         assert_eq!(STATE_VOLUME_PREFIX, "kube-prestop-state-");
         assert_eq!(IDS_MOUNT_PATH, format!("{MOUNT_PATH}/{IDS_DIR}"));
-        assert_eq!(
-            id_dir(Path::new(MOUNT_PATH), "main"),
-            Path::new(IDS_MOUNT_PATH).join(id_sub_path("main"))
-        );
-        assert_eq!(
-            id_dir(Path::new(MOUNT_PATH), "main"),
-            Path::new("/.kube-prestop/id/main")
-        );
         assert_eq!(BINARY_DIR, format!("{MOUNT_PATH}/bin"));
         assert_eq!(
             Path::new(MOUNT_PATH).join(STATE_DIR),
@@ -198,9 +193,14 @@ mod tests {
     }
 
     #[test]
-    fn id_mounts_are_pinned() {
-        assert_eq!(id_mount_path("main"), "/.kube-prestop-id/main");
-        assert_eq!(id_sub_path("main"), "main");
+    fn id_mounts_are_pinned_inside_the_state_volume() {
+        assert_eq!(id_mount_path("main"), "/.kube-prestop/state/main/created");
+        assert!(id_mount_path("main").starts_with(&format!("{}/", state_mount_path("main"))));
+        // The sidecar sees the runtime's mount point where X has its mount.
+        assert_eq!(
+            created_dir(Path::new(MOUNT_PATH), "main"),
+            Path::new(&id_mount_path("main"))
+        );
     }
 
     #[test]

@@ -195,8 +195,8 @@ pub enum EngineError {
         max_bytes: usize,
     },
     /// A watched container already mounts something under
-    /// `/.kube-prestop`, where our volumes go, or under `/.kube-prestop-id`,
-    /// where its identifying mount goes.
+    /// `/.kube-prestop`, where our volumes go (its identifying mount among
+    /// them).
     #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
     MountPathConflict {
         /// The container.

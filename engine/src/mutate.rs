@@ -93,10 +93,8 @@ fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let cleaned = clean(&m.mount_path);
         let p = cleaned.as_str();
-        let ours = p == contract::MOUNT_PATH
-            || p.starts_with(&format!("{}/", contract::MOUNT_PATH))
-            || p == contract::ID_MOUNT_ROOT
-            || p.starts_with(&format!("{}/", contract::ID_MOUNT_ROOT));
+        let ours =
+            p == contract::MOUNT_PATH || p.starts_with(&format!("{}/", contract::MOUNT_PATH));
         if ours {
             return Err(EngineError::MountPathConflict {
                 container: c.name.clone(),
@@ -139,13 +137,10 @@ fn empty_dir(name: String) -> Volume {
 }
 
 /// The whole id volume (the shared `emptyDir`, [`contract::VOLUME_NAME`]),
-/// read-only at `/.kube-prestop/id`, for the sidecars. Its directory `X`
-/// exists once the kubelet prepared X's mounts for its first start (it
-/// creates the missing sub-path of X's identifying mount, [`id_mount`];
-/// nothing of ours does, and no container of the pod mounts the volume
-/// writable), which is how a watcher that never saw X run knows X was
-/// started and runs its hook late (`contract::ENV_HOOK_LATE`); the finder
-/// learns the volume's mount source from this mount.
+/// read-only at `/.kube-prestop/id`, for the sidecars: the finder learns
+/// the volume's source on the node from this mount, and takes for X only a
+/// process whose mount at X's identifying mount point has that source
+/// ([`id_mount`]).
 fn ids_mount(volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
@@ -155,17 +150,18 @@ fn ids_mount(volume: &str) -> VolumeMount {
     }
 }
 
-/// X's identifying mount, in X only: `subPath: X` of the id volume,
-/// read-only, at `/.kube-prestop-id/X`. The one `subPath` of the mutation:
-/// the kubelet makes the missing directory when it prepares X's first
-/// start (`docs/facts.md` K12, K15), the evidence of that start; a
-/// `subPath` costs the kubelet two `mount` execs before it creates X
-/// (K17), a whole-volume mount none.
+/// X's identifying mount, in X only: the whole id volume, read-only, at
+/// `/.kube-prestop/state/X/created`, inside X's state volume. The runtime
+/// makes that missing mount point in the state volume when it creates X
+/// (`docs/facts.md` K18): the evidence of X's start
+/// ([`contract::created_dir`]). No `subPath` (each costs the kubelet two
+/// `mount` execs before it creates X, K17). Listed after the state mount
+/// ([`watched_mounts`]), though the runtime orders parents first anyway
+/// (containerd's CRI sorts a container's mounts by depth, K18).
 fn id_mount(x: &Container, volume: &str) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: contract::id_mount_path(&x.name),
-        sub_path: Some(contract::id_sub_path(&x.name)),
         read_only: Some(true),
         ..Default::default()
     }
@@ -545,7 +541,7 @@ impl Mutation {
 /// `--started-after` lists alone would be over
 /// [`crate::MAX_PATCHED_POD_BYTES`] (checked before they are built);
 /// [`EngineError::MountPathConflict`] when a watched
-/// container already mounts under `/.kube-prestop` or `/.kube-prestop-id`;
+/// container already mounts under `/.kube-prestop`;
 /// resource errors from [`resources::container_resources`]; annotation
 /// errors from [`PodOverrides::sidecar_resources`].
 pub fn build(
@@ -847,7 +843,7 @@ fn check_quadratic_size(
 /// `annotations`; returns the mounts.
 ///
 /// Errors: [`EngineError::MountPathConflict`] when such a container already
-/// mounts under `/.kube-prestop` or `/.kube-prestop-id`.
+/// mounts under `/.kube-prestop`.
 fn argo_kill_commands(
     pod: &Pod,
     spec: &PodSpec,
@@ -955,20 +951,20 @@ mod tests {
         };
         assert!(check_mounts(0, &with("/data")).is_ok());
         assert!(check_mounts(0, &with("/.kube-prestop-other")).is_ok());
+        assert!(check_mounts(0, &with("/.kube-prestop-id/x")).is_ok());
         assert!(check_mounts(0, &with("/x/.kube-prestop")).is_ok());
         assert!(check_mounts(0, &with("/..kube-prestop")).is_ok());
         for bad in [
             "/.kube-prestop",
             "/.kube-prestop/",
             "/.kube-prestop/x",
-            "/.kube-prestop-id/x",
+            "/.kube-prestop/state/x/created",
             // Spelt otherwise, the same mount point for the runtime.
             "//.kube-prestop",
             "/./.kube-prestop",
             "/.kube-prestop/.",
             "/x/../.kube-prestop",
             "/../.kube-prestop",
-            "/.kube-prestop-id//x",
             ".kube-prestop",
         ] {
             assert!(

@@ -841,9 +841,11 @@ fn check(g: &Gen) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Of the volumes injection adds, every mount is whole except each watched
-/// container X's identifying mount (`subPath: X`, read-only, at
-/// `/.kube-prestop-id/X`, in X itself), and the only writable ones are the
+/// Every mount of the volumes injection adds is whole (no `subPath`: each
+/// would cost the kubelet two `mount` execs), a mount point inside a state
+/// volume is only X's identifying mount (read-only, at
+/// `/.kube-prestop/state/X/created`, in X itself, whose runtime makes that
+/// directory, the evidence of X's start), and the only writable ones are the
 /// install init container's (to write the binary) and each watched
 /// container X's state volume at `/.kube-prestop/state/X`, in X and X's
 /// sidecar alone: no container can replace the binary, write another
@@ -875,10 +877,25 @@ fn check_shared_volume(before: &Pod, out: &Pod) {
             if !ours.contains(m.name.as_str()) {
                 continue;
             }
-            if let Some(sub) = m.sub_path.as_deref() {
-                assert_eq!(sub, contract::id_sub_path(&c.name), "{}: subPath", c.name);
-                assert_eq!(m.mount_path, contract::id_mount_path(&c.name));
-                assert_eq!(m.read_only, Some(true), "{}: {sub} writable", c.name);
+            assert_eq!(m.sub_path, None, "{}: subPath of {}", c.name, m.name);
+            assert_eq!(
+                m.sub_path_expr, None,
+                "{}: subPathExpr of {}",
+                c.name, m.name
+            );
+            let nested = m
+                .mount_path
+                .strip_prefix(&contract::state_mount_path(""))
+                .is_some_and(|rest| rest.contains('/'));
+            if nested {
+                assert_eq!(m.mount_path, contract::id_mount_path(&c.name), "{}", c.name);
+                assert_eq!(
+                    m.read_only,
+                    Some(true),
+                    "{}: {} writable",
+                    c.name,
+                    m.mount_path
+                );
                 continue;
             }
             if m.read_only == Some(true) {

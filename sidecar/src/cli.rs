@@ -4,8 +4,8 @@
 //! kube-prestop install --dest PATH | --dest-dir DIR
 //! kube-prestop watch   --container X [--started-after A,B] [--run-on always|success|failure]
 //!                      [--hook-root sidecar|container] [--termination-message PATH]
-//!                      [--root DIR] [--id-root DIR] -- HOOK [ARG...]
-//! kube-prestop prestop --container X [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+//!                      [--root DIR] -- HOOK [ARG...]
+//! kube-prestop prestop --container X [--root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
 //! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
 //! kube-prestop signal SIGNAL
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use kube_prestop_contract::{
     self as contract, COMMAND_SEPARATOR, FLAG_CONTAINER, FLAG_DEST, FLAG_DEST_DIR, FLAG_GATE_PORT,
-    FLAG_HOOK_ROOT, FLAG_ID_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
+    FLAG_HOOK_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
     FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
 };
 use std::time::Duration;
@@ -32,8 +32,8 @@ pub const USAGE: &str = "usage:
   kube-prestop install --dest PATH | --dest-dir DIR
   kube-prestop watch   --container NAME [--started-after NAME,...] [--run-on always|success|failure]
                        [--hook-root sidecar|container] [--termination-message PATH] [--pod-containers N]
-                       [--root DIR] [--id-root DIR] -- HOOK [ARG...]
-  kube-prestop prestop --container NAME [--root DIR] [--id-root DIR] -- HOOK [ARG...]
+                       [--root DIR] -- HOOK [ARG...]
+  kube-prestop prestop --container NAME [--root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]
   kube-prestop signal SIGNAL
@@ -49,10 +49,10 @@ pub struct UsageError(pub String);
 pub struct Target {
     /// The watched container (a DNS label).
     pub container: String,
-    /// Parent of our mounts (`bin/`, `state/`, `id/`; [`contract::MOUNT_PATH`] by default).
+    /// Parent of our mounts (`bin/`, `state/`, `id/`; [`contract::MOUNT_PATH`]
+    /// by default); the watched container's identifying mount point is
+    /// `<root>/state/<container>/created` ([`contract::created_dir`]).
     pub root: PathBuf,
-    /// Parent of identifying mount points ([`contract::ID_MOUNT_ROOT`] by default).
-    pub id_root: PathBuf,
 }
 
 /// A parsed command line.
@@ -163,9 +163,8 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             FLAG_POD_CONTAINERS,
             FLAG_GATE_PORT,
             FLAG_ROOT,
-            FLAG_ID_ROOT,
         ],
-        _ => &[FLAG_CONTAINER, FLAG_ROOT, FLAG_ID_ROOT],
+        _ => &[FLAG_CONTAINER, FLAG_ROOT],
     };
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
 
@@ -246,9 +245,6 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         container,
         root: get(FLAG_ROOT)
             .unwrap_or_else(|| contract::MOUNT_PATH.to_owned())
-            .into(),
-        id_root: get(FLAG_ID_ROOT)
-            .unwrap_or_else(|| contract::ID_MOUNT_ROOT.to_owned())
             .into(),
     };
     if sub == contract::SUBCOMMAND_POST_START {
@@ -503,7 +499,6 @@ mod tests {
         assert_eq!(started_after, s(&["side-2", "main"]));
         assert_eq!(t.container, "main");
         assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));
-        assert_eq!(t.id_root, PathBuf::from(contract::ID_MOUNT_ROOT));
         assert_eq!(h, hook);
         let p = contract::prestop_command("main", &hook);
         assert!(matches!(parse(&p[1..]).unwrap(), Cli::PreStop(_, h) if h == hook));
@@ -516,7 +511,6 @@ mod tests {
                 target: Target {
                     container: "main".to_owned(),
                     root: contract::MOUNT_PATH.into(),
-                    id_root: contract::ID_MOUNT_ROOT.into(),
                 },
                 timeout: Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
             }
@@ -544,7 +538,7 @@ mod tests {
             "--container=a",
             "--root",
             "/r",
-            "--id-root=/i",
+            "--termination-message=/t",
             "--",
             "x",
         ]))
@@ -559,7 +553,6 @@ mod tests {
         };
         assert!(started_after.is_empty());
         assert_eq!(t.root, PathBuf::from("/r"));
-        assert_eq!(t.id_root, PathBuf::from("/i"));
     }
 
     #[test]
@@ -582,6 +575,8 @@ mod tests {
             s(&["post-start", "--container", "a", "--timeout", "-1"]),
             s(&["post-start", "--container", "a", "--", "x"]),
             s(&["post-start", "--container", "a", "--id-root", "/x"]),
+            s(&["watch", "--container", "a", "--id-root", "/x", "--", "x"]),
+            s(&["prestop", "--container", "a", "--id-root=/x", "--", "x"]),
             s(&[
                 "watch",
                 "--container",

@@ -69,7 +69,7 @@ use nix::poll::PollFlags;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::procfs::{self, IdMount, IdSource, LastPid, MountSource, ProcError};
+use crate::procfs::{self, IdMount, IdSource, LastPid, ProcError};
 use kube_prestop_contract as contract;
 
 /// One run of a container's process: its PID in the pod's PID namespace and
@@ -109,10 +109,13 @@ impl Instance {
     }
 }
 
-/// The identifying mount point of `container` under `id_root`
-/// (`/.kube-prestop-id/<container>` in a pod).
-pub fn mount_point(id_root: &Path, container: &str) -> String {
-    id_root.join(container).to_string_lossy().into_owned()
+/// The identifying mount point of `container` under the mount path of ours
+/// `root`: `<root>/state/<container>/created` (`/.kube-prestop/state/<container>/created`
+/// in a pod, [`contract::id_mount_path`]).
+pub fn mount_point(root: &Path, container: &str) -> String {
+    contract::created_dir(root, container)
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The identifying mount of `container`: mount point [`mount_point`], and
@@ -122,41 +125,32 @@ pub fn mount_point(id_root: &Path, container: &str) -> String {
 ///
 /// - in a sidecar, which mounts the whole id volume at `<root>/id`
 ///   ([`procfs::id_volume_source`]; always in a pod on a Linux runtime):
-///   the same file system, root `<id volume root>/<container>`
-///   ([`contract::id_sub_path`]). The kubelet bind-mounts a `subPath` from
-///   the volume's own directory, so both mounts name the same file system
-///   and root paths that differ only by the sub-path;
+///   the same file system and root. Both are whole mounts of the volume's
+///   directory on the node, so they name the same file system and root path;
 /// - under gVisor, whose mountinfo names no volume
 ///   ([`procfs::volume_is_gvisor_bind`]): a host bind mount at the mount
-///   point whose directory is `<root>/id/<container>` as this process sees
-///   it ([`contract::id_dir`]: the sidecars mount the id volume), or, in
-///   the watched container itself (the preStop wrapper, which has no
-///   `id/`), its own identifying mount;
+///   point whose directory is the one this process sees at `<root>/id` (the
+///   sidecars mount the id volume there), or, in the watched container
+///   itself (the preStop wrapper, which has no `id/`), its own identifying
+///   mount;
 /// - in the watched container itself on Linux: the source of its own
 ///   identifying mount;
 /// - otherwise (plain directories in tests) the mount point alone.
-pub fn id_mount(proc_root: &Path, root: &Path, id_root: &Path, container: &str) -> IdMount {
+pub fn id_mount(proc_root: &Path, root: &Path, container: &str) -> IdMount {
     let own = std::fs::read_to_string(proc_root.join("self").join("mountinfo")).ok();
     let root_str = root.to_string_lossy();
-    let point = mount_point(id_root, container);
+    let point = mount_point(root, container);
     let source = match own.as_deref() {
         Some(m) => {
             let own_point = procfs::mountinfo_source_of(m, &point);
             if let Some(s) = procfs::id_volume_source(m, &root_str) {
-                IdSource::Volume(MountSource {
-                    root: format!(
-                        "{}/{}",
-                        s.root.trim_end_matches('/'),
-                        contract::id_sub_path(container)
-                    ),
-                    dev: s.dev,
-                })
+                IdSource::Volume(s)
             } else if procfs::volume_is_gvisor_bind(m, &root_str, container) {
                 IdSource::Gvisor {
                     reference: if own_point.is_some() {
                         PathBuf::from(&point)
                     } else {
-                        contract::id_dir(root, container)
+                        root.join(contract::IDS_DIR)
                     },
                 }
             } else if let Some(s) = own_point.filter(|s| s.root != "/") {
@@ -866,7 +860,7 @@ mod tests {
     /// [`FakeProc::add`] with the identifying mount.
     struct FakeProc(PathBuf);
 
-    const POINT: &str = "/.kube-prestop-id/main";
+    const POINT: &str = "/.kube-prestop/state/main/created";
 
     impl FakeProc {
         fn new(name: &str, loadavg: &str) -> Self {
@@ -982,7 +976,8 @@ mod tests {
         }
     }
 
-    /// The directory `<root>/.kube-prestop-id/main` of a fake container root.
+    /// The directory `<root>/.kube-prestop/state/main/created` of a fake
+    /// container root.
     fn container_root(p: &FakeProc, name: &str) -> PathBuf {
         let root = p.0.join(format!("root-{name}"));
         std::fs::create_dir_all(root.join(POINT.trim_start_matches('/'))).unwrap();
@@ -993,7 +988,6 @@ mod tests {
     fn id_mount_source_follows_the_readers_own_mounts() {
         let p = FakeProc::new("idsrc", "0.00 0.00 0.00 0/0 0\n");
         let root = Path::new("/.kube-prestop");
-        let id_root = Path::new("/.kube-prestop-id");
         // Linux, the sidecar: the id volume's file system and root.
         let ids = "/var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop";
         let state =
@@ -1005,28 +999,28 @@ mod tests {
             ),
             "user:[1]",
         );
-        let volume = IdSource::Volume(MountSource {
+        let volume = IdSource::Volume(procfs::MountSource {
             dev: "8:1".into(),
-            root: format!("{ids}/main"),
+            root: ids.to_owned(),
         });
-        assert_eq!(id_mount(&p.0, root, id_root, "main").source, volume);
+        assert_eq!(id_mount(&p.0, root, "main").source, volume);
         // Linux, the preStop wrapper in `main` (no `id/`): its own
         // identifying mount, the same source.
         p.set_self(
             &format!(
                 "41 22 8:1 {state} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
-                 43 22 8:1 {ids}/main {POINT} ro - ext4 /dev/sda1 rw\n"
+                 43 22 8:1 {ids} {POINT} ro - ext4 /dev/sda1 rw\n"
             ),
             "user:[1]",
         );
-        assert_eq!(id_mount(&p.0, root, id_root, "main").source, volume);
-        // gVisor, the sidecar: compared with its own view of id/main.
+        assert_eq!(id_mount(&p.0, root, "main").source, volume);
+        // gVisor, the sidecar: compared with its own view of the id volume.
         p.set_self(GVISOR_SIDECAR, "user:[1]");
-        let m = id_mount(&p.0, root, id_root, "main");
+        let m = id_mount(&p.0, root, "main");
         assert_eq!(
             m.source,
             IdSource::Gvisor {
-                reference: PathBuf::from("/.kube-prestop/id/main")
+                reference: PathBuf::from("/.kube-prestop/id")
             }
         );
         assert!(m.to_string().contains("gVisor"), "{m}");
@@ -1037,20 +1031,21 @@ mod tests {
             + &gvisor_id_line(11, 16);
         p.set_self(&wrapper, "user:[1]");
         assert_eq!(
-            id_mount(&p.0, root, id_root, "main").source,
+            id_mount(&p.0, root, "main").source,
             IdSource::Gvisor {
                 reference: PathBuf::from(POINT)
             }
         );
         // A plain directory (tests): the mount point alone.
         p.set_self("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n", "user:[1]");
-        assert_eq!(id_mount(&p.0, root, id_root, "main").source, IdSource::Any);
+        assert_eq!(id_mount(&p.0, root, "main").source, IdSource::Any);
     }
 
     /// On Linux the sidecar takes the id volume's source from its own mount
     /// of it, and an older process of another container with a mount of its
-    /// own at the identifying mount point (another volume, or another pod's
-    /// `id/main` under `hostPID`) is not taken for `main`.
+    /// own at the identifying mount point (another volume, `main`'s own state
+    /// volume, or another pod's id volume under `hostPID`) is not taken for
+    /// `main`.
     #[test]
     fn a_lookalike_mount_at_the_point_is_not_taken_for_the_watched_container() {
         let p = FakeProc::new("lookalike", "0.00 0.00 0.00 0/0 0\n");
@@ -1064,12 +1059,7 @@ mod tests {
             ),
             "user:[1]",
         );
-        let m = id_mount(
-            &p.0,
-            Path::new("/.kube-prestop"),
-            Path::new("/.kube-prestop-id"),
-            "main",
-        );
+        let m = id_mount(&p.0, Path::new("/.kube-prestop"), "main");
         let t = procfs::now_ticks();
         let with_mount = |pid: i32, start: u64, root: String| {
             p.add(pid, start);
@@ -1077,8 +1067,9 @@ mod tests {
             std::fs::write(p.0.join(pid.to_string()).join("mountinfo"), line).unwrap();
         };
         with_mount(40, t, dir("a", "scratch"));
-        with_mount(41, t, format!("{}/main", dir("b", "kube-prestop")));
-        with_mount(42, t + 1, format!("{}/main", dir("a", "kube-prestop")));
+        with_mount(41, t, dir("b", "kube-prestop"));
+        with_mount(43, t, dir("a", "kube-prestop-state-main"));
+        with_mount(42, t + 1, dir("a", "kube-prestop"));
         assert_eq!(find_oldest(&p.0, &m).unwrap().map(|i| i.pid), Some(42));
         let mut s = Scanner::new(&p.0, m);
         assert_eq!(s.step(Instant::now()).unwrap().map(|i| i.pid), Some(42));
@@ -1106,9 +1097,9 @@ mod tests {
                 reference: reference.clone(),
             },
         };
-        // The line's shape: a Linux bind of id/main is not gVisor's.
+        // The line's shape: a Linux bind of the id volume is not gVisor's.
         let linux = format!(
-            "30 22 8:1 /var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop/main {POINT} ro - ext4 /dev/sda1 rw\n"
+            "30 22 8:1 /var/lib/kubelet/pods/a/volumes/kubernetes.io~empty-dir/kube-prestop {POINT} ro - ext4 /dev/sda1 rw\n"
         );
         assert_eq!(m.find(&linux), None);
         assert_eq!(m.find(&gvisor_id_line(31, 16)), Some(31));

@@ -117,16 +117,17 @@ pub enum Event {
     StartEvidence(StartEvidence),
 }
 
-/// Whether the kubelet started the watched container, asked at a stop when
+/// Whether the runtime created the watched container, asked at a stop when
 /// no instance was ever found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartEvidence {
-    /// The container's identifying-mount source (`id/X`) does not exist: the
-    /// kubelet never prepared its mounts, which it does for every start
-    /// after the image is present and before the runtime creates the
-    /// container (its image never pulled, or the pod was stopped first).
+    /// The container's identifying mount point in its state volume
+    /// (`state/X/created`) does not exist: the runtime never created the
+    /// container, which it makes when it builds the container's root file
+    /// system, after the image is present (its image never pulled, the
+    /// kubelet refused it, or the pod was stopped first).
     NotStarted,
-    /// `id/X` exists: the kubelet prepared the container's start; `kubelet`
+    /// `state/X/created` exists: the runtime created the container; `kubelet`
     /// is what the wrapper's marks say of the kubelet's own preStop (any
     /// instance's: the watcher does not know which ran). `now_ticks`: now,
     /// in clock ticks since boot (recorded as the exit time).

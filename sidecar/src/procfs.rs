@@ -149,8 +149,8 @@ pub fn unescape_mount_path(raw: &str) -> String {
 /// point (field 5) is `mount_point`, or ends with it after a `/`; `None` if
 /// there is none. The suffix form matches a container process that the
 /// runtime is still setting up: its mounts are made under the root file
-/// system's host path (`.../rootfs/.kube-prestop-id/X`) before `pivot_root`
-/// makes them `/.kube-prestop-id/X`. Only processes in the pod's PID
+/// system's host path (`.../rootfs/.kube-prestop/state/X/created`) before
+/// `pivot_root` makes them `/.kube-prestop/state/X/created`. Only processes in the pod's PID
 /// namespace are ever looked at, and no other container of the pod mounts
 /// anything at that path.
 ///
@@ -175,12 +175,14 @@ pub struct MountSource {
 ///
 /// The source matters in `hostPID` pods, where the processes of every pod on
 /// the node are visible and other pods' containers of the same name carry
-/// the same mount point: only this pod's id volume (same file system,
-/// root `<volume root>/<container>`) identifies this pod's container. In
-/// every pod it keeps another container of the pod from passing for the
-/// watched one with a mount of its own at that path (a container may make
-/// one in a user and mount namespace of its own where the runtime lets it
-/// create them): it has no mount of the id volume's `<container>` to show.
+/// the same mount point: only this pod's id volume (same file system and
+/// root) identifies this pod's container. In every pod it keeps another
+/// container of the pod from passing for the watched one with a mount of
+/// its own at that path (a container may make one in a user and mount
+/// namespace of its own where the runtime lets it create them): the id
+/// volume is mounted in no container but the sidecars (elsewhere) and the
+/// watched containers (each at its own point), and only read-only, so it
+/// has no mount of that volume at that point to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdMount {
     /// Mount point, matched as [`mountinfo_find_mount_point`] does.
@@ -196,8 +198,8 @@ pub enum IdSource {
     /// directories, where no volume is mounted).
     Any,
     /// Linux runtimes (runc, youki, crun): a bind mount of this file system
-    /// and root, the pod's volume's `id/<container>` (from the reader's own
-    /// mount of the volume, [`volume_source_of`]).
+    /// and root, the pod's id volume (from the reader's own mount of the
+    /// volume, [`id_volume_source`]).
     Volume(MountSource),
     /// gVisor: every bind mount from the host is a file system of its own
     /// in the sandbox, shown with root `/`, type `9p`, source `none` and a
@@ -207,8 +209,8 @@ pub enum IdSource {
     /// user namespace ([`same_user_namespace`]) and (2) the directory
     /// mounted there, looked at through the process's root
     /// (`/proc/PID/root/<point>`), is the one at `reference` in the
-    /// reader's view ([`same_host_dir`]): the sidecar's
-    /// `<volume>/id/<container>`, or, in the watched container (the preStop
+    /// reader's view ([`same_host_dir`]): the sidecar's `<root>/id` (the
+    /// whole id volume), or, in the watched container (the preStop
     /// wrapper), its own identifying mount.
     ///
     /// Why (1): in the sandbox, `mount(2)` needs `CAP_SYS_ADMIN` in the
@@ -299,9 +301,9 @@ pub fn same_user_namespace(proc_root: &Path, pid: i32) -> bool {
 /// system (`inoFromKey`, `pkg/sentry/fsimpl/gofer/gofer.go`), while the
 /// times are the host's (the gofer's `stat` of the host file). A process
 /// cannot set a status change time (it is the kernel's clock at the last
-/// change), so another directory does not pass for `id/<container>`, which
-/// the kubelet made and nothing changes afterwards (every container mounts
-/// it read-only). gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237.
+/// change), so another directory does not pass for the id volume's, which
+/// the kubelet made when it set the pod's volumes up and nothing changes
+/// afterwards (every container mounts it read-only). gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237.
 pub fn same_host_dir(seen: &Path, reference: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let (Ok(a), Ok(b)) = (
@@ -623,6 +625,9 @@ mod tests {
         assert!(list_pids(Path::new(PROC_ROOT)).unwrap().contains(&me));
     }
 
+    /// `main`'s identifying mount point.
+    const POINT: &str = "/.kube-prestop/state/main/created";
+
     /// A whole `emptyDir`'s directory on the node, as a bind mount of it
     /// shows its root in mountinfo.
     fn empty_dir(pod: &str, volume: &str) -> String {
@@ -644,29 +649,32 @@ mod tests {
         assert_eq!(src.dev, "8:1");
         assert_eq!(src.root, vol_a);
         let id = IdMount {
-            point: "/.kube-prestop-id/main".into(),
+            point: POINT.into(),
             source: IdSource::Volume(MountSource {
                 dev: src.dev,
-                root: format!("{}/main", src.root),
+                root: src.root,
             }),
         };
-        let other_pod =
-            format!("50 22 8:1 {vol_b}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n");
-        let this_pod =
-            format!("51 22 8:1 {vol_a}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n");
-        let other_fs =
-            format!("52 22 8:2 {vol_a}/main /.kube-prestop-id/main ro - ext4 /dev/sdb1 rw\n");
+        let other_pod = format!("50 22 8:1 {vol_b} {POINT} ro - ext4 /dev/sda1 rw\n");
+        let this_pod = format!("51 22 8:1 {vol_a} {POINT} ro - ext4 /dev/sda1 rw\n");
+        let other_fs = format!("52 22 8:2 {vol_a} {POINT} ro - ext4 /dev/sdb1 rw\n");
         // Another container of this pod with a whole volume of its own there.
         let whole = format!(
-            "53 22 8:1 {} /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n",
+            "53 22 8:1 {} {POINT} ro - ext4 /dev/sda1 rw\n",
             empty_dir("uid-a", "scratch")
         );
+        // The id volume's directory `main` (the layout with a `subPath`).
+        let sub = format!("54 22 8:1 {vol_a}/main {POINT} ro - ext4 /dev/sda1 rw\n");
+        // The sidecar's own mount of the id volume, elsewhere.
+        let elsewhere = format!("55 22 8:1 {vol_a} /.kube-prestop/id ro - ext4 /dev/sda1 rw\n");
         assert_eq!(id.find(&other_pod), None);
         assert_eq!(id.find(&this_pod), Some(51));
         assert_eq!(id.find(&other_fs), None);
         assert_eq!(id.find(&whole), None);
+        assert_eq!(id.find(&sub), None);
+        assert_eq!(id.find(&elsewhere), None);
         let any = IdMount {
-            point: "/.kube-prestop-id/main".into(),
+            point: POINT.into(),
             source: IdSource::Any,
         };
         assert_eq!(any.find(&other_pod), Some(50));
@@ -703,7 +711,7 @@ mod tests {
         let watched = format!(
             "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
              41 22 8:1 {} /.kube-prestop/state/main rw - ext4 /dev/sda1 rw\n\
-             44 22 8:1 {}/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n",
+             44 22 8:1 {} /.kube-prestop/state/main/created ro - ext4 /dev/sda1 rw\n",
             empty_dir("uid-a", "kube-prestop-state-main"),
             empty_dir("uid-a", "kube-prestop"),
         );
@@ -758,28 +766,25 @@ mod tests {
     #[test]
     fn mountinfo_matching() {
         let mi = "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-                  30 22 8:1 /kube-prestop/main /.kube-prestop-id/main ro - ext4 /dev/sda1 rw\n\
+                  30 22 8:1 /kube-prestop /.kube-prestop/state/main/created ro - ext4 /dev/sda1 rw\n\
                   31 22 8:1 /x /with\\040space rw - ext4 /dev/sda1 rw\n";
-        assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main"));
-        assert!(mountinfo_has_mount_point(mi, "/.kube-prestop-id/main/"));
-        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id/mai"));
-        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id/main2"));
-        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop-id"));
-        assert!(mountinfo_has_mount_point(mi, "/with space"));
-        let pre_pivot = "40 22 0:5 /kube-prestop/main /run/containerd/t/abc/rootfs/.kube-prestop-id/main ro - ext4 x rw\n";
-        assert!(mountinfo_has_mount_point(
-            pre_pivot,
-            "/.kube-prestop-id/main"
+        assert!(mountinfo_has_mount_point(mi, POINT));
+        assert!(mountinfo_has_mount_point(mi, &format!("{POINT}/")));
+        assert!(!mountinfo_has_mount_point(
+            mi,
+            "/.kube-prestop/state/main/create"
         ));
+        assert!(!mountinfo_has_mount_point(
+            mi,
+            "/.kube-prestop/state/main/created2"
+        ));
+        assert!(!mountinfo_has_mount_point(mi, "/.kube-prestop/state/main"));
+        assert!(mountinfo_has_mount_point(mi, "/with space"));
+        let pre_pivot = "40 22 0:5 /kube-prestop /run/containerd/t/abc/rootfs/.kube-prestop/state/main/created ro - ext4 x rw\n";
+        assert!(mountinfo_has_mount_point(pre_pivot, POINT));
         assert!(!mountinfo_has_mount_point("garbage", "/x"));
-        assert_eq!(
-            mountinfo_find_mount_point(mi, "/.kube-prestop-id/main"),
-            Some(30)
-        );
-        assert_eq!(
-            mountinfo_find_mount_point(pre_pivot, "/.kube-prestop-id/main"),
-            Some(40)
-        );
+        assert_eq!(mountinfo_find_mount_point(mi, POINT), Some(30));
+        assert_eq!(mountinfo_find_mount_point(pre_pivot, POINT), Some(40));
         assert_eq!(unescape_mount_path("a\\134b\\011"), "a\\b\t");
         assert_eq!(unescape_mount_path("trail\\04"), "trail\\04");
     }

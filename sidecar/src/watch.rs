@@ -271,12 +271,7 @@ pub fn run(mut cfg: WatchConfig) -> i32 {
         start_gate(port, listening, &armed_flag, &cfg.target.container);
     }
     let now = Instant::now();
-    let mount_point = finder::id_mount(
-        &cfg.proc_root,
-        &cfg.target.root,
-        &cfg.target.id_root,
-        &cfg.target.container,
-    );
+    let mount_point = finder::id_mount(&cfg.proc_root, &cfg.target.root, &cfg.target.container);
     let initial_pid_namespace = sender::in_initial_pid_namespace(&cfg.proc_root);
     let mut w = Watcher {
         store: StateStore::new(&cfg.target.root, &cfg.target.container),
@@ -535,9 +530,9 @@ impl Watcher {
                 self.feed(Event::StartEvidence(evidence));
             }
             Action::NotStarted => log!(
-                "container={} was never started: the kubelet did not prepare its mounts ({} is missing), so its image never became ready or the pod was stopped first; no hook is due. searched_for={} {}",
+                "container={} was never started: the runtime never created it ({} is missing), so its image never became ready or the pod was stopped first; no hook is due. searched_for={} {}",
                 self.container(),
-                self.ids_entry().display(),
+                self.created_entry().display(),
                 secs(self.searching_since.elapsed()),
                 self.scanner.stats()
             ),
@@ -545,7 +540,7 @@ impl Watcher {
                 self.missed = true;
                 let stats = self.scanner.stats();
                 log!(
-                    "warning: container={} was never seen running, and whether the kubelet started it cannot be told (the line before says why); if it ran, its hook did not run. The watcher went up to {:.3}s without a look. searched_for={} {stats}",
+                    "warning: container={} was never seen running, and whether the runtime created it cannot be told (the line before says why); if it ran, its hook did not run. The watcher went up to {:.3}s without a look. searched_for={} {stats}",
                     self.container(),
                     stats.longest_pause.as_secs_f64(),
                     secs(self.searching_since.elapsed()),
@@ -638,32 +633,30 @@ impl Watcher {
         }
     }
 
-    /// `<root>/id/X`: the source of X's identifying mount, which the kubelet
-    /// creates when it prepares X's first start ([`contract::id_sub_path`]);
-    /// the sidecar sees it read-only, the id volume being mounted whole at
-    /// [`contract::IDS_MOUNT_PATH`] ([`contract::id_dir`]).
-    fn ids_entry(&self) -> PathBuf {
-        contract::id_dir(&self.cfg.target.root, self.container())
+    /// `<root>/state/X/created`: the mount point of X's identifying mount in
+    /// X's state volume, which the runtime makes when it creates X
+    /// ([`contract::created_dir`], `docs/facts.md` K18).
+    fn created_entry(&self) -> PathBuf {
+        contract::created_dir(&self.cfg.target.root, self.container())
     }
 
-    /// [`Action::CheckStarted`]: whether the kubelet started X
-    /// ([`StartEvidence`]): `id/X` is a directory (not followed through a
-    /// link), and what the wrapper's marks say of the kubelet's preStop,
+    /// [`Action::CheckStarted`]: whether the runtime created X
+    /// ([`StartEvidence`]): `state/X/created` is a directory (not followed
+    /// through a link), and what the wrapper's marks say of the kubelet's preStop,
     /// over every `prestop-<id>` of X's state directory ([`KubeletRun::Ran`]
     /// if any ran, else [`KubeletRun::Cut`] if any was cut short). X's own
     /// processes can write marks there: a forged mark only skips X's own
     /// late hook.
     fn start_evidence(&self) -> StartEvidence {
-        let entry = self.ids_entry();
-        // The sidecar's own `id` mount: the kubelet made that directory when
-        // it prepared this sidecar. Without it (a pod injected by a webhook
-        // older than late hooks) a missing `id/X` proves nothing.
-        let ids = entry.parent().unwrap_or(&entry);
-        if !std::fs::symlink_metadata(ids).is_ok_and(|m| m.is_dir()) {
+        let entry = self.created_entry();
+        // X's state volume, mounted in this sidecar: without it a missing
+        // `state/X/created` proves nothing.
+        let state = entry.parent().unwrap_or(&entry);
+        if !std::fs::symlink_metadata(state).is_ok_and(|m| m.is_dir()) {
             log!(
-                "warning: container={}: {} is not mounted (a pod injected by an older webhook?); cannot tell whether the container was started",
+                "warning: container={}: {} is not mounted; cannot tell whether the container was started",
                 self.container(),
-                ids.display()
+                state.display()
             );
             return StartEvidence::Unreadable;
         }
@@ -977,7 +970,7 @@ impl Watcher {
 
     /// One attempt to hold `inst`'s root ([`HeldRoot::hold`]).
     fn hold_root(&self, inst: Instance) -> RootHold {
-        let mp = finder::mount_point(&self.cfg.target.id_root, &self.cfg.target.container);
+        let mp = finder::mount_point(&self.cfg.target.root, &self.cfg.target.container);
         match HeldRoot::hold(&self.cfg.proc_root, inst.pid, inst.start_time, &mp) {
             Ok(h) => RootHold::Held(h),
             Err(

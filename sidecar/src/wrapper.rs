@@ -104,7 +104,7 @@ pub fn choose(
 /// Finds `target`'s current instance ([`choose`]) and writes its
 /// `prestop-<id>` mark.
 pub fn mark(target: &Target, proc_root: &Path) -> Result<Marked, MarkError> {
-    let mp = finder::id_mount(proc_root, &target.root, &target.id_root, &target.container);
+    let mp = finder::id_mount(proc_root, &target.root, &target.container);
     let found = finder::find_oldest(proc_root, &mp).map_err(MarkError::Scan)?;
     let me = procfs::self_pid(proc_root).ok().and_then(|pid| {
         procfs::read_stat(proc_root, pid).ok().map(|st| Instance {

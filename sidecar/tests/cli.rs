@@ -230,8 +230,6 @@ fn wrapper_runs_the_command_even_when_it_cannot_mark() {
             "main",
             "--root",
             "/proc/nope",
-            "--id-root",
-            "/nonexistent",
             "--",
         ])
         .args(["sh", "-c", &format!("echo ran > {}; exit 4", out.display())])
@@ -252,7 +250,7 @@ fn wrapper_runs_the_command_even_when_it_cannot_mark() {
         "prestop",
         "--container",
         "main",
-        "--id-root",
+        "--root",
         "/nonexistent",
         "--",
         "/nonexistent/cmd",

@@ -305,11 +305,13 @@ fn a_container_the_sidecar_may_not_look_into_still_gets_its_hook() {
 fn a_sidecar_stopped_without_seeing_its_container_says_so_in_the_termination_message() {
     // Before, a missed exit had no line at all: the pod status showed
     // nothing where the hook's line should have been. A miss is what is
-    // left when the watcher cannot tell whether the kubelet started the
-    // container: here `id/main` is not the directory the kubelet makes.
+    // left when the watcher cannot tell whether the runtime created the
+    // container: here `state/main/created` is not the directory the runtime
+    // makes.
     require_root_and_util_linux();
     let pod = Pod::new("missed");
-    std::fs::write(pod.id_volume().join(C), "").unwrap();
+    std::fs::create_dir_all(pod.state()).unwrap();
+    std::fs::write(pod.id_mount_point(), "").unwrap();
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     wait_for("the watcher to arm", T, || {
         pod.state().join("armed").exists()

@@ -129,17 +129,21 @@ fn no_late_hook_when_the_kubelet_ran_the_prestop() {
 
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
-fn without_the_id_mount_a_run_never_seen_is_reported_not_guessed() {
-    // A pod injected by a webhook older than late hooks: the sidecar has no
-    // `/.kube-prestop/id`, so a missing `id/main` proves nothing.
+fn a_link_at_the_evidence_is_reported_not_followed() {
+    // `state/main/created` is what the runtime makes when it creates main;
+    // a symbolic link there (planted through main's state volume, which
+    // main and its sidecar can write) is not that directory, even when it
+    // points at one, so whether main was started cannot be told: a miss is
+    // reported, no late hook is guessed.
     require_root_and_util_linux();
-    let pod = Pod::new("late-no-mount");
-    pod.without_id_volume();
+    let pod = Pod::new("late-link");
+    std::fs::create_dir_all(pod.state()).unwrap();
+    std::os::unix::fs::symlink(pod.out(""), pod.id_mount_point()).unwrap();
     let mut sc = pod.sidecar(&telling_hook(&pod), &[]);
     terminate(&mut sc);
     let log = sc.log_text();
     assert!(pod.lines("hooks").is_empty(), "{log}");
-    assert!(log.contains("is not mounted"), "{log}");
+    assert!(log.contains("is not a directory"), "{log}");
     assert!(log.contains("was never seen running"), "{log}");
     assert!(pod.termination_message().contains("hook=missed"));
 }

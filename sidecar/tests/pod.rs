@@ -39,10 +39,10 @@ fn exit_zero_runs_the_hook_once_with_its_env() {
     hook[2] = format!("date +%s%N > {}; {}", pod.out("hook-ts").display(), hook[2]);
     let mut sc = pod.sidecar(&hook, &[]);
     // As in a pod, the identifying mount must come from the id volume the
-    // sidecar mounts at `id/`: its file system, and its root plus `/main`.
+    // sidecar mounts at `id/`: its file system and root.
     let log = sc.log_text();
     assert!(
-        log.contains("/volumes/kube-prestop/main)"),
+        log.contains("/volumes/kube-prestop)"),
         "the finder's source is not the id volume: {log}"
     );
     let ts = pod.out("exit-ts");
@@ -633,7 +633,8 @@ fn a_lookalike_mount_of_another_directory_is_not_taken_for_main() {
     let mut sc = pod.sidecar(&pod.hook(), &[]);
     let src = pod.out("lookalike-src");
     fs::create_dir_all(&src).unwrap();
-    let mp = pod.idroot().join(C);
+    let mp = pod.id_mount_point();
+    fs::create_dir_all(&mp).unwrap();
     let mut fake = pod.spawn_plain_process(&format!(
         "mount --bind {} {} && exec sleep 30",
         src.display(),

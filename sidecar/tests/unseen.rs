@@ -141,7 +141,7 @@ fn exit_found_by_the_periodic_look(infer: bool) -> (Option<Instance>, bool, Sear
     let mut m = pod.spawn_pivoting_main(&["true"]);
     let proc_root = PathBuf::from(format!("/proc/{}/root/proc", pod.init));
     let mount = IdMount {
-        point: pod.idroot().join(C).to_string_lossy().into_owned(),
+        point: pod.id_mount_point().to_string_lossy().into_owned(),
         source: IdSource::Any,
     };
     let mut scanner = Scanner::new(&proc_root, mount).infer_unseen(infer);

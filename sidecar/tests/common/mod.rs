@@ -8,9 +8,11 @@
 //! - a "main container" is made like runc makes one: `unshare --mount` creates
 //!   its mount namespace, `nsenter --target INIT --pid` forks the container
 //!   process into the pod's PID namespace (parent outside: parent PID 0), born
-//!   in its final mount namespace; it mounts the pod's `/proc` and bind-mounts
-//!   a directory at the identifying mount point `<id-root>/main` (the runtime
-//!   does that for the `subPath: main` of the id volume). Like after `runc create`, it then
+//!   in its final mount namespace; it mounts the pod's `/proc`, makes the
+//!   missing identifying mount point `vol/state/main/created` in main's state
+//!   directory and bind-mounts the whole id volume there (what the runtime
+//!   does for main's mount of the id volume inside its state volume). Like
+//!   after `runc create`, it then
 //!   waits on a FIFO (runc's "exec fifo") until the harness "starts" it, and
 //!   execs the payload.
 //!
@@ -20,9 +22,10 @@
 //! the node) bind-mounted read-only there in the pod's mount namespace,
 //! where the sidecar runs, so the finder takes the identifying mount's
 //! source from it (`IdSource::Volume`) as in a pod; the main container's
-//! identifying mount binds `volumes/kube-prestop/main`. `vol/state/main/`,
+//! identifying mount binds `volumes/kube-prestop` too. `vol/state/main/`,
 //! main's state volume, is a plain directory (read by the tests from the
-//! host).
+//! host), so the mount point the main container makes there is what the
+//! sidecar sees as `state/main/created`, the evidence of main's start.
 //!
 //! Everything is asserted from files: the hook appends a line to `out/hooks`,
 //! and the state records are in `vol/state/main/`. Waits poll with deadlines.
@@ -218,7 +221,7 @@ impl Pod {
         // `vol/id`: the sidecar's mount point of the whole id volume, which
         // the runtime makes when it creates the sidecar; `volumes/...`: the
         // id volume's directory on the node.
-        for d in ["vol/id", "idroot/main", "out", "volumes/kube-prestop"] {
+        for d in ["vol/id", "out", "volumes/kube-prestop"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
         for i in 0..12 {
@@ -276,21 +279,11 @@ impl Pod {
     pub fn id_volume(&self) -> PathBuf {
         self.dir.join("volumes").join("kube-prestop")
     }
-    /// Takes the id volume's mount away from the pod's mount namespace and
-    /// removes its mount point: a sidecar without `id/` (a pod injected by
-    /// a webhook older than late hooks).
-    pub fn without_id_volume(&self) {
-        let st = Command::new("nsenter")
-            .arg(format!("--target={}", self.init))
-            .args(["--mount", "--", "umount"])
-            .arg(self.vol().join("id"))
-            .status()
-            .unwrap();
-        assert!(st.success(), "umount: {st}");
-        fs::remove_dir(self.vol().join("id")).unwrap();
-    }
-    pub fn idroot(&self) -> PathBuf {
-        self.dir.join("idroot")
+    /// Main's identifying mount point, `vol/state/main/created`: in main's
+    /// mount namespace the id volume's mount, in the sidecar's the plain
+    /// directory the "runtime" made for it.
+    pub fn id_mount_point(&self) -> PathBuf {
+        self.state().join("created")
     }
     pub fn out(&self, f: &str) -> PathBuf {
         self.dir.join("out").join(f)
@@ -398,8 +391,6 @@ impl Pod {
             .arg(bin())
             .args(["watch", "--container", C, "--root"])
             .arg(self.vol())
-            .arg("--id-root")
-            .arg(self.idroot())
             .arg("--termination-message")
             .arg(self.dir.join("termination-log"))
             .args(flags)
@@ -463,7 +454,7 @@ impl Pod {
             fifo = fifo.display()
         );
         let main = self.spawn_main(script, payload, fifo);
-        let (pid, mp) = (main.pid, format!(" {} ", self.idroot().join(C).display()));
+        let (pid, mp) = (main.pid, format!(" {} ", self.id_mount_point().display()));
         wait_for("the main container's identifying mount", T, || {
             fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| m.contains(&mp))
         });
@@ -478,9 +469,9 @@ impl Pod {
     /// binds, a service-account token and a volume): one `mount` each.
     fn main_setup(&self, rootfs: bool) -> String {
         let mut s = format!(
-            "mount -t proc proc /proc && mount --bind {src} {mp} || exit 99",
-            src = self.kubelet_prepares_mounts().display(),
-            mp = self.idroot().join(C).display(),
+            "mount -t proc proc /proc && mkdir -p {mp} && mount --bind {src} {mp} || exit 99",
+            src = self.id_volume().display(),
+            mp = self.id_mount_point().display(),
         );
         if rootfs {
             for i in 0..12 {
@@ -491,20 +482,6 @@ impl Pod {
             }
         }
         s
-    }
-
-    /// What the kubelet does before it asks the runtime to create the main
-    /// container: it makes the identifying mount's source, the directory
-    /// `main` of the id volume (`vol/id/main` as the sidecar sees it), a
-    /// missing `subPath` (`makeMounts`, Kubernetes v1.37.2), which tells the
-    /// watcher the container was started. Returns it: the stand-ins bind it
-    /// at the identifying mount point, so their mount has the sidecar's id
-    /// mount's file system and root plus `/main`. Not done for a process
-    /// exec'd into a container.
-    fn kubelet_prepares_mounts(&self) -> PathBuf {
-        let src = self.id_volume().join(C);
-        fs::create_dir_all(&src).unwrap();
-        src
     }
 
     /// `unshare --mount ... nsenter --pid ... sh -c`, waiting for the script.
@@ -527,11 +504,11 @@ impl Pod {
         let root = self.dir.join(format!("root-{}", self.next_main));
         fs::create_dir_all(&root).unwrap();
         let script = format!(
-            "read _ < {gate}; mount --rbind / {root} && mount --bind {src} {root}{mp} && cd {root} && pivot_root . . && umount -l . && cd / || exit 97; exec \"$@\"",
+            "read _ < {gate}; mount --rbind / {root} && mkdir -p {root}{mp} && mount --bind {src} {root}{mp} && cd {root} && pivot_root . . && umount -l . && cd / || exit 97; exec \"$@\"",
             gate = gate.display(),
             root = root.display(),
-            src = self.kubelet_prepares_mounts().display(),
-            mp = self.idroot().join(C).display(),
+            src = self.id_volume().display(),
+            mp = self.id_mount_point().display(),
         );
         self.spawn_main(script, payload, gate)
     }
@@ -655,8 +632,6 @@ impl Pod {
             .arg(bin())
             .args(["prestop", "--container", C, "--root"])
             .arg(self.vol())
-            .arg("--id-root")
-            .arg(self.idroot())
             .arg("--")
             .args(hook)
             .stdin(Stdio::null());

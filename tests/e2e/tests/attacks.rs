@@ -317,7 +317,8 @@ async fn the_policy_refuses_the_webhook_account_any_other_config_map() -> Result
 /// for it (bounded); then it tries to rename the binary's directory away,
 /// overwrite the binary, plant a file beside it, forge `b`'s `done-` and
 /// `prestop-` records for that instance (a file, a link), make `b`'s state
-/// directory, and write into `/.kube-prestop` itself (not a mount: the
+/// directory and the evidence of `b`'s start in it (`created`, a faked
+/// start), and write into `/.kube-prestop` itself (not a mount: the
 /// parent the runtime made for the mount points). Each attempt appends
 /// `<what>: ok` or `<what>: refused: <error>` to `/records/attack`; before
 /// them, the owner and mode of its own state directory (its state volume,
@@ -330,7 +331,7 @@ id=
 i=0
 while [ -z "$id" ] && [ "$i" -lt 300 ]; do
   for p in /proc/[0-9]*; do
-    grep -q ' /.kube-prestop-id/b ' "$p/mountinfo" 2>/dev/null || continue
+    grep -q ' /.kube-prestop/state/b/created ' "$p/mountinfo" 2>/dev/null || continue
     set -- $(cat "$p/stat" 2>/dev/null)
     [ "$4" = 0 ] && id="$1-${22}" && break
   done
@@ -346,6 +347,7 @@ try forge-done sh -c "echo outcome=ran > /.kube-prestop/state/b/done-$id"
 try forge-prestop sh -c "echo wrapper_pid=1 > /.kube-prestop/state/b/prestop-$id"
 try forge-link ln -s /dev/null "/.kube-prestop/state/b/prestop-$id"
 try make-dir mkdir /.kube-prestop/state/b
+try forge-created mkdir /.kube-prestop/state/b/created
 try write-root sh -c 'echo x > /.kube-prestop/planted'
 log "b-instance: $id"
 "#;
@@ -357,7 +359,7 @@ log "b-instance: $id"
 /// `b`'s state volume is not mounted in `a` at all (`ENOENT`, "nonexistent
 /// directory"; `EACCES` or `EROFS` for what `a`, not root, would make in the
 /// root-owned directories the runtime made for the mount points).
-const REFUSED: [(&str, &[&str]); 8] = [
+const REFUSED: [(&str, &[&str]); 9] = [
     (
         "bin-rename",
         &[
@@ -378,6 +380,10 @@ const REFUSED: [(&str, &[&str]); 8] = [
     ),
     ("forge-link", &["No such file or directory"]),
     ("make-dir", &["Permission denied", "Read-only file system"]),
+    (
+        "forge-created",
+        &["No such file or directory", "nonexistent directory"],
+    ),
     (
         "write-root",
         &["Permission denied", "Read-only file system"],
