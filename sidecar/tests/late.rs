@@ -3,10 +3,10 @@
 //! The watcher is stopped (`SIGSTOP`, standing in for a CPU-starved sidecar)
 //! from before the main container is set up until after it is gone, so no
 //! look of it ever sees the container's process. What decides the outcome at
-//! the sidecar's stop is what the kubelet leaves behind: `id/main`, which it
-//! makes when it prepares the container's mounts (the stand-in's
-//! [`Pod`] does the same before it creates a main container), and the
-//! wrapper's marks when the kubelet ran the preStop itself.
+//! the sidecar's stop is what the runtime leaves behind: `state/main/created`,
+//! the mount point it makes in main's state volume when it creates the
+//! container (the stand-in's [`Pod`] makes it the same way, as root), and
+//! the wrapper's marks when the kubelet ran the preStop itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -168,4 +168,25 @@ fn a_late_hook_that_cannot_start_is_recorded_as_such_not_as_cut() {
         !after_exit.contains("kube-prestop:"),
         "nothing is logged after exiting: {log}"
     );
+}
+
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn evidence_not_owned_by_root_is_reported_not_taken() {
+    // Another container running as main's sidecar's user can reach main's
+    // state volume through /proc/PID/root of the sidecar and make `created`
+    // before main exists: that directory is its user's, not root's as the
+    // runtime makes it, so no late hook runs for a main that never ran.
+    // Before the owner check this ran one late hook.
+    require_root_and_util_linux();
+    let pod = Pod::new("late-forged");
+    std::fs::create_dir_all(pod.id_mount_point()).unwrap();
+    std::os::unix::fs::chown(pod.id_mount_point(), Some(1000), Some(1000)).unwrap();
+    let mut sc = pod.sidecar(&telling_hook(&pod), &[]);
+    terminate(&mut sc);
+    let log = sc.log_text();
+    assert!(pod.lines("hooks").is_empty(), "{log}");
+    assert!(log.contains("is owned by UID 1000"), "{log}");
+    assert!(log.contains("was never seen running"), "{log}");
+    assert!(pod.termination_message().contains("hook=missed"));
 }
