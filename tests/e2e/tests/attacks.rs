@@ -421,9 +421,10 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
             )
             .await?;
             // Each hook (run by its sidecar, which mounts the id volume
-            // read-only) also tries to fake another container's start, and
-            // to write into the other container's state volume (read-only
-            // in its sidecar).
+            // read-only) also tries to write into the id volume, the source
+            // that identifies a watched container, and into the other
+            // container's state volume (read-only in its sidecar), where
+            // `created` would fake that container's start.
             let hook = "echo $KUBE_PRESTOP_CONTAINER >> /records/hooks; \
                         out=$(mkdir /.kube-prestop/id/forged 2>&1) && r=ok || r=\"refused: $out\"; \
                         echo \"$KUBE_PRESTOP_CONTAINER forge-start: $r\" >> /records/forge; \
@@ -493,7 +494,7 @@ async fn a_container_cannot_replace_the_binary_or_forge_another_containers_recor
                         && ["Read-only file system", "Permission denied"]
                             .iter()
                             .any(|e| l.contains(e)),
-                    "a hook could make a directory under id/ (a faked start): {forged:?}"
+                    "a hook could make a directory in the id volume (mounted read-only everywhere): {forged:?}"
                 );
             }
             // Each sidecar sees the other's state volume, read-only.
