@@ -151,6 +151,12 @@ impl Refusal {
     }
 }
 
+/// The admission warning of a pod admitted without injection because of
+/// `error` (failure mode `allow`).
+pub(super) fn allowed_warning(error: &PodError) -> String {
+    format!("kube-prestop: pod admitted without the preStop sidecar: {error}")
+}
+
 /// `response` for a pod that cannot be injected because of `error`, under
 /// `mode`: allowed with the error as the first warning, or refused with
 /// [`Refusal::of_pod_error`]'s status. `pod_name` is the pod's
@@ -163,10 +169,10 @@ pub(super) fn apply(
 ) -> AdmissionResponse {
     match mode {
         FailureMode::Allow => {
-            response.warnings.get_or_insert_with(Vec::new).insert(
-                0,
-                format!("kube-prestop: pod admitted without the preStop sidecar: {error}"),
-            );
+            response
+                .warnings
+                .get_or_insert_with(Vec::new)
+                .insert(0, allowed_warning(error));
         }
         FailureMode::Deny => {
             response.allowed = false;
