@@ -12,8 +12,11 @@ use super::error::PodError;
 /// What to do with a pod the engine cannot handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailureMode {
-    /// Admit the pod unmodified, with an admission warning (default: a bug
-    /// of ours never blocks a Job's pods).
+    /// Admit the pod without injection, with an admission warning, and, for
+    /// an error [`PodError::annotates_the_pod`], a patch that only writes
+    /// `kube-prestop.io/skipped` (the warning's text, for a controller's
+    /// pods, whose warnings nobody sees) (default: a bug of ours never
+    /// blocks a Job's pods).
     #[default]
     Allow,
     /// Deny the pod (fail closed).
