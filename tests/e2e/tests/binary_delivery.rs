@@ -6,8 +6,9 @@
 //! ConfigMap only for pods pinned to an architecture, never for an unpinned
 //! one; a pod pinned to an architecture no binary is shipped for is
 //! admitted uninjected, saying why in `kube-prestop.io/skipped`. Each
-//! function is named after its case; they run one at a time (`make e2e` uses `--test-threads=1`) because the fake nodes
-//! change what every pod of the cluster gets. The fall-back from an image
+//! function is named after its case; they run one at a time (`make e2e`
+//! uses `--test-threads=1`) because the fake nodes change what every pod of
+//! the cluster gets. The fall-back from an image
 //! volume a node's runtime cannot mount to the ConfigMap and the install
 //! init container is in `scenarios.rs`
 //! (`image_volume_unsupported_falls_back_to_config_map_then_install_container`).
