@@ -44,6 +44,22 @@ pub const STATUS: &str = "kube-prestop.io/status";
 pub const STATUS_INJECTED: &str = "injected";
 /// Written on injection: the webhook crate's version.
 pub const VERSION: &str = "kube-prestop.io/version";
+/// Written on a pod admitted without the sidecar because it cannot be
+/// injected under the failure mode `allow` (an [`EngineError`], or a pod
+/// the patch would take over the size bound), or because it opted in
+/// ([`INJECT`] `"true"`) and is skipped anyway: `<reason>: <message>`
+/// ([`skipped_value`]), where `<reason>` is the decision's stable
+/// metric/log label (e.g. `mount_path_conflict`, `restart_policy_always`)
+/// and `<message>` the admission warning's text after its `kube-prestop:`
+/// prefix, at most [`MAX_SKIPPED_MESSAGE_BYTES`]. The admission warning
+/// alone is dropped by a controller creating the pod (the Job controller);
+/// this annotation stays on the pod. Never written on a pod skipped for
+/// an ordinary reason it did not opt in against, nor on a refused one
+/// (failure mode `deny`).
+pub const SKIPPED: &str = "kube-prestop.io/skipped";
+/// Longest `<message>` of [`SKIPPED`]'s value, in bytes (its `…` included
+/// when it is cut).
+pub const MAX_SKIPPED_MESSAGE_BYTES: usize = 1024;
 /// kubectl's default container for `logs`/`exec`; set to `spec.containers[0]`
 /// (kubectl's own default without it, never an init container) when the pod
 /// does not set it.
@@ -120,7 +136,25 @@ impl StartGate {
     }
 }
 /// The annotations under [`PREFIX`] the webhook writes.
-pub const WRITTEN: [&str; 2] = [STATUS, VERSION];
+pub const WRITTEN: [&str; 3] = [STATUS, VERSION, SKIPPED];
+
+/// [`SKIPPED`]'s value: `<label>: <message>`, the message cut to at most
+/// [`MAX_SKIPPED_MESSAGE_BYTES`] on a character boundary and ended with
+/// `…` when cut.
+pub fn skipped_value(label: &str, message: &str) -> String {
+    const MARK: &str = "…";
+    let message = if message.len() <= MAX_SKIPPED_MESSAGE_BYTES {
+        std::borrow::Cow::Borrowed(message)
+    } else {
+        let mut end = MAX_SKIPPED_MESSAGE_BYTES - MARK.len();
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let kept = message.get(..end).unwrap_or_default();
+        std::borrow::Cow::Owned(format!("{kept}{MARK}"))
+    };
+    format!("{label}: {message}")
+}
 
 /// Largest Damerau-Levenshtein distance (edits, a swap of two adjacent
 /// characters counting as one) between an unknown key and a known one for
@@ -817,6 +851,7 @@ mod tests {
             (CONTAINERS, "main"),
             (STATUS, STATUS_INJECTED),
             (VERSION, "0.1.0"),
+            (SKIPPED, "restart_policy_always: x"),
             ("example.com/contianers", "x"),
         ]);
         let unknown = unknown_annotations(Some(&a));
@@ -971,5 +1006,39 @@ mod tests {
             (r.cpu_request.0.as_str(), r.cpu_limit.0.as_str()),
             ("1000m", "1")
         );
+    }
+
+    #[test]
+    fn skipped_value_is_the_label_and_the_message_cut_on_a_character_boundary() {
+        assert_eq!(
+            skipped_value("mount_path_conflict", "container \"main\" already mounts"),
+            "mount_path_conflict: container \"main\" already mounts"
+        );
+        let whole = "é".repeat(MAX_SKIPPED_MESSAGE_BYTES / 2);
+        assert_eq!(skipped_value("l", &whole), format!("l: {whole}"));
+        // One byte over: cut, each `é` two bytes, `…` three.
+        let over = format!("x{whole}");
+        let value = skipped_value("l", &over);
+        let message = value.strip_prefix("l: ").unwrap();
+        assert!(message.ends_with('…'), "{message}");
+        assert!(
+            message.len() <= MAX_SKIPPED_MESSAGE_BYTES,
+            "{}",
+            message.len()
+        );
+        assert!(
+            message.len() >= MAX_SKIPPED_MESSAGE_BYTES - 4,
+            "{}",
+            message.len()
+        );
+        assert!(over.starts_with(message.trim_end_matches('…')));
+        // Four-byte characters, every cut point.
+        for extra in 0..4 {
+            let long = format!("{}{}", "a".repeat(extra), "😀".repeat(400));
+            let value = skipped_value("l", &long);
+            let message = value.strip_prefix("l: ").unwrap();
+            assert!(message.len() <= MAX_SKIPPED_MESSAGE_BYTES);
+            assert!(long.starts_with(message.strip_suffix('…').unwrap()));
+        }
     }
 }

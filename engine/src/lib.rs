@@ -117,8 +117,9 @@ pub enum OwnerHint {
     Unowned,
 }
 
-/// A pod the engine cannot handle. The server admits it unmodified (or
-/// denies it, if configured to) with a warning naming the error.
+/// A pod the engine cannot handle. The server admits it uninjected with a
+/// warning naming the error and the annotation
+/// [`annotations::SKIPPED`] (or denies it, if configured to).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
     /// The pod is malformed (e.g. it has no spec).

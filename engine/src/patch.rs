@@ -230,6 +230,23 @@ fn set_map<'a>(
     }
 }
 
+/// The operations that set `entries` among `pod`'s annotations and change
+/// nothing else, as the injection's patch sets its own ([`operations`]):
+/// the whole `metadata.annotations` map when the pod has none, else one
+/// `add` per entry whose value differs (an `add` of a member replaces an
+/// existing value). The webhook writes
+/// [`annotations::SKIPPED`](crate::annotations::SKIPPED) with it.
+pub fn annotation_operations<'a>(pod: &Pod, entries: &'a [(String, String)]) -> Vec<Operation<'a>> {
+    let mut ops = Vec::with_capacity(entries.len());
+    set_map(
+        &mut ops,
+        "annotations",
+        pod.metadata.annotations.as_ref(),
+        entries,
+    );
+    ops
+}
+
 /// The JSON Patch of `mutation` on `pod` as a `json_patch::Patch`.
 ///
 /// Errors: a value that cannot be serialized (cannot happen for the
@@ -381,5 +398,37 @@ mod tests {
             || p.contains("default-container")
             || p.contains("shareProcessNamespace")));
         assert!(paths.iter().any(|p| p.contains("version")));
+    }
+
+    #[test]
+    fn annotation_operations_set_only_those_annotations() {
+        let entry = vec![(annotations::SKIPPED.to_owned(), "l: m".to_owned())];
+        let apply = |pod: &Pod| {
+            let ops = annotation_operations(pod, &entry);
+            let patch: Patch = serde_json::from_slice(&serde_json::to_vec(&ops).unwrap()).unwrap();
+            let mut doc = serde_json::to_value(pod).unwrap();
+            json_patch::patch(&mut doc, &patch).unwrap();
+            (paths(&patch), doc)
+        };
+        // No annotations: the map, whole.
+        let mut pod = job_pod(Value::Null);
+        pod.metadata.annotations = None;
+        let (paths_, doc) = apply(&pod);
+        assert_eq!(paths_, ["/metadata/annotations"]);
+        assert_eq!(
+            doc["metadata"]["annotations"],
+            json!({"kube-prestop.io/skipped": "l: m"})
+        );
+        // Beside the user's, and over an older value.
+        let pod = job_pod(json!({"a": "b", "kube-prestop.io/skipped": "old"}));
+        let (paths_, doc) = apply(&pod);
+        assert_eq!(paths_, ["/metadata/annotations/kube-prestop.io~1skipped"]);
+        assert_eq!(
+            doc["metadata"]["annotations"],
+            json!({"a": "b", "kube-prestop.io/skipped": "l: m"})
+        );
+        // Already that value: nothing.
+        let pod = job_pod(json!({"kube-prestop.io/skipped": "l: m"}));
+        assert!(annotation_operations(&pod, &entry).is_empty());
     }
 }

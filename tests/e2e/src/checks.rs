@@ -120,6 +120,11 @@ pub fn ensure_untouched(pod: &Pod, containers: &[&str]) -> Result<()> {
         !annotations.contains_key("kube-prestop.io/status"),
         "pod {name} carries kube-prestop.io/status: {annotations:?}"
     );
+    // Skipped for a reason it did not opt in against: not even why.
+    ensure!(
+        !annotations.contains_key(SKIPPED),
+        "pod {name} carries {SKIPPED}: {annotations:?}"
+    );
     ensure!(
         pod.spec
             .as_ref()
@@ -128,6 +133,31 @@ pub fn ensure_untouched(pod: &Pod, containers: &[&str]) -> Result<()> {
         "pod {name} got shareProcessNamespace"
     );
     Ok(())
+}
+
+/// The annotation the webhook writes on a pod it admits without injection,
+/// saying why (`<reason>: <message>`).
+pub const SKIPPED: &str = "kube-prestop.io/skipped";
+
+/// Checks that `pod` was admitted without injection (no sidecar, no
+/// `kube-prestop.io/status`) and carries [`SKIPPED`] with `reason`, the
+/// decision's label; returns the annotation's value.
+pub fn ensure_skipped(pod: &Pod, reason: &str) -> Result<String> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    ensure!(
+        !annotations.contains_key("kube-prestop.io/status"),
+        "pod {name} was injected: {annotations:?}"
+    );
+    let Some(note) = annotations.get(SKIPPED) else {
+        anyhow::bail!("pod {name} has no {SKIPPED}: {annotations:?}");
+    };
+    let (label, message) = note.split_once(": ").unwrap_or((note.as_str(), ""));
+    ensure!(
+        label == reason && !message.is_empty() && message.len() <= 1024,
+        "pod {name}: {SKIPPED} is {note:?}, expected \"{reason}: <message>\""
+    );
+    Ok(note.clone())
 }
 
 /// Lines of `logs` containing `needle`.

@@ -5,8 +5,9 @@
 //!   the webhook configuration does not select, makes the webhook write
 //!   nothing there (before, it created the ~1 MiB sidecar ConfigMap);
 //! - a pod that the patch would take past the documented size bound is
-//!   admitted unmodified under the default failure mode (before, the patched
-//!   pod was refused by the API server after the webhook answered);
+//!   admitted uninjected under the default failure mode, with only
+//!   `kube-prestop.io/skipped` added (before, the patched pod was refused by
+//!   the API server after the webhook answered);
 //! - the chart's ValidatingAdmissionPolicy refuses the webhook's ServiceAccount
 //!   any ConfigMap but its own sidecar-binary ones in selected namespaces;
 //! - a container of an injected pod that tries to replace the sidecar
@@ -36,7 +37,9 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use kube_prestop_e2e::checks::{ensure_injected, ensure_sidecar_hooks, has_install_container};
+use kube_prestop_e2e::checks::{
+    ensure_injected, ensure_sidecar_hooks, ensure_skipped, has_install_container,
+};
 use kube_prestop_e2e::fixtures::{container, job, pod_spec, set};
 use kube_prestop_e2e::metrics::{sum, webhook_replica_metrics};
 use kube_prestop_e2e::nodes::FakeNode;
@@ -192,8 +195,9 @@ async fn crafted_review_for_an_unselected_namespace_writes_nothing() -> Result<(
 
 /// A pod that opts in and whose watched container carries 900 KiB of env:
 /// the sidecar would copy it, taking the pod past the 1.5 MiB bound. Under
-/// the chart's default failure mode it is admitted unmodified (the API
-/// server stores it), and the webhook counts `pod_too_large`.
+/// the chart's default failure mode it is admitted uninjected (the API
+/// server stores it) with only `kube-prestop.io/skipped: pod_too_large:
+/// ...` added, and the webhook counts `pod_too_large`.
 #[tokio::test]
 async fn a_pod_the_patch_would_take_too_large_is_admitted_unmodified() -> Result<()> {
     init_tracing();
@@ -219,6 +223,11 @@ async fn a_pod_the_patch_would_take_too_large_is_admitted_unmodified() -> Result
             ensure!(
                 !names.contains(&sidecar_name("main")),
                 "the oversize pod was injected: {names:?}"
+            );
+            let note = ensure_skipped(&created, "pod_too_large")?;
+            ensure!(
+                note.contains("admitted without the preStop sidecar"),
+                "{note}"
             );
             poll_until(WAIT, Duration::from_millis(500), || {
                 let client = client.clone();

@@ -5,9 +5,10 @@
 //! created through the API beside the real node, no kubelet) the
 //! ConfigMap only for pods pinned to an architecture, never for an unpinned
 //! one; a pod pinned to an architecture no binary is shipped for is
-//! admitted unmodified. Each function is named after its case; they run one
-//! at a time (`make e2e` uses `--test-threads=1`) because the fake nodes
-//! change what every pod of the cluster gets. The fall-back from an image
+//! admitted uninjected, saying why in `kube-prestop.io/skipped`. Each
+//! function is named after its case; they run one at a time (`make e2e`
+//! uses `--test-threads=1`) because the fake nodes change what every pod of
+//! the cluster gets. The fall-back from an image
 //! volume a node's runtime cannot mount to the ConfigMap and the install
 //! init container is in `scenarios.rs`
 //! (`image_volume_unsupported_falls_back_to_config_map_then_install_container`).
@@ -20,7 +21,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
     binary_config_map, binary_delivery, binary_image_volume, config_map_binary, ensure_injected,
-    ensure_sidecar_hooks, has_install_container,
+    ensure_sidecar_hooks, ensure_skipped, has_install_container,
 };
 use kube_prestop_e2e::fixtures::{container, job, pod_spec, set};
 use kube_prestop_e2e::metrics::{sum, webhook_replica_metrics};
@@ -241,8 +242,10 @@ async fn mixed_cluster(client: &Client) -> Result<()> {
 }
 
 /// A pod pinned to an architecture kube-prestop ships no binary for
-/// (s390x) is admitted unmodified (failure mode allow), with a log line
-/// and the `unsupported_architecture` error counted.
+/// (s390x) is admitted uninjected (failure mode allow), carrying
+/// `kube-prestop.io/skipped: unsupported_architecture: ...` (a dry run
+/// gets the webhook's patch like a real create), with a log line and the
+/// `unsupported_architecture` error counted.
 #[tokio::test]
 async fn pod_pinned_to_an_unshipped_architecture_is_admitted_unmodified() -> Result<()> {
     init_tracing();
@@ -268,6 +271,8 @@ async fn pod_pinned_to_an_unshipped_architecture_is_admitted_unmodified() -> Res
                 .is_none(),
             "a pod pinned to s390x was injected"
         );
+        let note = ensure_skipped(&got, "unsupported_architecture")?;
+        ensure!(note.contains("s390x"), "{note}");
         let after: f64 = webhook_replica_metrics(&client)
             .await?
             .iter()

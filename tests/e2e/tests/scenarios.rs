@@ -31,8 +31,8 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
     HOOK_SKIPPED_KUBELET, HOOK_STARTED, binary_config_map, config_map_binary, container_running,
-    container_status, count_lines, ensure_injected, ensure_sidecar_hooks, ensure_untouched,
-    has_install_container, phase, sidecar_logs,
+    container_status, count_lines, ensure_injected, ensure_sidecar_hooks, ensure_skipped,
+    ensure_untouched, has_install_container, phase, sidecar_logs,
 };
 use kube_prestop_e2e::fixtures::{container, job, label_namespace, pod_spec, set, tag_image};
 use kube_prestop_e2e::metrics::admissions_total;
@@ -1201,6 +1201,10 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, guaranteed_pod_stays_guaranteed),
         scenario!(client, killed_sidecar_restarts_and_hook_runs_once),
         scenario!(client, job_deleted_during_hook_lets_it_finish),
+        scenario!(
+            client,
+            mount_under_our_path_is_admitted_uninjected_saying_why
+        ),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
 }
@@ -1326,6 +1330,38 @@ fn simple_job(name: &str, with_prestop: bool, annotations: serde_json::Value) ->
             "spec": { "restartPolicy": "Never", "terminationGracePeriodSeconds": 5, "containers": [c] }
         } }
     }))?)
+}
+
+/// A Job whose container mounts a volume under `/.kube-prestop`, where our
+/// volumes go: the engine error `mount_path_conflict`. Under the chart's
+/// default failure mode the pod is admitted uninjected and the Job runs;
+/// the Job controller drops the admission warning, so the pod carries
+/// `kube-prestop.io/skipped` saying why.
+async fn mount_under_our_path_is_admitted_uninjected_saying_why(client: Client) -> Result<()> {
+    with_scenario(
+        &client.clone(),
+        "kpt-mount-conflict",
+        |ns, _rec| async move {
+            let name = "mount-conflict";
+            let mut j = serde_json::to_value(simple_job(name, true, json!({}))?)?;
+            let spec = &mut j["spec"]["template"]["spec"];
+            spec["volumes"] = json!([{ "name": "mine", "emptyDir": {} }]);
+            spec["containers"][0]["volumeMounts"] =
+                json!([{ "name": "mine", "mountPath": "/.kube-prestop/mine" }]);
+            let j: Job = serde_json::from_value(j)?;
+            let pod = plain_job_pod(&client, &ns, name, &j).await?;
+            let names = kube_prestop_e2e::container_names(&pod);
+            ensure!(names == [C], "the pod was changed: containers {names:?}");
+            let note = ensure_skipped(&pod, "mount_path_conflict")?;
+            ensure!(
+                note.contains("admitted without the preStop sidecar")
+                    && note.contains("\"/.kube-prestop/mine\""),
+                "{note}"
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Unlabelled namespace, opted-out pod, pod without preStop, kube-system

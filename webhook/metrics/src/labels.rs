@@ -18,7 +18,8 @@ pub enum DecisionLabel {
     Skip,
     /// Not a pod CREATE: answered allowed, without looking at the object.
     Ignored,
-    /// An engine error or an unreadable pod: admitted unmodified or denied,
+    /// An engine error or an unreadable pod: admitted uninjected (an engine
+    /// error's pod annotated with `kube-prestop.io/skipped`) or denied,
     /// per the failure mode.
     Error,
     /// Not an AdmissionReview (HTTP 400), or a body too large (HTTP 413).

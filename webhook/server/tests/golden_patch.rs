@@ -8,9 +8,12 @@
 //! * an injected case answers with a patch that, applied to the input as
 //!   sent, gives exactly `expected.yaml`, and a second review of that output
 //!   answers with no patch;
-//! * a skipped case answers allowed with no patch;
-//! * an error case answers allowed (failing open) with no patch and a
-//!   warning.
+//! * a skipped case answers allowed with no patch, unless the pod opted in
+//!   (`kube-prestop.io/inject: "true"`): then a patch that only writes
+//!   `kube-prestop.io/skipped` with the skip reason and the warning's text;
+//! * an error case answers allowed (failing open) with a warning and a
+//!   patch that only writes `kube-prestop.io/skipped` with the error's
+//!   label and the warning's text.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -121,13 +124,40 @@ async fn webhook_patch_gives_the_golden_output() {
         };
         let outcome = admit("u1", &input);
         let (response, patch) = answer_of(&case, &outcome, "u1");
-        if expected.get("skip").is_some() {
+        if let Some(skip) = expected.get("skip").and_then(Value::as_str) {
             assert_eq!(outcome.decision, DecisionLabel::Skip, "{case}");
-            assert!(patch.is_none(), "{case}: {response}");
-        } else if expected.get("error").is_some() {
+            let opted_in = input["metadata"]["annotations"]["kube-prestop.io/inject"] == "true"
+                && skip != "already_injected";
+            if opted_in {
+                let text = format!(
+                    "{skip}: kube-prestop.io/inject is \"true\" but the pod is not injected: {}",
+                    expected["reason"].as_str().unwrap()
+                );
+                assert_only_skipped(&case, &input, patch.as_ref(), &text);
+            } else {
+                assert!(patch.is_none(), "{case}: {response}");
+            }
+        } else if let Some(error) = expected.get("error").and_then(Value::as_str) {
             assert_eq!(outcome.decision, DecisionLabel::Error, "{case}");
-            assert!(patch.is_none(), "{case}: {response}");
             assert!(response["warnings"].is_array(), "{case}: {response}");
+            let text = format!(
+                "{error}: pod admitted without the preStop sidecar: {}",
+                expected["message"].as_str().unwrap()
+            );
+            assert_only_skipped(&case, &input, patch.as_ref(), &text);
+            // Under deny: refused, no patch.
+            let denied = review(
+                &body("u3", &namespace, &input),
+                &cache,
+                &config,
+                FailureMode::Deny,
+            );
+            let denied: Value = serde_json::from_slice(&denied.body()).unwrap();
+            assert_eq!(denied["response"]["allowed"], false, "{case}: {denied}");
+            assert!(
+                denied["response"].get("patch").is_none(),
+                "{case}: {denied}"
+            );
         } else {
             assert_eq!(outcome.decision, DecisionLabel::Inject, "{case}");
             let patch = patch.unwrap_or_else(|| panic!("{case}: no patch: {response}"));
@@ -147,4 +177,25 @@ async fn webhook_patch_gives_the_golden_output() {
         }
     }
     assert!(injected >= 10, "only {injected} injected cases");
+}
+
+/// `patch` applied to `input` gives `input` with only the annotation
+/// `kube-prestop.io/skipped: <text>` added.
+fn assert_only_skipped(case: &str, input: &Value, patch: Option<&json_patch::Patch>, text: &str) {
+    let patch = patch.unwrap_or_else(|| panic!("{case}: no kube-prestop.io/skipped patch"));
+    let mut patched = input.clone();
+    json_patch::patch(&mut patched, patch)
+        .unwrap_or_else(|e| panic!("{case}: patch does not apply: {e}"));
+    let mut expected = input.clone();
+    let metadata = expected["metadata"].as_object_mut().unwrap();
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if annotations.is_null() {
+        *annotations = json!({});
+    }
+    annotations["kube-prestop.io/skipped"] = json!(text);
+    assert!(
+        patched == expected,
+        "{case}: the patch does more than write kube-prestop.io/skipped: {}",
+        serde_json::to_string_pretty(&json_patch::diff(&expected, &patched)).unwrap()
+    );
 }

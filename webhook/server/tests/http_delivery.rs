@@ -64,7 +64,8 @@ fn affinity(arch: &str) -> Value {
 }
 
 /// The delivery of the injected pod: `imageVolume`, `configMap:<name>` or
-/// `installContainer`; `none` when not injected.
+/// `installContainer`; `none` when not injected (no patch, or one that
+/// only writes `kube-prestop.io/skipped`).
 async fn delivery(server: &TestServer, pod: Value) -> (String, Value) {
     let (status, body) = server
         .mutate(review("u", "pods", "CREATE", pod.clone()).to_string())
@@ -74,8 +75,15 @@ async fn delivery(server: &TestServer, pod: Value) -> (String, Value) {
     let Some(patch) = patch_of(&response) else {
         return ("none".to_owned(), response);
     };
-    let mut out = pod;
+    let mut out = pod.clone();
     json_patch::patch(&mut out, &patch).unwrap();
+    let mut only_skipped = pod;
+    only_skipped["metadata"]["annotations"]["kube-prestop.io/skipped"] =
+        out["metadata"]["annotations"]["kube-prestop.io/skipped"].clone();
+    if out["metadata"]["annotations"]["kube-prestop.io/skipped"].is_string() && out == only_skipped
+    {
+        return ("none".to_owned(), response);
+    }
     let volumes = out["spec"]["volumes"]
         .as_array()
         .cloned()
@@ -242,9 +250,20 @@ async fn nodes_of_unknown_architecture_get_the_install_container_unless_pinned()
 async fn unshipped_architecture_is_admitted_unmodified_or_refused() {
     let nodes = || vec![("a", node(Some("amd64"), NEW))];
     let s = server(nodes(), Support::Yes, FailureMode::Allow).await;
-    let (label, response) = delivery(&s, pod_with(selector("s390x"))).await;
+    let pod = pod_with(selector("s390x"));
+    let (label, response) = delivery(&s, pod.clone()).await;
     assert_eq!(label, "none");
     assert_eq!(response["allowed"], true);
+    // Admitted with only the annotation saying why.
+    let mut out = pod;
+    json_patch::patch(&mut out, &patch_of(&response).unwrap()).unwrap();
+    let note = out["metadata"]["annotations"]["kube-prestop.io/skipped"]
+        .as_str()
+        .unwrap();
+    assert!(
+        note.starts_with("unsupported_architecture: pod admitted without the preStop sidecar: "),
+        "{note}"
+    );
     let warnings = warnings_of(&response).unwrap();
     assert!(
         warnings

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use http_alpn::tls_with_alpn;
 use http_common::{
-    Pki, TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, wait_for,
-    warnings_of, write_pair,
+    Pki, TestServer, assert_review_echo, job_pod, patch_of, review, secret_volume, skipped_of,
+    wait_for, warnings_of, write_pair,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_metrics::labels::DecisionLabel;
@@ -377,7 +377,6 @@ async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
     assert_eq!(status, 200, "{body}");
     let response = assert_review_echo(&body, "uid-optin");
     assert_eq!(response["allowed"], true);
-    assert!(patch_of(&response).is_none(), "not injected: {response}");
     let warnings = warnings_of(&response).expect("warnings");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let warning = &warnings[0];
@@ -388,7 +387,17 @@ async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
     ] {
         assert!(warning.contains(needle), "{needle} not in {warning}");
     }
-    // The same pod skipped without an explicit opt-in: no warning.
+    // Not injected: the patch only writes why, which the Job controller's
+    // pods keep (it drops the warning).
+    assert_eq!(
+        skipped_of(&pod, &response),
+        Some(format!(
+            "restart_policy_always: {}",
+            warning.strip_prefix("kube-prestop: ").unwrap()
+        )),
+        "{response}"
+    );
+    // The same pod skipped without an explicit opt-in: no warning, no patch.
     pod["metadata"]["annotations"]
         .as_object_mut()
         .unwrap()
@@ -396,25 +405,37 @@ async fn an_explicit_opt_in_that_is_skipped_gets_a_warning() {
     let (_, body) = server
         .mutate(review("uid-plain-skip", "pods", "CREATE", pod).to_string())
         .await;
-    assert_eq!(
-        warnings_of(&assert_review_echo(&body, "uid-plain-skip")),
-        None
-    );
+    let response = assert_review_echo(&body, "uid-plain-skip");
+    assert_eq!(warnings_of(&response), None);
+    assert!(patch_of(&response).is_none(), "{response}");
 }
 
 #[tokio::test]
 async fn pods_the_engine_cannot_handle_are_admitted_with_a_warning() {
     let server = TestServer::start(|_| {}).await;
-    for (what, pod) in broken_pods() {
+    // The engine's errors: the pod is annotated with why (its label and the
+    // warning's text); an object that does not parse: the warning only.
+    let labels = [Some("invalid_annotation"), None, Some("invalid_pod")];
+    for ((what, pod), label) in broken_pods().into_iter().zip(labels) {
         let (status, value) = server
-            .mutate(review("uid-err", "pods", "CREATE", pod).to_string())
+            .mutate(review("uid-err", "pods", "CREATE", pod.clone()).to_string())
             .await;
         assert_eq!(status, 200, "{what}: {value}");
         let response = assert_review_echo(&value, "uid-err");
         assert_eq!(response["allowed"], true, "{what}");
-        assert!(response.get("patch").is_none(), "{what}");
         let warnings = warnings_of(&response).expect("warnings");
         assert!(warnings[0].contains("kube-prestop"), "{what}: {warnings:?}");
+        let expected = label.map(|label| {
+            format!(
+                "{label}: {}",
+                warnings[0].strip_prefix("kube-prestop: ").unwrap()
+            )
+        });
+        let note = match label {
+            Some(_) => skipped_of(&pod, &response),
+            None => response.get("patch").map(ToString::to_string),
+        };
+        assert_eq!(note, expected, "{what}");
     }
     let metrics = server.metrics_text().await;
     assert!(

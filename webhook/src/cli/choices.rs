@@ -36,8 +36,9 @@ impl From<LogFormatFlag> for LogFormat {
 /// Values of `--failure-mode`; see [`FailureMode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum FailureModeFlag {
-    /// Admit the pod unmodified, with an admission warning (default: a bug
-    /// of ours never blocks a Job's pods).
+    /// Admit the pod without injection, with an admission warning and the
+    /// `kube-prestop.io/skipped` annotation (default: a bug of ours never
+    /// blocks a Job's pods).
     #[default]
     Allow,
     /// Deny the pod (fail closed).

@@ -118,7 +118,8 @@ pub struct ServeArgs {
     #[arg(long, default_value = "20s", value_parser = parse_duration, env = "KUBE_PRESTOP_SHUTDOWN_GRACE")]
     pub shutdown_grace: Duration,
     /// What to do with a pod the engine cannot handle: `allow` admits it
-    /// unmodified with a warning; `deny` refuses it (fail closed).
+    /// without injection, with a warning and the kube-prestop.io/skipped
+    /// annotation saying why; `deny` refuses it (fail closed).
     #[arg(long, value_enum, default_value_t = FailureModeFlag::Allow, env = "KUBE_PRESTOP_FAILURE_MODE")]
     pub failure_mode: FailureModeFlag,
     /// Largest `/mutate` request body in bytes (larger: HTTP 413). Default

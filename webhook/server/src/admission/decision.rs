@@ -17,7 +17,9 @@ use super::refusal::{self, FailureMode};
 use super::wire::{self, Object, operation_name};
 use crate::error::{HttpError, json_response};
 use kube_prestop_cluster::cluster_cache::ClusterCache;
-use kube_prestop_engine::{self as engine, ClusterContext, EngineConfig, Plan, Verdict};
+use kube_prestop_engine::{
+    self as engine, ClusterContext, EngineConfig, Plan, Verdict, Warning, annotations,
+};
 use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
 
 /// Largest pod, in JSON bytes, that the webhook makes by patching: the
@@ -214,19 +216,99 @@ fn render(
 ) -> Outcome {
     match &verdict.plan {
         Err(e) => {
-            let name = pod.metadata.name.clone().unwrap_or_default();
             let error = PodError::Engine(e.clone());
-            failure(response, failure_mode, error, &name, facts)
+            pod_failure(response, failure_mode, pod, error, write, facts)
         }
         Ok(Plan::Skip(skipped)) => {
             let reason = labels::skip_reason(skipped);
-            answer(&response, None, DecisionLabel::Skip, reason, facts)
+            // An opt-in that is skipped: the warning (the last) says why;
+            // the annotation keeps it where the Job's author sees it.
+            let note = verdict
+                .warnings
+                .iter()
+                .rev()
+                .find(|w| matches!(w, Warning::OptedInButSkipped(_)))
+                .and_then(|w| skipped_patch(pod, reason, &w.to_string(), write.review_bytes));
+            answer(
+                &response,
+                note.as_deref(),
+                DecisionLabel::Skip,
+                reason,
+                facts,
+            )
         }
         Ok(Plan::Inject(_)) => match injected(pod, verdict, write) {
             Ok(patch) => inject_answer(&response, patch, verdict, facts),
-            Err(error) => failure(response, failure_mode, error, "", facts),
+            Err(error) => pod_failure(response, failure_mode, pod, error, write, facts),
         },
     }
+}
+
+/// The outcome for `pod`, read and reviewed, that cannot be injected
+/// because of `error`: [`failure`]'s, and under [`FailureMode::Allow`], for
+/// an error [`PodError::annotates_the_pod`], with the patch that writes
+/// [`annotations::SKIPPED`] ([`skipped_patch`]; none when it would take the
+/// pod over the bound).
+fn pod_failure(
+    response: AdmissionResponse,
+    mode: FailureMode,
+    pod: &Pod,
+    error: PodError,
+    write: &Write<'_>,
+    facts: RequestFacts,
+) -> Outcome {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let note = match mode {
+        FailureMode::Allow if error.annotates_the_pod() => skipped_patch(
+            pod,
+            error.reason(),
+            &refusal::allowed_warning(&error),
+            write.review_bytes,
+        ),
+        FailureMode::Allow | FailureMode::Deny => None,
+    };
+    let response = refusal::apply(response, mode, &error, name);
+    let mut outcome = answer(
+        &response,
+        note.as_deref(),
+        DecisionLabel::Error,
+        error.reason(),
+        facts,
+    );
+    outcome.detail.get_or_insert_with(|| error.to_string());
+    outcome
+}
+
+/// The JSON Patch (rendered, see [`base64_string`]) that only writes
+/// [`annotations::SKIPPED`] on `pod`, admitted without injection:
+/// `<reason>: <message>` ([`annotations::skipped_value`]), the message being
+/// `warning`, the admission warning's text, without its `kube-prestop: `
+/// prefix. Built like the injection's annotations
+/// ([`engine::patch::annotation_operations`]). `None` when the pod already
+/// has that value, when the review (`review_bytes`, an upper bound of the
+/// pod's JSON) plus the patch would be over [`MAX_PATCHED_POD_BYTES`], or
+/// when it does not serialize (plain strings; not expected): the warning
+/// alone then.
+fn skipped_patch(
+    pod: &Pod,
+    reason: &str,
+    warning: &str,
+    review_bytes: usize,
+) -> Option<Box<RawValue>> {
+    let message = warning.strip_prefix("kube-prestop: ").unwrap_or(warning);
+    let entry = [(
+        annotations::SKIPPED.to_owned(),
+        annotations::skipped_value(reason, message),
+    )];
+    let operations = engine::patch::annotation_operations(pod, &entry);
+    if operations.is_empty() {
+        return None;
+    }
+    let patch = serde_json::to_vec(&operations).ok()?;
+    if review_bytes.saturating_add(patch.len()) > MAX_PATCHED_POD_BYTES {
+        return None;
+    }
+    base64_string(&patch).ok()
 }
 
 /// The pod of a pod CREATE; `Err(Err(reason))` for a request that is not
@@ -501,8 +583,13 @@ mod tests {
         );
         let response = response_of(&allowed);
         assert_eq!(response["allowed"], true);
-        assert!(response.get("patch").is_none());
         let warning = response["warnings"][0].as_str().unwrap();
+        // Only the annotation saying why (a few hundred bytes: within the
+        // bound).
+        let pod = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["request"]["object"]
+            .clone();
+        let note = skipped_of(&allowed, &pod).unwrap();
+        assert_eq!(note, skipped_text(reason::POD_TOO_LARGE, warning));
         assert!(
             warning.contains("admitted without the preStop sidecar"),
             "{warning}"
@@ -514,7 +601,312 @@ mod tests {
         let denied = review(&body, &cache, &config, FailureMode::Deny);
         let response = response_of(&denied);
         assert_eq!(response["allowed"], false);
+        assert!(response.get("patch").is_none());
         assert_eq!(response["status"]["code"], 413);
         assert_eq!(response["status"]["reason"], "RequestEntityTooLarge");
+    }
+
+    /// The AdmissionReview of a pod CREATE of `pod` in `ns`.
+    fn review_of(pod: &serde_json::Value, dry_run: bool) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ns", "operation": "CREATE", "userInfo": {},
+                "dryRun": dry_run, "object": pod
+            }
+        }))
+        .unwrap()
+    }
+
+    /// A Job pod with `annotations` (`null`: none) whose watched container
+    /// mounts `mount_path` (`null`: no mount) and carries `env_bytes` of env.
+    fn job_pod(
+        annotations: serde_json::Value,
+        mount_path: Option<&str>,
+        env_bytes: usize,
+    ) -> serde_json::Value {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "j-", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": true}
+            ]},
+            "spec": {"restartPolicy": "Never",
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "containers": [{
+                "name": "main", "image": "busybox",
+                "env": [{"name": "BIG", "value": "x".repeat(env_bytes)}],
+                "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
+            }]}
+        });
+        if !annotations.is_null() {
+            pod["metadata"]["annotations"] = annotations;
+        }
+        if let Some(path) = mount_path {
+            pod["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "v", "mountPath": path}]);
+        }
+        pod
+    }
+
+    /// A pod that conflicts with our mount path.
+    const CONFLICT: Option<&str> = Some("/.kube-prestop/mine");
+
+    fn allow(body: &[u8]) -> Outcome {
+        review(
+            body,
+            &ClusterCache::disconnected(),
+            &EngineConfig::default(),
+            FailureMode::Allow,
+        )
+    }
+
+    /// The decoded JSON Patch of an answer, if any.
+    fn patch_of(outcome: &Outcome) -> Option<json_patch::Patch> {
+        use base64::Engine as _;
+        let response = response_of(outcome);
+        let patch = response.get("patch")?;
+        assert_eq!(response["patchType"], "JSONPatch");
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch.as_str().unwrap())
+            .unwrap();
+        Some(serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// The `kube-prestop.io/skipped` value the answer's patch writes on
+    /// `pod`, checking that it writes nothing else; `None` without a patch.
+    fn skipped_of(outcome: &Outcome, pod: &serde_json::Value) -> Option<String> {
+        let patch = patch_of(outcome)?;
+        let mut patched = pod.clone();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        let value = patched["metadata"]["annotations"][annotations::SKIPPED]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut expected = pod.clone();
+        if expected["metadata"].get("annotations").is_none() {
+            expected["metadata"]["annotations"] = json!({});
+        }
+        expected["metadata"]["annotations"][annotations::SKIPPED] = json!(value);
+        assert_eq!(patched, expected, "the patch does more than annotate");
+        Some(value)
+    }
+
+    /// The annotation's value for `reason` and the admission warning
+    /// `warning`.
+    fn skipped_text(reason: &str, warning: &str) -> String {
+        let message = warning.strip_prefix("kube-prestop: ").unwrap();
+        format!("{reason}: {message}")
+    }
+
+    #[test]
+    fn an_engine_error_under_allow_writes_only_the_skipped_annotation() {
+        let pod = job_pod(json!({"example.com/team": "a"}), CONFLICT, 0);
+        let outcome = allow(&review_of(&pod, false));
+        assert_eq!(
+            (outcome.decision, outcome.reason),
+            (DecisionLabel::Error, "mount_path_conflict")
+        );
+        let response = response_of(&outcome);
+        assert_eq!(response["allowed"], true);
+        // The warning and the log line's detail are kept.
+        let warning = response["warnings"][0].as_str().unwrap();
+        assert!(
+            warning.starts_with("kube-prestop: pod admitted without the preStop sidecar: "),
+            "{warning}"
+        );
+        assert!(
+            outcome
+                .detail
+                .as_deref()
+                .unwrap()
+                .contains("/.kube-prestop/mine")
+        );
+        let patch = patch_of(&outcome).unwrap();
+        assert_eq!(patch.0.len(), 1, "{patch:?}");
+        let note = skipped_of(&outcome, &pod).unwrap();
+        assert_eq!(
+            note,
+            "mount_path_conflict: pod admitted without the preStop sidecar: container \"main\" \
+             already mounts \"/.kube-prestop/mine\", which kube-prestop needs"
+        );
+        assert_eq!(note, skipped_text("mount_path_conflict", warning));
+        // The user's annotation kept, beside ours (one `add` of ours).
+        let json_patch::PatchOperation::Add(add) = &patch.0[0] else {
+            panic!("{patch:?}");
+        };
+        assert_eq!(
+            add.path.to_string(),
+            "/metadata/annotations/kube-prestop.io~1skipped"
+        );
+        // A dry run answers the same.
+        let dry = allow(&review_of(&pod, true));
+        assert_eq!(skipped_of(&dry, &pod), Some(note));
+    }
+
+    #[test]
+    fn a_pod_without_annotations_gets_the_map_and_an_old_value_is_replaced() {
+        let pod = job_pod(serde_json::Value::Null, CONFLICT, 0);
+        let outcome = allow(&review_of(&pod, false));
+        let patch = patch_of(&outcome).unwrap();
+        let json_patch::PatchOperation::Add(add) = &patch.0[0] else {
+            panic!("{patch:?}");
+        };
+        assert_eq!(add.path.to_string(), "/metadata/annotations");
+        let note = skipped_of(&outcome, &pod).unwrap();
+        assert!(note.starts_with("mount_path_conflict: "), "{note}");
+        // Copied from an older pod: replaced.
+        let pod = job_pod(json!({annotations::SKIPPED: "old"}), CONFLICT, 0);
+        let outcome = allow(&review_of(&pod, false));
+        assert_eq!(skipped_of(&outcome, &pod), Some(note.clone()));
+        // Already that value (the API server's second call): no patch.
+        let pod = job_pod(json!({annotations::SKIPPED: note}), CONFLICT, 0);
+        let outcome = allow(&review_of(&pod, false));
+        assert_eq!(outcome.reason, "mount_path_conflict");
+        assert!(patch_of(&outcome).is_none());
+        // Never reported as an unknown annotation.
+        assert_eq!(outcome.request.unknown_annotations, "");
+        assert_eq!(
+            response_of(&outcome)["warnings"].as_array().unwrap().len(),
+            1
+        );
+    }
+
+    #[test]
+    fn under_deny_an_engine_error_is_refused_as_before() {
+        let pod = job_pod(json!({"example.com/team": "a"}), CONFLICT, 0);
+        let outcome = review(
+            &review_of(&pod, false),
+            &ClusterCache::disconnected(),
+            &EngineConfig::default(),
+            FailureMode::Deny,
+        );
+        let response = response_of(&outcome);
+        assert_eq!(response["allowed"], false);
+        assert!(response.get("patch").is_none());
+        assert!(response.get("patchType").is_none());
+        assert_eq!(response["status"]["code"], 422);
+        assert_eq!(response["status"]["reason"], "Invalid");
+        assert_eq!(
+            response["status"]["details"]["causes"][0]["field"],
+            "spec.containers[0].volumeMounts[0].mountPath"
+        );
+    }
+
+    #[test]
+    fn an_opt_in_that_is_skipped_is_annotated_whatever_the_failure_mode() {
+        let mut pod = job_pod(json!({"kube-prestop.io/inject": "true"}), None, 0);
+        pod["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        pod["spec"]["restartPolicy"] = json!("Always");
+        for mode in [FailureMode::Allow, FailureMode::Deny] {
+            let outcome = review(
+                &review_of(&pod, false),
+                &ClusterCache::disconnected(),
+                &EngineConfig::default(),
+                mode,
+            );
+            assert_eq!(
+                (outcome.decision, outcome.reason),
+                (DecisionLabel::Skip, "restart_policy_always")
+            );
+            assert!(outcome.request.opted_in_but_skipped);
+            let response = response_of(&outcome);
+            assert_eq!(response["allowed"], true);
+            let warning = response["warnings"][0].as_str().unwrap();
+            let note = skipped_of(&outcome, &pod).unwrap();
+            assert_eq!(note, skipped_text("restart_policy_always", warning));
+            assert!(
+                note.starts_with(
+                    "restart_policy_always: kube-prestop.io/inject is \"true\" but the pod is \
+                     not injected: "
+                ),
+                "{note}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_skipped_without_opting_in_is_untouched() {
+        // Not a Job's, not opted in.
+        let mut bare = job_pod(serde_json::Value::Null, None, 0);
+        bare["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("ownerReferences");
+        // Opted out, even with our mount path.
+        let opted_out = job_pod(json!({"kube-prestop.io/inject": "false"}), CONFLICT, 0);
+        // No preStop.
+        let mut no_prestop = job_pod(serde_json::Value::Null, None, 0);
+        no_prestop["spec"]["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("lifecycle");
+        for pod in [bare, opted_out, no_prestop] {
+            let outcome = allow(&review_of(&pod, false));
+            assert_eq!(outcome.decision, DecisionLabel::Skip, "{pod}");
+            assert!(patch_of(&outcome).is_none(), "{pod}");
+        }
+    }
+
+    #[test]
+    fn a_long_message_is_cut_on_a_character_boundary() {
+        // An invalid annotation's value is in the message: 3,000 bytes of
+        // two-byte characters.
+        let value = "é".repeat(1500);
+        let pod = job_pod(json!({"kube-prestop.io/run-on": value}), None, 0);
+        let outcome = allow(&review_of(&pod, false));
+        assert_eq!(outcome.reason, "invalid_annotation");
+        let warning = response_of(&outcome)["warnings"][0]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let note = skipped_of(&outcome, &pod).unwrap();
+        let message = note.strip_prefix("invalid_annotation: ").unwrap();
+        assert!(message.len() <= annotations::MAX_SKIPPED_MESSAGE_BYTES);
+        assert!(message.len() > annotations::MAX_SKIPPED_MESSAGE_BYTES - 6);
+        let kept = message.strip_suffix('…').unwrap();
+        assert!(
+            skipped_text("invalid_annotation", &warning)
+                .starts_with(&format!("invalid_annotation: {kept}"))
+        );
+    }
+
+    #[test]
+    fn no_annotation_that_would_take_the_pod_over_the_bound() {
+        // The review just under the bound, after the annotation: patched;
+        // just under before it, but over after: the warning only.
+        let size =
+            |env: usize| review_of(&job_pod(serde_json::Value::Null, CONFLICT, env), false).len();
+        let base = size(0);
+        for (room, patched) in [(2000, true), (50, false)] {
+            let env = MAX_PATCHED_POD_BYTES - room - base;
+            let pod = job_pod(serde_json::Value::Null, CONFLICT, env);
+            let body = review_of(&pod, false);
+            assert_eq!(body.len(), MAX_PATCHED_POD_BYTES - room);
+            let outcome = allow(&body);
+            assert_eq!(outcome.reason, "mount_path_conflict");
+            assert_eq!(patch_of(&outcome).is_some(), patched, "room {room}");
+            assert!(response_of(&outcome)["warnings"][0].is_string());
+        }
+    }
+
+    #[test]
+    fn no_annotation_without_a_readable_pod() {
+        let unparsable = review_of(&json!({"spec": "not a spec"}), false);
+        let mut absent: serde_json::Value = serde_json::from_slice(&unparsable).unwrap();
+        absent["request"].as_object_mut().unwrap().remove("object");
+        let absent = serde_json::to_vec(&absent).unwrap();
+        for body in [unparsable, absent] {
+            let outcome = allow(&body);
+            assert_eq!(outcome.reason, reason::INVALID_POD);
+            let response = response_of(&outcome);
+            assert_eq!(response["allowed"], true);
+            assert!(response.get("patch").is_none(), "{response}");
+            assert!(response["warnings"][0].is_string());
+        }
     }
 }

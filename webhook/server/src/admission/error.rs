@@ -41,6 +41,17 @@ pub enum PodError {
 }
 
 impl PodError {
+    /// Whether a pod admitted without injection because of it (failure mode
+    /// `allow`) is annotated with
+    /// [`SKIPPED`](kube_prestop_engine::annotations::SKIPPED): an engine
+    /// error or a pod too large, which its author can fix. Not a request
+    /// without a readable pod (nothing to annotate), an engine panic or a
+    /// patch that did not serialize (faults of ours, answered with the
+    /// warning only).
+    pub fn annotates_the_pod(&self) -> bool {
+        matches!(self, Self::Engine(_) | Self::TooLarge { .. })
+    }
+
     /// The `reason` label it is counted under (with decision `error`):
     /// `invalid_pod`, `engine_panic`, `patch_error`, `pod_too_large` or the
     /// engine error's

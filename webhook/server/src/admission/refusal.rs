@@ -12,8 +12,11 @@ use super::error::PodError;
 /// What to do with a pod the engine cannot handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FailureMode {
-    /// Admit the pod unmodified, with an admission warning (default: a bug
-    /// of ours never blocks a Job's pods).
+    /// Admit the pod without injection, with an admission warning, and, for
+    /// an error [`PodError::annotates_the_pod`], a patch that only writes
+    /// `kube-prestop.io/skipped` (the warning's text, for a controller's
+    /// pods, whose warnings nobody sees) (default: a bug of ours never
+    /// blocks a Job's pods).
     #[default]
     Allow,
     /// Deny the pod (fail closed).
@@ -151,6 +154,12 @@ impl Refusal {
     }
 }
 
+/// The admission warning of a pod admitted without injection because of
+/// `error` (failure mode `allow`).
+pub(super) fn allowed_warning(error: &PodError) -> String {
+    format!("kube-prestop: pod admitted without the preStop sidecar: {error}")
+}
+
 /// `response` for a pod that cannot be injected because of `error`, under
 /// `mode`: allowed with the error as the first warning, or refused with
 /// [`Refusal::of_pod_error`]'s status. `pod_name` is the pod's
@@ -163,10 +172,10 @@ pub(super) fn apply(
 ) -> AdmissionResponse {
     match mode {
         FailureMode::Allow => {
-            response.warnings.get_or_insert_with(Vec::new).insert(
-                0,
-                format!("kube-prestop: pod admitted without the preStop sidecar: {error}"),
-            );
+            response
+                .warnings
+                .get_or_insert_with(Vec::new)
+                .insert(0, allowed_warning(error));
         }
         FailureMode::Deny => {
             response.allowed = false;

@@ -337,6 +337,23 @@ pub fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     Some(serde_json::from_slice(&bytes).unwrap())
 }
 
+/// The `kube-prestop.io/skipped` value the response's patch writes on
+/// `pod`, asserting that the patch writes nothing else; `None` without a
+/// patch.
+pub fn skipped_of(pod: &Value, response: &Value) -> Option<String> {
+    let patch = patch_of(response)?;
+    let mut out = pod.clone();
+    json_patch::patch(&mut out, &patch).unwrap();
+    let note = out["metadata"]["annotations"]["kube-prestop.io/skipped"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a patch without kube-prestop.io/skipped: {response}"))
+        .to_owned();
+    let mut expected = pod.clone();
+    expected["metadata"]["annotations"]["kube-prestop.io/skipped"] = json!(note);
+    assert_eq!(out, expected, "the patch does more than annotate");
+    Some(note)
+}
+
 /// The admission warnings of a response: `None` when it has no `warnings`
 /// field; panics when the field is not a list of strings.
 pub fn warnings_of(response: &Value) -> Option<Vec<String>> {
