@@ -346,37 +346,6 @@ macro_rules! scenario {
     };
 }
 
-/// The runtime makes each watched container's identifying mount point,
-/// `created`, in the container's state volume when it sets the container
-/// up (`docs/facts.md` K18): each sidecar's hook sees it as a directory
-/// owned by root, for a root container and for one of UID 1000 alike, which
-/// is what the watcher takes as the evidence of the container's start for
-/// a late hook (`sidecar/src/watch.rs` `start_evidence`).
-async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
-    with_scenario(&client.clone(), "kpt-created", |ns, rec| async move {
-        let hook = "stat -c \"$KUBE_PRESTOP_CONTAINER %u %F\" \
-                    /.kube-prestop/state/$KUBE_PRESTOP_CONTAINER/created >> /records/created";
-        let root = container("root", "true", hook);
-        let mut user = container("user", "true", hook);
-        set(
-            &mut user,
-            "securityContext",
-            json!({ "runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true }),
-        );
-        let j = job("created", pod_spec(&rec, vec![root, user]), json!({}))?;
-        let pod = run_to_end(&client, &ns, &j, JobOutcome::Complete).await?;
-        ensure_injected(&pod, "root")?;
-        let mut lines = ensure_records(&rec, "created", 2).await?;
-        lines.sort();
-        ensure!(
-            lines == ["root 0 directory", "user 0 directory"],
-            "the hooks saw {lines:?}"
-        );
-        Ok(())
-    })
-    .await
-}
-
 /// The scenarios of issue 16, a few at a time.
 #[tokio::test]
 async fn hook_context_scenarios() -> Result<()> {
@@ -388,7 +357,6 @@ async fn hook_context_scenarios() -> Result<()> {
         scenario!(client, containers_own_files_reach_the_hook),
         scenario!(client, termination_message_lists_both_containers),
         scenario!(client, pod_deleted_while_root_held_ends_cleanly),
-        scenario!(client, the_runtime_makes_the_start_evidence),
     ];
     run_scenarios(scenarios, CONCURRENCY).await
 }

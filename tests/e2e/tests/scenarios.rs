@@ -108,6 +108,47 @@ fn create_job(client: &Client, ns: &str) -> Api<Job> {
     Api::<Job>::namespaced(client.clone(), ns)
 }
 
+/// The runtime makes each watched container's identifying mount point,
+/// `created`, in the container's state volume when it sets the container
+/// up (`docs/facts.md` K18): each sidecar's hook sees it as a directory
+/// owned by root, for a root container and for one of UID 1000 alike, which
+/// is what the watcher takes as the evidence of the container's start for
+/// a late hook (`sidecar/src/watch.rs` `start_evidence`); under gVisor
+/// (the harness's `RUNTIME` names it), whose runsc gives the mount point to
+/// the container's user, the UID-1000 container's is 1000's. In the
+/// concurrent scenarios, so every cell of the matrix (runc 1.1 and 1.5,
+/// gVisor) runs it.
+async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
+    with_scenario(&client.clone(), "kpt-created", |ns, rec| async move {
+        let hook = "stat -c \"$KUBE_PRESTOP_CONTAINER %u %F\" \
+                    /.kube-prestop/state/$KUBE_PRESTOP_CONTAINER/created >> /records/created";
+        let root = container("root", "true", hook);
+        let mut user = container("user", "true", hook);
+        set(
+            &mut user,
+            "securityContext",
+            json!({ "runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": true }),
+        );
+        let j = job("created", pod_spec(&rec, vec![root, user]), json!({}))?;
+        let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
+        ensure_injected(&pod, "root")?;
+        let mut lines = ensure_records(&rec, "created", 2).await?;
+        lines.sort();
+        let gvisor = std::env::var("RUNTIME").is_ok_and(|r| r.contains("gvisor"));
+        let user_owner = if gvisor { 1000 } else { 0 };
+        ensure!(
+            lines
+                == [
+                    "root 0 directory".to_owned(),
+                    format!("user {user_owner} directory")
+                ],
+            "the hooks saw {lines:?} (gVisor: {gvisor})"
+        );
+        Ok(())
+    })
+    .await
+}
+
 /// Exit 0 -> once, Job Complete, pod Succeeded, output in the sidecar's logs.
 async fn exit_zero_runs_hook_once(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-exit-zero", |ns, rec| async move {
@@ -1183,6 +1224,7 @@ async fn concurrent_scenarios() -> Result<()> {
         scenario!(client, cronjob_pods_injected_and_hooks_run),
         scenario!(client, on_failure_restarts_run_a_hook_each),
         scenario!(client, exit_zero_runs_hook_once),
+        scenario!(client, the_runtime_makes_the_start_evidence),
         scenario!(
             client,
             gates_by_annotation_http_get_exec_for_host_network_none
