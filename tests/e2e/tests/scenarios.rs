@@ -120,8 +120,11 @@ fn create_job(client: &Client, ns: &str) -> Api<Job> {
 /// gVisor) runs it.
 async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
     with_scenario(&client.clone(), "kpt-created", |ns, rec| async move {
+        // One records file per container: a file one user made, the other
+        // could not append to.
         let hook = "stat -c \"$KUBE_PRESTOP_CONTAINER %u %F\" \
-                    /.kube-prestop/state/$KUBE_PRESTOP_CONTAINER/created >> /records/created";
+                    /.kube-prestop/state/$KUBE_PRESTOP_CONTAINER/created \
+                    >> /records/created-$KUBE_PRESTOP_CONTAINER";
         let root = container("root", "true", hook);
         let mut user = container("user", "true", hook);
         set(
@@ -132,8 +135,8 @@ async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
         let j = job("created", pod_spec(&rec, vec![root, user]), json!({}))?;
         let pod = run_expecting(&client, &ns, &j, JobOutcome::Complete).await?;
         ensure_injected(&pod, "root")?;
-        let mut lines = ensure_records(&rec, "created", 2).await?;
-        lines.sort();
+        let mut lines = ensure_records(&rec, "created-root", 1).await?;
+        lines.extend(ensure_records(&rec, "created-user", 1).await?);
         let gvisor = std::env::var("RUNTIME").is_ok_and(|r| r.contains("gvisor"));
         let user_owner = if gvisor { 1000 } else { 0 };
         ensure!(
