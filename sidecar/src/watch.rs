@@ -187,9 +187,6 @@ struct Watcher {
     initial_pid_namespace: bool,
     /// The termination message could not be written (logged once).
     termination_error_logged: bool,
-    /// The sidecar runs under gVisor ([`IdMount::is_gvisor`]), whose runsc
-    /// gives the mount points it makes to the container's user.
-    gvisor: bool,
     /// The signal that stopped the watcher.
     stop_signal: Option<Signal>,
     /// The stop came while searching (for the "search ended" line).
@@ -301,7 +298,6 @@ pub fn run(mut cfg: WatchConfig) -> i32 {
         own_pid: None,
         initial_pid_namespace,
         termination_error_logged: false,
-        gvisor: mount_point.is_gvisor(),
     };
     w.own_pid = procfs::self_pid(&w.cfg.proc_root).ok();
     log!(
@@ -646,9 +642,8 @@ impl Watcher {
 
     /// [`Action::CheckStarted`]: whether the runtime created X
     /// ([`StartEvidence`]): `state/X/created` is a directory (not followed
-    /// through a link) owned by root, as runc, crun and youki make it
-    /// (`docs/facts.md` K18; any owner under gVisor, whose runsc gives it to
-    /// the container's user), and what the wrapper's marks say of the kubelet's preStop,
+    /// through a link) owned by root, as runc and runsc make it, whatever the
+    /// container's user (`docs/facts.md` K18), and what the wrapper's marks say of the kubelet's preStop,
     /// over every `prestop-<id>` of X's state directory ([`KubeletRun::Ran`]
     /// if any ran, else [`KubeletRun::Cut`] if any was cut short). X's own
     /// processes can write marks there: a forged mark only skips X's own
@@ -671,7 +666,7 @@ impl Watcher {
             return StartEvidence::Unreadable;
         }
         match std::fs::symlink_metadata(&entry) {
-            Ok(m) if m.is_dir() && (m.uid() == 0 || self.gvisor) => {}
+            Ok(m) if m.is_dir() && m.uid() == 0 => {}
             Ok(m) if m.is_dir() => {
                 log!(
                     "warning: container={}: {} is owned by UID {}, not by root as the runtime makes it; cannot tell whether the container was started",

@@ -113,9 +113,7 @@ fn create_job(client: &Client, ns: &str) -> Api<Job> {
 /// up (`docs/facts.md` K18): each sidecar's hook sees it as a directory
 /// owned by root, for a root container and for one of UID 1000 alike, which
 /// is what the watcher takes as the evidence of the container's start for
-/// a late hook (`sidecar/src/watch.rs` `start_evidence`); under gVisor
-/// (the harness's `RUNTIME` names it), whose runsc gives the mount point to
-/// the container's user, the UID-1000 container's is 1000's. In the
+/// a late hook (`sidecar/src/watch.rs` `start_evidence`). In the
 /// concurrent scenarios, so every cell of the matrix (runc 1.1 and 1.5,
 /// gVisor) runs it.
 async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
@@ -137,15 +135,9 @@ async fn the_runtime_makes_the_start_evidence(client: Client) -> Result<()> {
         ensure_injected(&pod, "root")?;
         let mut lines = ensure_records(&rec, "created-root", 1).await?;
         lines.extend(ensure_records(&rec, "created-user", 1).await?);
-        let gvisor = std::env::var("RUNTIME").is_ok_and(|r| r.contains("gvisor"));
-        let user_owner = if gvisor { 1000 } else { 0 };
         ensure!(
-            lines
-                == [
-                    "root 0 directory".to_owned(),
-                    format!("user {user_owner} directory")
-                ],
-            "the hooks saw {lines:?} (gVisor: {gvisor})"
+            lines == ["root 0 directory", "user 0 directory"],
+            "the hooks saw {lines:?}"
         );
         Ok(())
     })
