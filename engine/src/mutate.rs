@@ -90,6 +90,32 @@ fn clean(path: &str) -> String {
 /// Refuses a container (at `index` in `spec.containers`) that already
 /// mounts something at our mount points.
 fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
+    check_mounts_in("containers", index, c)
+}
+
+/// Refuses any container of the pod, init containers included, that
+/// mounts something under `/.kube-prestop`: not only the watched ones,
+/// whose mounts we add there, but every other, which could otherwise show
+/// a mount of its own at a watched container's identifying mount point
+/// (`/.kube-prestop/state/X/created`). The finder tells such a mount from
+/// X's by its source (the id volume's file system and root), except under
+/// gVisor, whose mount tables name no source and where it compares the
+/// directory's mode, owner and times with the id volume's
+/// (`docs/platforms.md`, gVisor): there an untouched `emptyDir` of the pod
+/// made in the same clock tick would pass. With no container of the pod
+/// mounting there, none can.
+fn check_all_mounts(spec: &PodSpec) -> Result<(), EngineError> {
+    for (i, c) in spec.containers.iter().enumerate() {
+        check_mounts_in("containers", i, c)?;
+    }
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        check_mounts_in("initContainers", i, c)?;
+    }
+    Ok(())
+}
+
+/// [`check_mounts`] for the container at `index` of `spec.<list>`.
+fn check_mounts_in(list: &str, index: usize, c: &Container) -> Result<(), EngineError> {
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let cleaned = clean(&m.mount_path);
         let p = cleaned.as_str();
@@ -99,7 +125,7 @@ fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
             return Err(EngineError::MountPathConflict {
                 container: c.name.clone(),
                 path: m.mount_path.clone(),
-                field: format!("spec.containers[{index}].volumeMounts[{j}].mountPath"),
+                field: format!("spec.{list}[{index}].volumeMounts[{j}].mountPath"),
             });
         }
     }
@@ -540,8 +566,9 @@ impl Mutation {
 /// [`delivery::choose`]; [`EngineError::PodTooLarge`] when the sidecars'
 /// `--started-after` lists alone would be over
 /// [`crate::MAX_PATCHED_POD_BYTES`] (checked before they are built);
-/// [`EngineError::MountPathConflict`] when a watched
-/// container already mounts under `/.kube-prestop`;
+/// [`EngineError::MountPathConflict`] when a container or
+/// init container of the pod already mounts under `/.kube-prestop`
+/// ([`check_all_mounts`]);
 /// resource errors from [`resources::container_resources`]; annotation
 /// errors from [`PodOverrides::sidecar_resources`].
 pub fn build(
@@ -620,6 +647,7 @@ pub fn build(
         }
     };
 
+    check_all_mounts(spec)?;
     let grace = spec
         .termination_grace_period_seconds
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECONDS);
@@ -637,7 +665,6 @@ pub fn build(
         let Some(hook) = exec_prestop(x) else {
             continue;
         };
-        check_mounts(i, x)?;
         let name = names::sidecar_name(&x.name, &taken);
         taken.insert(name.clone());
         sidecars.push((x, hook, name));
@@ -936,6 +963,45 @@ mod tests {
         assert_eq!(env.len(), 4);
         assert_eq!(env[3].name, contract::ENV_GRACE_PERIOD_SECONDS);
         assert_eq!(env[3].value.as_deref(), Some("45"));
+    }
+
+    /// Every container of the pod, init containers included, is checked:
+    /// an unwatched one mounting at a watched container's identifying
+    /// mount point could pass for it under gVisor.
+    #[test]
+    fn a_mount_under_ours_in_any_container_is_a_conflict() {
+        let c = |name: &str, path: Option<&str>| Container {
+            name: name.into(),
+            volume_mounts: path.map(|p| {
+                vec![VolumeMount {
+                    name: "v".into(),
+                    mount_path: p.into(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        let field = |spec: &PodSpec| match check_all_mounts(spec) {
+            Err(EngineError::MountPathConflict { field, .. }) => Some(field),
+            _ => None,
+        };
+        let mut spec = PodSpec {
+            containers: vec![c("main", Some("/data")), c("other", None)],
+            init_containers: Some(vec![c("init", Some("/cache"))]),
+            ..Default::default()
+        };
+        assert_eq!(field(&spec), None);
+        spec.containers[1] = c("other", Some("/.kube-prestop/state/main/created"));
+        assert_eq!(
+            field(&spec).as_deref(),
+            Some("spec.containers[1].volumeMounts[0].mountPath")
+        );
+        spec.containers[1] = c("other", None);
+        spec.init_containers = Some(vec![c("init", Some("//.kube-prestop"))]);
+        assert_eq!(
+            field(&spec).as_deref(),
+            Some("spec.initContainers[0].volumeMounts[0].mountPath")
+        );
     }
 
     #[test]

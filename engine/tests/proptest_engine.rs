@@ -499,12 +499,19 @@ fn context(g: &Gen) -> ClusterContext {
 }
 
 fn has_conflicting_mount(pod: &Pod) -> bool {
-    pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
-        c.volume_mounts
-            .iter()
-            .flatten()
-            .any(|m| m.mount_path.starts_with(contract::MOUNT_PATH))
-    })
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .any(|c| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path.starts_with(contract::MOUNT_PATH))
+        })
 }
 
 fn take(obj: &mut Value, key: &str) -> Value {
