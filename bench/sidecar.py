@@ -83,7 +83,7 @@ class Pod:
     def __init__(self, bin_path):
         self.bin = bin_path
         self.dir = tempfile.mkdtemp(prefix="kps-bench-")
-        for d in ["vol", "idroot/main", "idsrc", "out"] + [f"rootfs/{i}" for i in range(12)]:
+        for d in ["vol", "idsrc", "out"] + [f"rootfs/{i}" for i in range(12)]:
             os.makedirs(os.path.join(self.dir, d), exist_ok=True)
         self.unshare = subprocess.Popen(
             ["unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private",
@@ -102,8 +102,7 @@ class Pod:
         err = open(self.p("out", "sidecar.log"), "ab")
         self.sc = subprocess.Popen(
             ["nsenter", f"--target={self.init}", "--pid", "--mount", "--", self.bin,
-             "watch", "--container", "main", "--root", self.p("vol"),
-             "--id-root", self.p("idroot"), "--"] + hook,
+             "watch", "--container", "main", "--root", self.p("vol"), "--"] + hook,
             stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         self.sc_pid = child_of(self.sc.pid)
         wait_for("the sidecar to arm", lambda: os.path.exists(os.path.join(self.state, "armed")))
@@ -118,7 +117,10 @@ class Pod:
         self.n += 1
         fifo = self.p(f"start-{self.n}")
         os.mkfifo(fifo, 0o600)
-        setup = f"mount -t proc proc /proc && mount --bind {self.p('idsrc')} {self.p('idroot', 'main')} || exit 99"
+        # The identifying mount point inside main's state directory, made
+        # as the runtime makes it (docs/facts.md K18).
+        mp = self.p("vol", "state", "main", "created")
+        setup = f"mount -t proc proc /proc && mkdir -p {mp} && mount --bind {self.p('idsrc')} {mp} || exit 99"
         for i in range(12):
             setup += f"; mount -t tmpfs m{i} {self.p('rootfs', str(i))} || exit 98"
         script = f'{setup}; read _ < {fifo}; exec "$@"'
@@ -127,7 +129,7 @@ class Pod:
              f"--pid=/proc/{self.init}/ns/pid", "--", "sh", "-c", script, "main"] + payload,
             stdin=subprocess.DEVNULL, stdout=stdout)
         pid = child_of(proc.pid)
-        mp = f" {self.p('idroot', 'main')} "
+        mp = f" {self.p('vol', 'state', 'main', 'created')} "
         wait_for("the identifying mount", lambda: mp in open(f"/proc/{pid}/mountinfo").read())
         return proc, pid, fifo
 

@@ -271,8 +271,6 @@ fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
             "main",
             "--root",
             "/proc/kube-prestop-vol",
-            "--id-root",
-            "/nonexistent",
             "--",
             "true",
         ])
