@@ -56,9 +56,10 @@
 //! makes them in the container's root file system as the parents of the
 //! mount points. Only `<container>` and its sidecar mount `<container>`'s
 //! state volume writable, and nothing of ours makes `state/<container>/created`,
-//! so it exists only once the runtime created `<container>` ([`created_dir`]):
-//! the watcher's evidence that `<container>` was started when it never saw it
-//! run ([`ENV_HOOK_LATE`]).
+//! so a root-owned one exists only once the runtime created `<container>`
+//! ([`created_dir`]; what another container running as the same user can do
+//! there: `docs/security.md`): the watcher's evidence that `<container>` was
+//! started when it never saw it run ([`ENV_HOOK_LATE`]).
 //!
 //! A watched container `X` mounts the binary's volume (read-only), its own
 //! state volume at `/.kube-prestop/state/X` (read-write) and the whole id

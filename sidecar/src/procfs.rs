@@ -390,8 +390,8 @@ fn ids_mount_point(root: &Path) -> String {
 /// where a sidecar mounts the whole id volume (the watched container and
 /// the tests' plain directories have none). The runtime bind-mounts an
 /// `emptyDir` from its directory on the node, so the mount's root is that
-/// directory's path, and X's identifying mount (`subPath: X`) has the
-/// same file system and root `<that path>/X`. `None` for a root of `/`:
+/// directory's path, and X's identifying mount, a whole mount of the same
+/// volume, has the same file system and root. `None` for a root of `/`:
 /// that is how gVisor shows every bind mount from the host
 /// ([`gvisor_bind`]), and no `emptyDir` of the node's disk is the root of
 /// its file system.

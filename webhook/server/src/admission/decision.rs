@@ -22,6 +22,13 @@ use kube_prestop_engine::{
 };
 use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
 
+/// The API server's bound on a object's annotations, keys and values
+/// together, in bytes: `TotalAnnotationSizeLimitB` (256 KiB), checked by
+/// `ValidateAnnotationsSize` in k8s.io/apimachinery
+/// `pkg/api/validation/objectmeta.go` when the pod is validated, after
+/// admission (apimachinery v0.37.2).
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
 /// Largest pod, in JSON bytes, that the webhook makes by patching: the
 /// review as received plus the JSON Patch. etcd refuses a write over its
 /// `--max-request-bytes` (default 1.5 MiB, `DefaultMaxRequestBytes` in
@@ -286,9 +293,11 @@ fn pod_failure(
 /// prefix. Built like the injection's annotations
 /// ([`engine::patch::annotation_operations`]). `None` when the pod already
 /// has that value, when the review (`review_bytes`, an upper bound of the
-/// pod's JSON) plus the patch would be over [`MAX_PATCHED_POD_BYTES`], or
-/// when it does not serialize (plain strings; not expected): the warning
-/// alone then.
+/// pod's JSON) plus the patch would be over [`MAX_PATCHED_POD_BYTES`], when
+/// the pod's annotations with it would be over the API server's
+/// [`MAX_ANNOTATIONS_BYTES`] (the pod would then be refused at validation,
+/// after admission, where it was admitted before), or when it does not
+/// serialize (plain strings; not expected): the warning alone then.
 fn skipped_patch(
     pod: &Pod,
     reason: &str,
@@ -302,6 +311,18 @@ fn skipped_patch(
     )];
     let operations = engine::patch::annotation_operations(pod, &entry);
     if operations.is_empty() {
+        return None;
+    }
+    let others: usize = pod
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != annotations::SKIPPED)
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let ours = entry[0].0.len() + entry[0].1.len();
+    if others.saturating_add(ours) > MAX_ANNOTATIONS_BYTES {
         return None;
     }
     let patch = serde_json::to_vec(&operations).ok()?;
@@ -698,6 +719,32 @@ mod tests {
     fn skipped_text(reason: &str, warning: &str) -> String {
         let message = warning.strip_prefix("kube-prestop: ").unwrap();
         format!("{reason}: {message}")
+    }
+
+    /// A pod whose annotations are near the API server's 256 KiB bound:
+    /// the annotation would take it over and get it refused at validation,
+    /// after admission, where it was admitted before; so the warning alone.
+    #[test]
+    fn no_annotation_past_the_api_servers_annotation_bound() {
+        let annotations_with = |bytes: usize| json!({"example.com/big": "x".repeat(bytes)});
+        let key = "example.com/big".len();
+        let far = job_pod(
+            annotations_with(MAX_ANNOTATIONS_BYTES - key - 2_000),
+            CONFLICT,
+            0,
+        );
+        let outcome = allow(&review_of(&far, false));
+        assert!(skipped_of(&outcome, &far).is_some(), "2,000 bytes of room");
+        let near = job_pod(
+            annotations_with(MAX_ANNOTATIONS_BYTES - key - 100),
+            CONFLICT,
+            0,
+        );
+        let outcome = allow(&review_of(&near, false));
+        let response = response_of(&outcome);
+        assert_eq!(response["allowed"], true);
+        assert!(response.get("patch").is_none(), "past the bound");
+        assert!(response["warnings"][0].as_str().is_some());
     }
 
     #[test]
