@@ -87,12 +87,6 @@ fn clean(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
-/// Refuses a container (at `index` in `spec.containers`) that already
-/// mounts something at our mount points.
-fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
-    check_mounts_in("containers", index, c)
-}
-
 /// Refuses any container of the pod, init containers included, that
 /// mounts something under `/.kube-prestop`: not only the watched ones,
 /// whose mounts we add there, but every other, which could otherwise show
@@ -106,16 +100,17 @@ fn check_mounts(index: usize, c: &Container) -> Result<(), EngineError> {
 /// mounting there, none can.
 fn check_all_mounts(spec: &PodSpec) -> Result<(), EngineError> {
     for (i, c) in spec.containers.iter().enumerate() {
-        check_mounts_in("containers", i, c)?;
+        check_mounts("containers", i, c)?;
     }
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        check_mounts_in("initContainers", i, c)?;
+        check_mounts("initContainers", i, c)?;
     }
     Ok(())
 }
 
-/// [`check_mounts`] for the container at `index` of `spec.<list>`.
-fn check_mounts_in(list: &str, index: usize, c: &Container) -> Result<(), EngineError> {
+/// Refuses the container at `index` of `spec.<list>` (`containers`,
+/// `initContainers`) when it already mounts something at our mount points.
+fn check_mounts(list: &str, index: usize, c: &Container) -> Result<(), EngineError> {
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let cleaned = clean(&m.mount_path);
         let p = cleaned.as_str();
@@ -867,10 +862,11 @@ fn check_quadratic_size(
 /// pause process once the pod shares its PID namespace, and its exit takes
 /// every container down (see [`contract::SUBCOMMAND_SIGNAL`]). A kill
 /// command the pod already has stays. Adds the annotations to
-/// `annotations`; returns the mounts.
+/// `annotations`; returns the mounts. A container mounting under
+/// `/.kube-prestop` was refused before ([`check_all_mounts`]).
 ///
-/// Errors: [`EngineError::MountPathConflict`] when such a container already
-/// mounts under `/.kube-prestop`.
+/// Errors: [`EngineError::Invalid`] when the kill command does not
+/// serialize (plain strings; not expected).
 fn argo_kill_commands(
     pod: &Pod,
     spec: &PodSpec,
@@ -892,7 +888,6 @@ fn argo_kill_commands(
             continue;
         }
         if !watched.contains(&i) {
-            check_mounts(i, c)?;
             mounts.push(ContainerMounts {
                 index: i,
                 volume_mounts: vec![binary.mount()],
@@ -1015,11 +1010,11 @@ mod tests {
             }]),
             ..Default::default()
         };
-        assert!(check_mounts(0, &with("/data")).is_ok());
-        assert!(check_mounts(0, &with("/.kube-prestop-other")).is_ok());
-        assert!(check_mounts(0, &with("/.kube-prestop-id/x")).is_ok());
-        assert!(check_mounts(0, &with("/x/.kube-prestop")).is_ok());
-        assert!(check_mounts(0, &with("/..kube-prestop")).is_ok());
+        assert!(check_mounts("containers", 0, &with("/data")).is_ok());
+        assert!(check_mounts("containers", 0, &with("/.kube-prestop-other")).is_ok());
+        assert!(check_mounts("containers", 0, &with("/.kube-prestop-id/x")).is_ok());
+        assert!(check_mounts("containers", 0, &with("/x/.kube-prestop")).is_ok());
+        assert!(check_mounts("containers", 0, &with("/..kube-prestop")).is_ok());
         for bad in [
             "/.kube-prestop",
             "/.kube-prestop/",
@@ -1035,7 +1030,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    check_mounts(0, &with(bad)),
+                    check_mounts("containers", 0, &with(bad)),
                     Err(EngineError::MountPathConflict { .. })
                 ),
                 "{bad}"
