@@ -55,7 +55,8 @@ pub const VERSION: &str = "kube-prestop.io/version";
 /// alone is dropped by a controller creating the pod (the Job controller);
 /// this annotation stays on the pod. Never written on a pod skipped for
 /// an ordinary reason it did not opt in against, nor on a refused one
-/// (failure mode `deny`).
+/// (failure mode `deny`). Removed from a pod that is injected (the value
+/// a copied manifest carries would be false there).
 pub const SKIPPED: &str = "kube-prestop.io/skipped";
 /// Longest `<message>` of [`SKIPPED`]'s value, in bytes (its `…` included
 /// when it is cut).

@@ -496,6 +496,10 @@ pub struct Mutation {
     /// Annotations set, added or overwritten: status, version and (when
     /// the pod has none) kubectl's default container.
     pub annotations: Vec<(String, String)>,
+    /// Annotations of the pod removed: [`annotations::SKIPPED`] when the
+    /// pod carries one (copied with a manifest, or set by its author), since
+    /// an injected pod was not skipped; empty otherwise.
+    pub removed_annotations: Vec<String>,
     /// Labels set, added or overwritten: [`annotations::INJECTED_LABEL`]
     /// (what the outcome exporter's watch selects).
     pub labels: Vec<(String, String)>,
@@ -546,6 +550,9 @@ impl Mutation {
             .annotations
             .get_or_insert_with(Default::default);
         annotations.extend(self.annotations);
+        for key in &self.removed_annotations {
+            annotations.remove(key);
+        }
         pod.metadata
             .labels
             .get_or_insert_with(Default::default)
@@ -759,6 +766,16 @@ pub fn build(
         argo_kill_commands(pod, spec, &changes, binary, &mut annotations)?
     };
 
+    // A `skipped` annotation says the pod was admitted uninjected; on a pod
+    // injected now it would be false, so it goes.
+    let removed_annotations = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .filter(|a| a.contains_key(annotations::SKIPPED))
+        .map(|_| vec![annotations::SKIPPED.to_owned()])
+        .unwrap_or_default();
+
     Ok(Mutation {
         init_containers,
         volumes,
@@ -766,6 +783,7 @@ pub fn build(
         other_mounts,
         share_process_namespace: !host_pid,
         annotations,
+        removed_annotations,
         labels: vec![(
             annotations::INJECTED_LABEL.to_owned(),
             annotations::INJECTED_LABEL_VALUE.to_owned(),

@@ -45,6 +45,11 @@ pub enum Operation<'a> {
         /// What.
         value: OpValue<'a>,
     },
+    /// Remove the existing value at `path` (an annotation of the pod).
+    Remove {
+        /// Where, as a JSON Pointer.
+        path: PointerBuf,
+    },
 }
 
 /// The value of an [`Operation`], borrowed from the [`Mutation`];
@@ -191,6 +196,15 @@ pub fn operations<'a>(pod: &Pod, mutation: &'a Mutation) -> Vec<Operation<'a>> {
         pod.metadata.annotations.as_ref(),
         &mutation.annotations,
     );
+    if let Some(existing) = pod.metadata.annotations.as_ref() {
+        for key in &mutation.removed_annotations {
+            if existing.contains_key(key) {
+                ops.push(Operation::Remove {
+                    path: pointer(["metadata", "annotations", key.as_str()]),
+                });
+            }
+        }
+    }
     set_map(
         &mut ops,
         "labels",
@@ -314,6 +328,7 @@ mod tests {
             .map(|op| match op {
                 PatchOperation::Add(a) => a.path.to_string(),
                 PatchOperation::Replace(r) => r.path.to_string(),
+                PatchOperation::Remove(r) => format!("remove {}", r.path),
                 other => panic!("unexpected {other:?}"),
             })
             .collect()
@@ -339,6 +354,30 @@ mod tests {
                 .iter()
                 .any(|p| p.contains("team") || p.contains("odd"))
         );
+    }
+
+    #[test]
+    fn a_skipped_annotation_is_removed_from_an_injected_pod() {
+        // A pod whose manifest carries the annotation of an earlier,
+        // uninjected admission: injected now, the annotation would be false.
+        let pod = job_pod(json!({"a": "b", "kube-prestop.io/skipped": "mount_path_conflict: x"}));
+        let patch = patch_and_check(&pod);
+        let paths_ = paths(&patch);
+        assert!(
+            paths_.contains(&"remove /metadata/annotations/kube-prestop.io~1skipped".to_owned()),
+            "{paths_:?}"
+        );
+        let mut doc = serde_json::to_value(&pod).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert!(
+            doc["metadata"]["annotations"]
+                .get(annotations::SKIPPED)
+                .is_none()
+        );
+        assert_eq!(doc["metadata"]["annotations"]["a"], "b");
+        // Without one: no remove.
+        let patch = patch_and_check(&job_pod(json!({"a": "b"})));
+        assert!(!paths(&patch).iter().any(|p| p.starts_with("remove")));
     }
 
     #[test]
