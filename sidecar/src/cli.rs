@@ -11,13 +11,15 @@
 //! kube-prestop signal SIGNAL
 //! ```
 //!
-//! Flags take their value as the next argument or after `=`; a next
-//! argument that starts with `-` is not taken as a value (the flag lacks
-//! one), so such a value must be given as `--flag=VALUE`. Everything after
-//! the first `--` is the hook command, passed verbatim. Errors are
+//! The first argument names the subcommand; [`lexopt`] lexes the flags
+//! after it. Flags take their value as the next argument or after `=`; a
+//! next argument that starts with `-` is not taken as a value (the flag
+//! lacks one), so such a value must be given as `--flag=VALUE`. Everything
+//! after the first `--` is the hook command, passed verbatim. Errors are
 //! [`UsageError`]s; the binary prints them and exits with
 //! [`contract::EXIT_USAGE`].
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use kube_prestop_contract::{
@@ -25,6 +27,7 @@ use kube_prestop_contract::{
     FLAG_HOOK_ROOT, FLAG_POD_CONTAINERS, FLAG_ROOT, FLAG_RUN_ON, FLAG_STARTED_AFTER,
     FLAG_TERMINATION_MESSAGE, FLAG_TIMEOUT, HookRoot, RunOn,
 };
+use lexopt::Arg;
 use std::time::Duration;
 
 /// Usage text printed by `--help` and after usage errors.
@@ -115,6 +118,13 @@ fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
+/// An argument back as a `String` (`parse` takes `String`s, so this does
+/// not fail).
+fn utf8(a: OsString) -> Result<String, UsageError> {
+    a.into_string()
+        .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
+}
+
 /// Parses `args` (without the program name).
 pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let Some((sub, rest)) = args.split_first() else {
@@ -168,54 +178,58 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     };
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
 
+    // The flags, lexed by lexopt: `--flag=VALUE` and `--flag VALUE`; `-h`.
+    let mut parser = lexopt::Parser::from_args(rest);
     let mut values: Vec<(&'static str, String)> = Vec::new();
     let mut hook: Option<Vec<String>> = None;
-    let mut i = 0;
-    while i < rest.len() {
-        let a = rest[i].as_str();
-        if a == COMMAND_SEPARATOR {
+    loop {
+        // Everything after the first `--` is the hook command, verbatim
+        // (lexopt would lex it as positional values).
+        if let Some(mut raw) = parser.try_raw_args()
+            && raw.next_if(|a| a == COMMAND_SEPARATOR).is_some()
+        {
             if !takes_hook {
                 return err(format!("{sub} takes no command after {COMMAND_SEPARATOR}"));
             }
-            hook = Some(rest[i + 1..].to_vec());
+            hook = Some(raw.map(utf8).collect::<Result<_, _>>()?);
             break;
         }
-        if a == "--help" || a == "-h" {
-            return Ok(Cli::Help);
-        }
-        let (name, inline) = match a.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
-            _ => (a, None),
-        };
-        let Some(flag) = allowed.iter().find(|f| **f == name) else {
-            return if a.starts_with('-') {
-                err(format!("unknown flag {name:?} for {sub}"))
-            } else {
-                err(format!("unexpected argument {a:?} for {sub}"))
-            };
-        };
-        let value = match inline {
-            Some(v) => v,
-            None => {
-                i += 1;
-                match rest.get(i) {
-                    // No value of ours starts with '-' (container names,
-                    // paths, seconds), so a next argument that does is the
-                    // next flag, `--` or `-h`: the value is missing.
-                    // (`--flag=-value` still passes one.)
-                    Some(v) if !v.starts_with('-') => v.clone(),
-                    _ => return err(format!("{flag} needs a value")),
-                }
+        let flag = match parser.next().map_err(|e| UsageError(e.to_string()))? {
+            None => break,
+            Some(Arg::Long("help") | Arg::Short('h')) => return Ok(Cli::Help),
+            Some(Arg::Long(name)) => match allowed
+                .iter()
+                .find(|f| f.strip_prefix("--") == Some(name))
+            {
+                Some(flag) => *flag,
+                None => return err(format!("unknown flag {:?} for {sub}", format!("--{name}"))),
+            },
+            Some(Arg::Short(c)) => {
+                return err(format!("unknown flag {:?} for {sub}", format!("-{c}")));
+            }
+            Some(Arg::Value(a)) => {
+                return err(format!("unexpected argument {:?} for {sub}", utf8(a)?));
             }
         };
+        let value = match parser.optional_value() {
+            Some(v) => v,
+            // No value of ours starts with '-' (container names, paths,
+            // seconds), so a next argument that does is the next flag, `--`
+            // or `-h`: the value is missing. (`--flag=-value` still passes
+            // one.)
+            None => parser
+                .try_raw_args()
+                .and_then(|mut raw| raw.next_if(|v| !v.as_encoded_bytes().starts_with(b"-")))
+                .ok_or_else(|| UsageError(format!("{flag} needs a value")))?,
+        };
+        let value = utf8(value)?;
         if value.is_empty() {
             return err(format!("{flag} needs a non-empty value"));
         }
-        if values.iter().any(|(f, _)| f == flag) {
+        if values.iter().any(|(f, _)| *f == flag) {
             return err(format!("{flag} given twice"));
         }
         values.push((flag, value));
-        i += 1;
     }
     let get = |f: &str| values.iter().find(|(n, _)| *n == f).map(|(_, v)| v.clone());
 
@@ -648,6 +662,47 @@ mod tests {
             unreachable!()
         };
         assert_eq!(t.root, PathBuf::from("-r"));
+    }
+
+    #[test]
+    fn errors_name_the_argument_and_the_hook_stays_verbatim() {
+        let e = |v: &[&str]| parse(&s(v)).unwrap_err().0;
+        assert_eq!(
+            e(&["probe", "--container", "a", "--bogus=x"]),
+            "unknown flag \"--bogus\" for probe"
+        );
+        assert_eq!(
+            e(&["probe", "--container", "a", "-x"]),
+            "unknown flag \"-x\" for probe"
+        );
+        assert_eq!(
+            e(&["probe", "stray", "--container", "a"]),
+            "unexpected argument \"stray\" for probe"
+        );
+        assert_eq!(
+            e(&["probe", "--container="]),
+            "--container needs a non-empty value"
+        );
+        assert_eq!(
+            e(&["probe", "--root", "/a", "--container", "a", "--root=/b"]),
+            "--root given twice"
+        );
+        assert_eq!(
+            e(&["probe", "--container", "a", "--", "x"]),
+            "probe takes no command after --"
+        );
+        // After the first `--` nothing is a flag, `-h` and `--` included.
+        let hook = s(&["-h", "--help", "--", "--container=b", "x"]);
+        let mut args = s(&["prestop", "--container", "a", "--"]);
+        args.extend(hook.iter().cloned());
+        assert!(
+            matches!(parse(&args).unwrap(), Cli::PreStop(t, h) if h == hook && t.container == "a")
+        );
+        // `--help` anywhere before it.
+        assert_eq!(
+            parse(&s(&["watch", "--container", "a", "--help", "--", "x"])).unwrap(),
+            Cli::Help
+        );
     }
 
     #[test]
