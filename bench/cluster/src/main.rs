@@ -5,7 +5,11 @@
 //! goes to stderr; `--raw FILE` keeps the samples as JSON. Built on the e2e
 //! suite's helpers (the `kube-prestop-e2e` library).
 //!
-//! `start [--pods N] [--sources S,...] [--helm PATH --chart DIR]
+//! One subcommand per part, parsed by clap ([`Cli`]); each part also takes
+//! `--prefix P` (the namespaces' prefix, default `kpb`) and `--raw FILE`,
+//! and `--help` lists its options and their defaults.
+//!
+//! `start [--pods 20] [--sources S,...|current] [--helm PATH --chart DIR]
 //! [--runtime-log PATH] [--gate http-get|exec|none] [--busy-pods N
 //! --busy-cpu Q]`: pod start per sidecar-binary source, against a plain pod
 //! and one with a do-nothing native sidecar, and where the time goes
@@ -41,9 +45,11 @@ mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -69,50 +75,137 @@ const RUN_LABEL: &str = "kube-prestop.io/bench-run";
 /// How long one bench pod may take to finish.
 const POD_TIMEOUT: Duration = Duration::from_secs(180);
 
-fn usage() -> &'static str {
-    "usage: kube-prestop-cluster-bench start [--pods N] [--sources S,...|current] \
-     [--helm PATH --chart DIR] [--runtime-log PATH] [--gate http-get|exec|none] [--busy-pods N --busy-cpu Q] [--prefix P] [--raw FILE]\n\
-     \x20      kube-prestop-cluster-bench burst [--completions N] [--parallelism N] \
-     [--command SH] [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q] [--prefix P] [--raw FILE]\n\
-     \x20      kube-prestop-cluster-bench outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] \
-     [--concurrency 32] [--exporter PATH] [--prefix P] [--raw FILE]"
+/// The command line: one subcommand per part.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kube-prestop-cluster-bench",
+    about = "On-cluster benchmarks of kube-prestop (make bench, bench/run.sh): key=value lines on stdout, progress on stderr"
+)]
+struct Cli {
+    #[command(subcommand)]
+    part: Part,
 }
 
-struct Args {
-    part: String,
-    opts: BTreeMap<String, String>,
+/// The options every part takes.
+#[derive(Debug, clap::Args)]
+struct Common {
+    /// Prefix of the bench's namespace names.
+    #[arg(long, value_name = "P", default_value = "kpb")]
+    prefix: String,
+    /// Also write the samples to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    raw: Option<PathBuf>,
 }
 
-impl Args {
-    fn parse() -> Result<Self> {
-        let mut it = std::env::args().skip(1);
-        let part = it.next().with_context(usage)?;
-        let mut opts = BTreeMap::new();
-        while let Some(k) = it.next() {
-            let key = k
-                .strip_prefix("--")
-                .with_context(|| format!("unexpected {k:?}\n{}", usage()))?
-                .to_owned();
-            let v = it
-                .next()
-                .with_context(|| format!("--{key} needs a value"))?;
-            opts.insert(key, v);
+/// `--busy-pods N --busy-cpu Q`: busy pods beside the run.
+#[derive(Debug, clap::Args)]
+struct BusyArgs {
+    /// Pods that each spin a CPU through the run (0: none).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    busy_pods: u32,
+    /// Each busy pod's CPU request and limit (a Kubernetes quantity).
+    #[arg(long, value_name = "Q", default_value = "400m")]
+    busy_cpu: String,
+}
+
+impl BusyArgs {
+    fn load(&self) -> busy::Load {
+        busy::Load {
+            pods: self.busy_pods,
+            cpu: self.busy_cpu.clone(),
         }
-        Ok(Self { part, opts })
     }
+}
 
-    fn num(&self, key: &str, default: u32) -> Result<u32> {
-        self.opts.get(key).map_or(Ok(default), |v| {
-            v.parse().with_context(|| format!("--{key} {v}"))
-        })
-    }
-
-    fn str(&self, key: &str, default: &str) -> String {
-        self.opts
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| default.to_owned())
-    }
+#[derive(Debug, Subcommand)]
+enum Part {
+    /// Pod start per sidecar-binary source, against a plain pod and one
+    /// with a do-nothing native sidecar, and where the time goes.
+    #[command(args_override_self = true)]
+    Start {
+        /// Pods of each kind per source.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        pods: u32,
+        /// The sources, comma-separated, or `current` alone (the installed
+        /// one, no Helm needed).
+        #[arg(long, value_name = "S,...", default_value = start::DEFAULT_SOURCES)]
+        sources: String,
+        /// The helm binary, to switch the sidecar-binary source (with --chart).
+        #[arg(long, value_name = "PATH", requires = "chart")]
+        helm: Option<PathBuf>,
+        /// The chart directory (with --helm).
+        #[arg(long, value_name = "DIR", requires = "helm")]
+        chart: Option<PathBuf>,
+        /// The node's containerd log, for the breakdown (none: no CRI times).
+        #[arg(long, value_name = "PATH")]
+        runtime_log: Option<PathBuf>,
+        /// `kube-prestop.io/gate` on the injected pods: http-get, exec or
+        /// none (default: the webhook's).
+        #[arg(long, value_name = "GATE")]
+        gate: Option<String>,
+        #[command(flatten)]
+        busy: BusyArgs,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// An Indexed Job in a labelled namespace, optionally beside busy pods:
+    /// admission latency, pods injected, hooks that ran.
+    #[command(args_override_self = true)]
+    Burst {
+        /// The Job's completions.
+        #[arg(long, value_name = "N", default_value_t = 200)]
+        completions: u32,
+        /// The Job's parallelism.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        parallelism: u32,
+        /// The main container's shell command (taken verbatim, even when it
+        /// starts with '-').
+        #[arg(
+            long,
+            value_name = "SH",
+            default_value = "echo index $JOB_COMPLETION_INDEX",
+            allow_hyphen_values = true
+        )]
+        command: String,
+        #[command(flatten)]
+        busy: BusyArgs,
+        /// The pods' `kube-prestop.io/sidecar-cpu-request` (default: the
+        /// webhook's).
+        #[arg(long, value_name = "Q")]
+        sidecar_cpu_request: Option<String>,
+        /// The pods' `kube-prestop.io/sidecar-cpu-limit` (default: the
+        /// webhook's).
+        #[arg(long, value_name = "Q")]
+        sidecar_cpu_limit: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The outcome exporter's memory at that many injected pods on
+    /// API-created nodes (bench/outcomes-memory.sh).
+    #[command(args_override_self = true)]
+    OutcomesMemory {
+        /// Pods to create.
+        #[arg(long, value_name = "N", default_value_t = 10_000)]
+        pods: u32,
+        /// Fake nodes to spread them over (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        nodes: u32,
+        /// Runs in each pod's termination message.
+        #[arg(long, value_name = "N", default_value_t = 2)]
+        runs: u32,
+        /// Requests in flight at once (at least 1).
+        #[arg(long, value_name = "N", default_value_t = 32)]
+        concurrency: u32,
+        /// The kube-prestop-webhook binary to run as the exporter.
+        #[arg(
+            long,
+            value_name = "PATH",
+            default_value = "target/release/kube-prestop-webhook"
+        )]
+        exporter: String,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 fn log(msg: &str) {
@@ -143,69 +236,88 @@ fn out_ms(lines: &mut String, key: &str, v: Option<f64>) {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = Args::parse()?;
+    let cli = Cli::parse();
     let client = kube_prestop_e2e::client().await?;
-    let prefix = args.str("prefix", "kpb");
-    let (lines, raw) = match args.part.as_str() {
-        "start" => {
-            let release = match (args.opts.get("helm"), args.opts.get("chart")) {
-                (Some(helm), Some(chart)) => Some(release::Release {
-                    helm: helm.into(),
-                    chart: chart.into(),
-                }),
-                (None, None) => None,
-                _ => bail!("--helm and --chart go together\n{}", usage()),
-            };
+    let (common, (lines, raw)) = match cli.part {
+        Part::Start {
+            pods,
+            sources,
+            helm,
+            chart,
+            runtime_log,
+            gate,
+            busy,
+            common,
+        } => {
             let opts = start::StartOpts {
-                pods: args.num("pods", 20)?,
-                sources: args
-                    .str("sources", start::DEFAULT_SOURCES)
+                pods,
+                sources: sources
                     .split(',')
                     .map(str::trim)
                     .filter(|s| !s.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                release,
-                runtime_log: args.opts.get("runtime-log").map(Into::into),
-                gate: args.opts.get("gate").cloned(),
-                load: busy_load(&args)?,
+                // clap: --helm and --chart go together.
+                release: helm
+                    .zip(chart)
+                    .map(|(helm, chart)| release::Release { helm, chart }),
+                runtime_log,
+                gate,
+                load: busy.load(),
             };
-            start::start(&client, &prefix, opts).await?
+            let out = start::start(&client, &common.prefix, opts).await?;
+            (common, out)
         }
-        "burst" => {
-            burst(
+        Part::Burst {
+            completions,
+            parallelism,
+            command,
+            busy,
+            sidecar_cpu_request,
+            sidecar_cpu_limit,
+            common,
+        } => {
+            let out = burst(
                 &client,
-                &prefix,
-                args.num("completions", 200)?,
-                args.num("parallelism", 20)?,
-                &args.str("command", "echo index $JOB_COMPLETION_INDEX"),
+                &common.prefix,
+                completions,
+                parallelism,
+                &command,
                 Busy {
-                    load: busy_load(&args)?,
-                    sidecar_cpu_request: args.opts.get("sidecar-cpu-request").cloned(),
-                    sidecar_cpu_limit: args.opts.get("sidecar-cpu-limit").cloned(),
+                    load: busy.load(),
+                    sidecar_cpu_request,
+                    sidecar_cpu_limit,
                 },
             )
-            .await?
+            .await?;
+            (common, out)
         }
-        "outcomes-memory" => {
-            outcomes_memory::outcomes_memory(
+        Part::OutcomesMemory {
+            pods,
+            nodes,
+            runs,
+            concurrency,
+            exporter,
+            common,
+        } => {
+            let out = outcomes_memory::outcomes_memory(
                 &client,
-                &prefix,
+                &common.prefix,
                 outcomes_memory::OutcomesOpts {
-                    pods: args.num("pods", 10_000)?,
-                    nodes: args.num("nodes", 100)?.max(1),
-                    runs: args.num("runs", 2)?,
-                    concurrency: usize::try_from(args.num("concurrency", 32)?)?.max(1),
-                    exporter: args.str("exporter", "target/release/kube-prestop-webhook"),
+                    pods,
+                    nodes: nodes.max(1),
+                    runs,
+                    concurrency: usize::try_from(concurrency)?.max(1),
+                    exporter,
                 },
             )
-            .await?
+            .await?;
+            (common, out)
         }
-        other => bail!("unknown part {other:?}\n{}", usage()),
     };
-    if let Some(path) = args.opts.get("raw") {
+    if let Some(path) = &common.raw {
         std::fs::write(path, serde_json::to_vec_pretty(&raw)?)
-            .with_context(|| format!("writing {path}"))?;
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     print!("{lines}");
     Ok(())
@@ -227,14 +339,6 @@ where
         }
     }
     result
-}
-
-/// `--busy-pods N --busy-cpu Q` (default 0 pods of 400m).
-fn busy_load(args: &Args) -> Result<busy::Load> {
-    Ok(busy::Load {
-        pods: args.num("busy-pods", 0)?,
-        cpu: args.str("busy-cpu", "400m"),
-    })
 }
 
 // ---- burst ---------------------------------------------------------------------
@@ -653,7 +757,138 @@ async fn burst(
 
 #[cfg(test)]
 mod tests {
-    use super::{longest_pause_ms, throttling};
+    #![allow(clippy::unwrap_used)]
+    use super::{Cli, Part, longest_pause_ms, throttling};
+    use clap::{CommandFactory as _, Parser as _};
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_and_run_sh_lines_parse() {
+        let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "start"]).unwrap();
+        let Part::Start {
+            pods,
+            sources,
+            helm,
+            chart,
+            runtime_log,
+            gate,
+            busy,
+            common,
+        } = cli.part
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (pods, sources.as_str()),
+            (20, super::start::DEFAULT_SOURCES)
+        );
+        assert_eq!((helm, chart, runtime_log, gate), (None, None, None, None));
+        assert_eq!((busy.busy_pods, busy.busy_cpu.as_str()), (0, "400m"));
+        assert_eq!((common.prefix.as_str(), common.raw), ("kpb", None));
+
+        // bench/run.sh's start line, with the ConfigMap delivery's helm.
+        let cli = Cli::try_parse_from([
+            "kube-prestop-cluster-bench",
+            "start",
+            "--pods",
+            "40",
+            "--sources",
+            "imageVolume,configMap",
+            "--helm",
+            "/cache/helm",
+            "--chart",
+            "charts/kube-prestop",
+            "--gate",
+            "exec",
+            "--busy-pods",
+            "4",
+            "--busy-cpu",
+            "300m",
+            "--runtime-log",
+            "/var/lib/kube-prestop/cluster/logs/containerd.log",
+            "--raw",
+            "/tmp/w/cluster-start.json",
+        ])
+        .unwrap();
+        let Part::Start {
+            pods,
+            sources,
+            helm,
+            chart,
+            runtime_log,
+            gate,
+            busy,
+            common,
+        } = cli.part
+        else {
+            unreachable!()
+        };
+        assert_eq!((pods, sources.as_str()), (40, "imageVolume,configMap"));
+        assert_eq!(helm.unwrap().to_str(), Some("/cache/helm"));
+        assert_eq!(chart.unwrap().to_str(), Some("charts/kube-prestop"));
+        assert_eq!(
+            runtime_log.unwrap().to_str(),
+            Some("/var/lib/kube-prestop/cluster/logs/containerd.log")
+        );
+        assert_eq!(gate.as_deref(), Some("exec"));
+        assert_eq!((busy.busy_pods, busy.busy_cpu.as_str()), (4, "300m"));
+        assert_eq!(
+            common.raw.unwrap().to_str(),
+            Some("/tmp/w/cluster-start.json")
+        );
+
+        // bench/run.sh's burst line (its default command).
+        let cli = Cli::try_parse_from([
+            "kube-prestop-cluster-bench",
+            "burst",
+            "--completions",
+            "200",
+            "--parallelism",
+            "10",
+            "--command",
+            "echo index $JOB_COMPLETION_INDEX",
+            "--busy-pods",
+            "0",
+            "--busy-cpu",
+            "400m",
+            "--raw",
+            "/tmp/w/cluster-burst.json",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.part,
+            Part::Burst { completions: 200, parallelism: 10, ref command, sidecar_cpu_request: None, .. }
+                if command == "echo index $JOB_COMPLETION_INDEX"
+        ));
+
+        let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "outcomes-memory"]).unwrap();
+        assert!(matches!(
+            cli.part,
+            Part::OutcomesMemory { pods: 10_000, nodes: 100, runs: 2, concurrency: 32, ref exporter, .. }
+                if exporter == "target/release/kube-prestop-webhook"
+        ));
+    }
+
+    #[test]
+    fn bad_lines_are_refused() {
+        for bad in [
+            &["start", "--helm", "/h"][..],
+            &["start", "--chart", "c"],
+            &["start", "--pods", "many"],
+            &["start", "--completions", "5"],
+            &["burst", "--pods", "5"],
+            &["burst", "--raw"],
+            &["frobnicate"],
+            &[],
+        ] {
+            let args = std::iter::once("kube-prestop-cluster-bench").chain(bad.iter().copied());
+            assert!(Cli::try_parse_from(args).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn throttling_is_read_from_the_sidecars_last_cpu_line() {
