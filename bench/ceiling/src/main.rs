@@ -5,6 +5,7 @@
 //! auto builder with HTTP/1 keep-alive, the same global allocator), minus
 //! the admission work, logging and metrics.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::Router;
@@ -13,6 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use axum::routing::{get, post};
+use clap::Parser;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -35,14 +37,26 @@ async fn mutate(State(fixed): State<Bytes>, request: Request) -> Response {
     response
 }
 
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "ceiling",
+    about = "The transport ceiling of make bench: the webhook's TLS stack answering POST /mutate with a fixed body; prints `listening https=ADDR`"
+)]
+struct Args {
+    /// The serving certificate chain (PEM).
+    cert: PathBuf,
+    /// Its private key (PEM).
+    key: PathBuf,
+    /// The answer to every POST /mutate (application/json).
+    response_file: PathBuf,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let [_, cert, key, resp] = args.as_slice() else {
-        return Err("usage: ceiling CERT KEY RESPONSE_FILE".into());
-    };
-    let certs = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
-    let key = PrivateKeyDer::from_pem_file(key)?;
-    let fixed = Bytes::from(std::fs::read(resp)?);
+    let args = Args::parse();
+    let certs = CertificateDer::pem_file_iter(&args.cert)?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(&args.key)?;
+    let fixed = Bytes::from(std::fs::read(&args.response_file)?);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
@@ -54,7 +68,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/mutate", post(mutate))
         .route("/readyz", get(|| async { "ok\n" }))
         .with_state(fixed);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("listening https={}", listener.local_addr()?);
@@ -64,7 +80,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let acceptor = acceptor.clone();
             let router = router.clone();
             tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(tcp).await else { return };
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
                 let mut builder = auto::Builder::new(TokioExecutor::new());
                 builder.http1().timer(TokioTimer::new()).keep_alive(true);
                 builder.http2().timer(TokioTimer::new());
@@ -73,4 +91,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::{CommandFactory as _, Parser as _};
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Args::command().debug_assert();
+        // As bench/run.sh starts it.
+        let a = Args::try_parse_from(["ceiling", "w/tls.crt", "w/tls.key", "w/response.json"]);
+        assert!(a.is_ok_and(|a| a.cert.to_str() == Some("w/tls.crt")
+            && a.key.to_str() == Some("w/tls.key")
+            && a.response_file.to_str() == Some("w/response.json")));
+        assert!(Args::try_parse_from(["ceiling", "a", "b"]).is_err());
+        assert!(Args::try_parse_from(["ceiling", "a", "b", "c", "d"]).is_err());
+    }
 }
