@@ -20,9 +20,15 @@
 //! the most, that peer's longest-idle connection (no request in flight) is
 //! closed gracefully and its slot handed to the newcomer. At most
 //! [`MAX_WAITING_CONNECTIONS`] accepted connections wait for a slot at
-//! once, each for at most the read timeout; further clients wait in the
-//! kernel's accept queue.
+//! once (seats), each for at most the read timeout, and the seats are
+//! shared by peer address the same way ([`seats`]): the loop never stops
+//! accepting; when every seat is taken, the newcomer takes the seat of the
+//! oldest waiting connection of the peer with the most waiting, which is
+//! dropped (it has served nothing yet), if that peer has strictly more
+//! waiting than the newcomer's would once seated; otherwise the newcomer
+//! is dropped at once.
 
+mod seats;
 mod slots;
 
 use std::future::Future;
@@ -47,6 +53,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::tls::ClientCert;
+use seats::{SeatId, Seats};
 use slots::{ConnId, Registry, peer_key};
 
 /// Stop signal of an accept loop, seen by each of its connections.
@@ -78,13 +85,18 @@ pub const HTTP2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 pub const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
 
 /// Accepted connections that may wait for a connection slot at once, per
-/// port (accept loop): 64 connections. While every slot is held, a newcomer
-/// is accepted (so that its peer address is known and it may take an idle
-/// connection's slot from a peer holding more, see [`slots`]) and waits,
-/// holding a file descriptor and a small task but no TLS state, for at most
-/// the read timeout (`ConnLimits::header_read_timeout`); with this many
-/// waiting, the loop stops accepting and further clients wait in the
-/// kernel's accept queue, as they all did before slots were shared.
+/// port (accept loop): 64 seats. While every slot is held, a newcomer is
+/// accepted (so that its peer address is known and it may take an idle
+/// connection's slot from a peer holding more, see `listener/slots.rs`) and waits in
+/// a seat, holding a file descriptor and a small task but no TLS state, for
+/// at most the read timeout (`ConnLimits::header_read_timeout`). The loop
+/// keeps accepting with every seat taken, and shares the seats by peer
+/// address as the slots (`listener/seats.rs`): the newcomer takes the seat of the
+/// oldest waiting connection of the peer with the most waiting (that
+/// connection is dropped; it has served nothing) if that peer has strictly
+/// more waiting than the newcomer's would once seated; otherwise the
+/// newcomer is dropped at once. So one address cannot keep another's
+/// clients in the kernel's accept queue by filling the seats.
 pub const MAX_WAITING_CONNECTIONS: usize = 64;
 
 /// Limits applied to every connection.
@@ -93,7 +105,8 @@ pub struct ConnLimits {
     /// Connections served at once (slots). When all are held, a newcomer
     /// from a peer address holding fewer than the peer holding the most
     /// gets the slot of that peer's longest-idle connection, closed
-    /// gracefully; otherwise it waits (see [`MAX_WAITING_CONNECTIONS`]).
+    /// gracefully; otherwise it waits in a seat, if it gets one (see
+    /// [`MAX_WAITING_CONNECTIONS`]).
     pub max_connections: usize,
     /// Time allowed for the TLS handshake.
     pub handshake_timeout: Duration,
@@ -563,26 +576,25 @@ impl Slots {
         self.registry().release(peer);
     }
 
-    /// A slot for a connection from `peer` accepted at `accepted`: a free
-    /// one, else the slot of a connection evicted for it, else the next one
-    /// freed; `None` if none came within `limits.header_read_timeout` of
-    /// `accepted` (or of the eviction, plus the victim's own
-    /// `limits.header_read_timeout` to close), or `stop` fired.
+    /// A slot for the connection in `seat` (from `seat.peer()`, accepted at
+    /// `seat.accepted`): a free one, else the slot of a connection evicted
+    /// for it, else the next one freed; `None` if none came within
+    /// `limits.header_read_timeout` of `seat.accepted` (or of the eviction,
+    /// plus the victim's own `limits.header_read_timeout` to close), or
+    /// `stop` fired, or the connection lost its seat to a newcomer.
     async fn take(
         self: &Arc<Self>,
         port: &'static str,
-        peer: IpAddr,
         activity: Arc<Activity>,
-        accepted: Instant,
         limits: ConnLimits,
         stop: &mut Stop,
+        seat: &mut Seat,
     ) -> Option<Slot> {
+        let peer = seat.peer();
         let (permit, reserved) = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => (permit, false),
             Err(TryAcquireError::Closed) => return None,
-            Err(TryAcquireError::NoPermits) => {
-                self.wait(port, peer, accepted, limits, stop).await?
-            }
+            Err(TryAcquireError::NoPermits) => self.wait(port, limits, stop, seat).await?,
         };
         let slot = self.hold(peer, activity, permit);
         // Counted as a connection now: the reservation is done.
@@ -597,12 +609,12 @@ impl Slots {
     async fn wait(
         &self,
         port: &'static str,
-        peer: IpAddr,
-        accepted: Instant,
         limits: ConnLimits,
         stop: &mut Stop,
+        seat: &mut Seat,
     ) -> Option<(OwnedSemaphorePermit, bool)> {
-        let mut until = accepted + limits.header_read_timeout;
+        let peer = seat.peer();
+        let mut until = seat.accepted + limits.header_read_timeout;
         let freed = self.permits.clone().acquire_owned();
         tokio::pin!(freed);
         let mut handoff: Option<oneshot::Receiver<OwnedSemaphorePermit>> = None;
@@ -641,6 +653,8 @@ impl Slots {
                 () = became_idle, if !waiting_for_handoff => {}
                 () = tokio::time::sleep_until(until) => break None,
                 _ = stop.wait_for(|stopped| *stopped) => break None,
+                // Its seat went to a newcomer (the sender is dropped).
+                _ = &mut seat.unseated => break None,
             }
         };
         let reserved = handoff.is_some();
@@ -651,13 +665,90 @@ impl Slots {
     }
 }
 
-/// The accept loop both ports share: accepts while fewer than
-/// [`MAX_WAITING_CONNECTIONS`] accepted connections wait for a slot, and
-/// spawns each connection's task, which takes a slot ([`Slots::take`]: at
-/// most `limits.max_connections` at once, shared by peer address) and
-/// runs `serve` on the connection, until `stop` resolves; then tells every
-/// connection to close gracefully and waits for all of them (every slot
-/// back) for at most `grace`. `port` names the listener in its log lines.
+/// The seats of one accept loop: the connections accepted and waiting for
+/// a slot, at most [`MAX_WAITING_CONNECTIONS`], by peer address
+/// ([`seats`]). Each seated connection's entry holds the sender whose drop
+/// tells it that its seat went to a newcomer.
+#[derive(Debug)]
+struct WaitingRoom {
+    seats: Mutex<Seats<oneshot::Sender<()>>>,
+}
+
+impl WaitingRoom {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            seats: Mutex::new(Seats::new(capacity)),
+        })
+    }
+
+    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<()>>> {
+        // The seats' updates do not panic half-way; a poisoned lock holds
+        // consistent seats.
+        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Seat a connection from `peer` accepted at `accepted`, per
+    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
+    /// connection of the peer with the most waiting is told to drop its
+    /// connection (it has served nothing yet), or `None`: the newcomer is
+    /// to be dropped.
+    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
+        let (to, unseated) = oneshot::channel();
+        let seated = self.seats().seat(peer, to).ok()?;
+        if let Some(gone) = seated.unseated {
+            tracing::debug!(
+                port,
+                peer = %gone.id.peer(),
+                waiting = gone.peer_waiting,
+                newcomer = %peer,
+                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
+            );
+            // Dropping the sender wakes it; it drops its connection.
+            drop(gone.conn);
+        }
+        Some(Seat {
+            room: self.clone(),
+            id: seated.id,
+            accepted,
+            unseated,
+        })
+    }
+}
+
+/// A connection's seat among those waiting for a slot: its peer, when it
+/// was accepted, and what resolves when its seat goes to a newcomer. It
+/// leaves the seat when dropped (once it has a slot, or gave up).
+#[derive(Debug)]
+struct Seat {
+    room: Arc<WaitingRoom>,
+    id: SeatId,
+    accepted: Instant,
+    unseated: oneshot::Receiver<()>,
+}
+
+impl Seat {
+    fn peer(&self) -> IpAddr {
+        self.id.peer()
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        // Nothing if the seat already went to a newcomer.
+        let _ = self.room.seats().remove(self.id);
+    }
+}
+
+/// The accept loop both ports share: accepts a connection at a time and
+/// seats it at once among those waiting for a slot ([`WaitingRoom::seat`]:
+/// at most [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer
+/// that gets no seat is dropped at once, so accepting never stops), and
+/// spawns each seated connection's task, which takes a slot
+/// ([`Slots::take`]: at most `limits.max_connections` at once, shared by
+/// peer address), leaves its seat and runs `serve` on the connection, until
+/// `stop` resolves; then tells every connection to close gracefully and
+/// waits for all of them (every slot back) for at most `grace`. `port`
+/// names the listener in its log lines.
 async fn accept_loop<F, Fut>(
     port: &'static str,
     listener: TcpListener,
@@ -672,22 +763,13 @@ async fn accept_loop<F, Fut>(
     let count = limits.max_connections.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
     let slots = Slots::new(count);
-    let waiting = Arc::new(Semaphore::new(MAX_WAITING_CONNECTIONS));
+    let room = WaitingRoom::new(MAX_WAITING_CONNECTIONS);
     tokio::pin!(stop);
     loop {
-        // A seat among the connections waiting for a slot, taken before
-        // accepting: a connection gives it back once it has a slot (at
-        // once if one is free) or gives up.
-        let next = async {
-            let seat = waiting.clone().acquire_owned().await;
-            let accepted = listener.accept().await;
-            (seat, accepted)
-        };
-        let (seat, accepted) = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut stop => break,
-            next = next => next,
+            accepted = listener.accept() => accepted,
         };
-        let Ok(seat) = seat else { break };
         let (tcp, peer) = match accepted {
             Ok(conn) => conn,
             Err(e) => {
@@ -697,17 +779,24 @@ async fn accept_loop<F, Fut>(
             }
         };
         let accepted = Instant::now();
+        // Decided at once: a seat (a connection gives it back once it has a
+        // slot, at once if one is free, or gives up), or dropped here.
+        let Some(mut seat) = room.seat(port, peer_key(peer), accepted) else {
+            tracing::debug!(port, %peer, "every seat taken and none may go to this peer; dropping the connection");
+            drop(tcp);
+            continue;
+        };
         let activity = Activity::new(slots.idle.clone());
         let mut stop = stop_rx.clone();
         let connection = serve(tcp, peer, stop_rx.clone(), activity.clone());
         let slots = slots.clone();
         tokio::spawn(async move {
             let taken = slots
-                .take(port, peer_key(peer), activity, accepted, limits, &mut stop)
+                .take(port, activity, limits, &mut stop, &mut seat)
                 .await;
             drop(seat);
             let Some(_slot) = taken else {
-                tracing::debug!(port, %peer, "no connection slot within the read timeout; dropping the connection");
+                tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
                 return;
             };
             connection.await;

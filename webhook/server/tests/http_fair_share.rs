@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http_common::{TestServer, assert_review_echo, job_pod, review};
-use kube_prestop_server::ServerConfig;
+use kube_prestop_server::{MAX_WAITING_CONNECTIONS, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::task::JoinHandle;
@@ -56,8 +56,9 @@ async fn tcp_from(server: &TestServer, local: &str) -> TcpStream {
 }
 
 /// The TLS handshake (ALPN `http/1.1`) on `tcp`: it completes only once the
-/// server has given the connection a slot.
-async fn handshake(ca_pem: &str, tcp: TcpStream) -> TlsStream<TcpStream> {
+/// server has given the connection a slot; an error if the server drops the
+/// connection first.
+async fn try_handshake(ca_pem: &str, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -69,7 +70,12 @@ async fn handshake(ca_pem: &str, tcp: TcpStream) -> TlsStream<TcpStream> {
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await.unwrap()
+    connector.connect(name, tcp).await
+}
+
+/// [`try_handshake`], which must succeed.
+async fn handshake(ca_pem: &str, tcp: TcpStream) -> TlsStream<TcpStream> {
+    try_handshake(ca_pem, tcp).await.unwrap()
 }
 
 /// An HTTP/1.1 keep-alive connection from `local`, TLS done.
@@ -272,4 +278,99 @@ async fn equal_shares_are_kept_and_a_third_peer_gets_a_share() {
     );
     assert!(!b3.is_finished(), "B's third connection was answered");
     b3.abort();
+}
+
+/// A client from `local` that connects at once and starts its TLS
+/// handshake, which the server answers only once the connection has a slot;
+/// then asks `GET /livez`. The task ends with the status, or `None` if the
+/// server dropped the connection first.
+async fn waiter(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
+    let tcp = tcp_from(server, local).await;
+    let ca = server.pki.ca_pem();
+    tokio::spawn(async move {
+        let mut tls = try_handshake(&ca, tcp).await.ok()?;
+        livez(&mut tls).await
+    })
+}
+
+/// A connection from `local` holding a slot with a request in flight: one
+/// request done, then a review's headers in, the server reading its body
+/// (`100 Continue`), half the body sent. The rest of the body follows.
+async fn busy_from(server: &TestServer, local: &str, body: &str) -> TlsStream<TcpStream> {
+    let (first, _) = body.as_bytes().split_at(body.len() / 2);
+    let mut tls = connect_from(server, local).await;
+    assert_eq!(livez(&mut tls).await, Some(200));
+    let headers = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(headers.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let (status, _) = tokio::time::timeout(PATIENCE, read_head(&mut tls))
+        .await
+        .expect("100 Continue in time")
+        .expect("the connection is open");
+    assert_eq!(status, 100);
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
+#[tokio::test]
+async fn a_peer_holding_every_slot_and_every_seat_does_not_keep_another_peer_out() {
+    // Before, with every seat taken the accept loop stopped accepting: B
+    // (and the extra connection of A below) waited in the kernel's accept
+    // queue, behind A's waiting connections, which A re-opens as they time
+    // out.
+    let server = TestServer::start(four_slots).await;
+    let body = review("uid-seats", "pods", "CREATE", job_pod()).to_string();
+    // A holds every slot, each connection busy: nothing can be evicted.
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        busy.push(busy_from(&server, A, &body).await);
+    }
+    // A takes every seat with connections waiting for a slot.
+    let mut waiting = Vec::new();
+    for _ in 0..MAX_WAITING_CONNECTIONS {
+        waiting.push(waiter(&server, A).await);
+    }
+    // One more from A is dropped at once (A has every seat and would only
+    // have more): accepted, so every one before it is seated.
+    let extra = tokio::time::timeout(PATIENCE, waiter(&server, A).await).await;
+    assert!(
+        matches!(extra, Ok(Ok(None))),
+        "A's connection past every seat was not dropped at once: {extra:?}"
+    );
+    // B is seated: A's oldest waiting connection is dropped for it.
+    let mut b = waiter(&server, B).await;
+    let oldest = tokio::time::timeout(PATIENCE, &mut waiting[0]).await;
+    assert!(
+        matches!(oldest, Ok(Ok(None))),
+        "A's oldest waiting connection was not dropped for B: {oldest:?}"
+    );
+    assert!(!b.is_finished(), "B ended while every slot was busy");
+    // One of A's requests ends: its connection is idle now, and B, not one
+    // of A's waiting connections, gets its slot.
+    let (_, rest) = body.as_bytes().split_at(body.len() / 2);
+    busy[0].write_all(rest).await.unwrap();
+    busy[0].flush().await.unwrap();
+    let (status, _, text) = tokio::time::timeout(PATIENCE, read_response(&mut busy[0]))
+        .await
+        .expect("an answer in time")
+        .expect("the connection stays open for the answer");
+    assert_eq!(status, 200, "{text}");
+    let answered = tokio::time::timeout(BOUND, &mut b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} once one of A's slots was idle: {answered:?}"
+    );
+    for (i, w) in waiting.iter().enumerate().skip(1) {
+        assert!(
+            !w.is_finished(),
+            "A's waiting connection {i} ended before or with B"
+        );
+    }
+    for w in &waiting {
+        w.abort();
+    }
 }
