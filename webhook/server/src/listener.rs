@@ -87,16 +87,17 @@ pub const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
 /// Accepted connections that may wait for a connection slot at once, per
 /// port (accept loop): 64 seats. While every slot is held, a newcomer is
 /// accepted (so that its peer address is known and it may take an idle
-/// connection's slot from a peer holding more, see `listener/slots.rs`) and waits in
-/// a seat, holding a file descriptor and a small task but no TLS state, for
-/// at most the read timeout (`ConnLimits::header_read_timeout`). The loop
-/// keeps accepting with every seat taken, and shares the seats by peer
-/// address as the slots (`listener/seats.rs`): the newcomer takes the seat of the
-/// oldest waiting connection of the peer with the most waiting (that
-/// connection is dropped; it has served nothing) if that peer has strictly
-/// more waiting than the newcomer's would once seated; otherwise the
-/// newcomer is dropped at once. So one address cannot keep another's
-/// clients in the kernel's accept queue by filling the seats.
+/// connection's slot from a peer holding more, see `listener/slots.rs`)
+/// and waits in a seat, holding a file descriptor and a small task but no
+/// TLS state, for at most the read timeout
+/// (`ConnLimits::header_read_timeout`). The loop keeps accepting with every
+/// seat taken, and shares the seats by peer address as the slots
+/// (`listener/seats.rs`): the newcomer takes the seat of the oldest waiting
+/// connection of the peer with the most waiting (that connection is
+/// dropped; it has served nothing) if that peer has strictly more waiting
+/// than the newcomer's would once seated; otherwise the newcomer is dropped
+/// at once. So one address cannot keep another's clients in the kernel's
+/// accept queue by filling the seats.
 pub const MAX_WAITING_CONNECTIONS: usize = 64;
 
 /// Limits applied to every connection.
