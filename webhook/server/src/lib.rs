@@ -32,6 +32,7 @@ pub use error::HttpError;
 pub use health::Health;
 pub use listener::{
     ConnLimits, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE, HTTP2_WINDOW_BYTES,
+    MAX_WAITING_CONNECTIONS,
 };
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};

@@ -14,12 +14,28 @@
 //! response) in flight for the idle timeout is closed gracefully, and a
 //! close that the client does not complete within the read timeout is
 //! finished by dropping the connection.
+//!
+//! Slots are shared fairly by peer address ([`slots`]): when every slot is
+//! held and a client arrives from a peer holding fewer than the peer holding
+//! the most, that peer's longest-idle connection (no request in flight) is
+//! closed gracefully and its slot handed to the newcomer. At most
+//! [`MAX_WAITING_CONNECTIONS`] accepted connections wait for a slot at
+//! once (seats), each for at most the read timeout, and the seats are
+//! shared by peer address the same way ([`seats`]): the loop never stops
+//! accepting; when every seat is taken, the newcomer takes the seat of the
+//! oldest waiting connection of the peer with the most waiting, which is
+//! dropped (it has served nothing yet), if that peer has strictly more
+//! waiting than the newcomer's would once seated; otherwise the newcomer
+//! is dropped at once.
+
+mod seats;
+mod slots;
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,11 +48,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, oneshot, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::tls::ClientCert;
+use seats::{SeatId, Seats};
+use slots::{ConnId, Registry, peer_key};
 
 /// Stop signal of an accept loop, seen by each of its connections.
 type Stop = watch::Receiver<bool>;
@@ -66,10 +84,30 @@ pub const HTTP2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 /// `k8s.io/apiserver/pkg/util/webhook/client.go`, v0.37.2 = Kubernetes v1.37.2).
 pub const HTTP2_WINDOW_BYTES: u32 = 64 * 1024;
 
+/// Accepted connections that may wait for a connection slot at once, per
+/// port (accept loop): 64 seats. While every slot is held, a newcomer is
+/// accepted (so that its peer address is known and it may take an idle
+/// connection's slot from a peer holding more, see `listener/slots.rs`)
+/// and waits in a seat, holding a file descriptor and a small task but no
+/// TLS state, for at most the read timeout
+/// (`ConnLimits::header_read_timeout`). The loop keeps accepting with every
+/// seat taken, and shares the seats by peer address as the slots
+/// (`listener/seats.rs`): the newcomer takes the seat of the oldest waiting
+/// connection of the peer with the most waiting (that connection is
+/// dropped; it has served nothing) if that peer has strictly more waiting
+/// than the newcomer's would once seated; otherwise the newcomer is dropped
+/// at once. So one address cannot keep another's clients in the kernel's
+/// accept queue by filling the seats.
+pub const MAX_WAITING_CONNECTIONS: usize = 64;
+
 /// Limits applied to every connection.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnLimits {
-    /// Connections served at once; further clients wait in the accept queue.
+    /// Connections served at once (slots). When all are held, a newcomer
+    /// from a peer address holding fewer than the peer holding the most
+    /// gets the slot of that peer's longest-idle connection, closed
+    /// gracefully; otherwise it waits in a seat, if it gets one (see
+    /// [`MAX_WAITING_CONNECTIONS`]).
     pub max_connections: usize,
     /// Time allowed for the TLS handshake.
     pub handshake_timeout: Duration,
@@ -92,24 +130,31 @@ pub struct ConnLimits {
     pub idle_timeout: Duration,
 }
 
-/// Requests in flight on one connection, whether any has started, and when
-/// the last one ended; `changed` wakes the connection's watch when a request
-/// starts or ends.
+/// Requests in flight on one connection, whether any has started, when
+/// the last one ended, and whether the connection is to close for a
+/// newcomer; `changed` wakes the connection's watch when a request starts
+/// or ends or the connection is evicted; `idle` (shared by the accept
+/// loop's connections) wakes the newcomers waiting for a slot when a
+/// connection becomes idle.
 #[derive(Debug)]
 struct Activity {
     in_flight: AtomicUsize,
     started: AtomicBool,
+    evicted: AtomicBool,
     last: Mutex<Instant>,
     changed: Notify,
+    idle: Arc<Notify>,
 }
 
 impl Activity {
-    fn new() -> Arc<Self> {
+    fn new(idle: Arc<Notify>) -> Arc<Self> {
         Arc::new(Self {
             in_flight: AtomicUsize::new(0),
             started: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
             changed: Notify::new(),
+            idle,
         })
     }
 
@@ -127,6 +172,28 @@ impl Activity {
     /// Whether a request or its response is in flight.
     fn busy(&self) -> bool {
         self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Since when the connection has been idle, if it may be closed for a
+    /// newcomer: a request has started on it (one that has not may be
+    /// receiving its first request's headers; it is bounded by the read
+    /// timeout anyway) and none is in flight.
+    fn idle_since(&self) -> Option<Instant> {
+        if !self.started() || self.busy() {
+            return None;
+        }
+        self.last.lock().ok().map(|last| *last)
+    }
+
+    /// Ask the connection's watch to close it gracefully, for a newcomer.
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+
+    /// Whether the connection is to close for a newcomer.
+    fn evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
     }
 
     /// When the connection would become idle for `timeout` if nothing
@@ -159,8 +226,11 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let was = self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.0.changed.notify_one();
+        if was == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -207,9 +277,10 @@ async fn track(activity: Arc<Activity>, req: Request, next: Next) -> axum::respo
 /// Serves one connection's requests with `router` until it ends: HTTP/2 when
 /// `h2` (from ALPN), else HTTP/1.1 with `limits.header_read_timeout`.
 /// Drops it if no request started within `limits.header_read_timeout`;
-/// closes it gracefully when `stop` fires or when it has been idle (no
-/// request in flight) for `limits.idle_timeout`, and drops it if the close
-/// is not done `limits.header_read_timeout` later with nothing in flight.
+/// closes it gracefully when `stop` fires, when it has been idle (no
+/// request in flight) for `limits.idle_timeout`, or when `activity` is
+/// evicted for a newcomer, and drops it if the close is not done
+/// `limits.header_read_timeout` later with nothing in flight.
 async fn serve_connection<I>(
     io: I,
     h2: bool,
@@ -217,6 +288,7 @@ async fn serve_connection<I>(
     limits: ConnLimits,
     mut stop: Stop,
     peer: SocketAddr,
+    activity: Arc<Activity>,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -247,7 +319,6 @@ async fn serve_connection<I>(
     } else {
         builder.http1_only()
     };
-    let activity = Activity::new();
     let tracked = activity.clone();
     let router = router.layer(middleware::from_fn(move |req: Request, next: Next| {
         track(tracked.clone(), req, next)
@@ -259,6 +330,14 @@ async fn serve_connection<I>(
     let mut close_by: Option<Instant> = None;
     let first_request_by = accepted + limits.header_read_timeout;
     loop {
+        if close_by.is_none() && activity.evicted() {
+            // Chosen while idle; a request that started since is finished
+            // (HTTP/1.1 closes after its response, HTTP/2 GOAWAY lets
+            // open streams end).
+            tracing::debug!(%peer, "closing an idle connection: its slot goes to a peer holding fewer");
+            conn.as_mut().graceful_shutdown();
+            close_by = Some(Instant::now() + limits.header_read_timeout);
+        }
         // While a request is in flight, its end wakes the loop (`changed`).
         let idle_at = activity
             .idle_at(limits.idle_timeout)
@@ -311,8 +390,8 @@ async fn serve_connection<I>(
 
 /// Accept and serve plain-HTTP/1.1 connections (the metrics port) until
 /// `stop` resolves, with the same limits as the HTTPS port: at most
-/// `limits.max_connections` at once (further clients wait in the accept
-/// queue) and `limits.header_read_timeout` per request's headers. Its
+/// `limits.max_connections` at once, shared by peer address as on the HTTPS
+/// port, and `limits.header_read_timeout` per request's headers. Its
 /// routes read no request body.
 pub async fn serve_plain(
     listener: TcpListener,
@@ -327,10 +406,19 @@ pub async fn serve_plain(
         limits,
         stop,
         grace,
-        move |tcp, peer, stop| {
+        move |tcp, peer, stop, activity| {
             let router = router.clone();
             async move {
-                serve_connection(TokioIo::new(tcp), false, router, limits, stop, peer).await;
+                serve_connection(
+                    TokioIo::new(tcp),
+                    false,
+                    router,
+                    limits,
+                    stop,
+                    peer,
+                    activity,
+                )
+                .await;
             }
         },
     )
@@ -353,7 +441,7 @@ pub async fn serve_tls(
         limits,
         stop,
         grace,
-        move |tcp, peer, stop| {
+        move |tcp, peer, stop, activity| {
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let router = router.clone();
@@ -375,16 +463,290 @@ pub async fn serve_tls(
                 // rustls verified any certificate the client presented.
                 let verified = session.peer_certificates().is_some_and(|c| !c.is_empty());
                 let router = router.layer(axum::Extension(ClientCert { verified }));
-                serve_connection(TokioIo::new(tls), h2, router, limits, stop, peer).await;
+                serve_connection(TokioIo::new(tls), h2, router, limits, stop, peer, activity).await;
             }
         },
     )
     .await;
 }
 
-/// The accept loop both ports share: takes a connection slot (at most
-/// `limits.max_connections`; further clients wait in the accept queue),
-/// accepts, and spawns `serve` on the connection holding the slot, until
+/// What the accept loop keeps per connection holding a slot: its activity
+/// (to tell whether it is idle, and to evict it) and, once it is evicted,
+/// where its slot goes when it ends (the newcomer it was evicted for).
+#[derive(Debug)]
+struct Holder {
+    activity: Arc<Activity>,
+    handoff: Option<oneshot::Sender<OwnedSemaphorePermit>>,
+}
+
+/// The connection slots of one accept loop: the permits (one per slot),
+/// who holds them by peer address, and the wake-up of newcomers waiting
+/// for one when a connection becomes idle.
+#[derive(Debug)]
+struct Slots {
+    permits: Arc<Semaphore>,
+    registry: Mutex<Registry<Holder>>,
+    idle: Arc<Notify>,
+}
+
+/// A slot held by one connection: given back when dropped, to the newcomer
+/// the connection was evicted for if there is one, else to the semaphore.
+struct Slot {
+    slots: Arc<Slots>,
+    id: ConnId,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let holder = self.slots.registry().remove(self.id);
+        if let (
+            Some(Holder {
+                handoff: Some(to), ..
+            }),
+            Some(permit),
+        ) = (holder, self.permit.take())
+        {
+            // A newcomer that gave up returns it to the semaphore.
+            let _ = to.send(permit);
+        }
+    }
+}
+
+impl Slots {
+    fn new(slots: usize) -> Arc<Self> {
+        Arc::new(Self {
+            permits: Arc::new(Semaphore::new(slots)),
+            registry: Mutex::new(Registry::default()),
+            idle: Arc::new(Notify::new()),
+        })
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry<Holder>> {
+        // The registry's updates do not panic half-way; a poisoned lock
+        // holds a consistent registry.
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Record `activity`'s connection from `peer` as holding `permit`.
+    fn hold(
+        self: &Arc<Self>,
+        peer: IpAddr,
+        activity: Arc<Activity>,
+        permit: OwnedSemaphorePermit,
+    ) -> Slot {
+        let id = self.registry().insert(
+            peer,
+            Holder {
+                activity,
+                handoff: None,
+            },
+        );
+        Slot {
+            slots: self.clone(),
+            id,
+            permit: Some(permit),
+        }
+    }
+
+    /// For a newcomer from `peer`: evict a connection per
+    /// [`Registry::choose_victim`] and return where its slot will come, or
+    /// `None` if none may be evicted. The newcomer's reservation lasts until
+    /// [`Self::release`].
+    fn evict_for(
+        &self,
+        port: &'static str,
+        peer: IpAddr,
+    ) -> Option<oneshot::Receiver<OwnedSemaphorePermit>> {
+        let mut registry = self.registry();
+        let victim = registry.choose_victim(peer, |h| h.activity.idle_since())?;
+        let (to, from) = oneshot::channel();
+        victim.conn.handoff = Some(to);
+        victim.conn.activity.evict();
+        tracing::debug!(
+            port,
+            peer = %victim.id.peer(),
+            held = victim.peer_held,
+            newcomer = %peer,
+            "every connection slot held: closing the longest-idle connection of the peer holding the most"
+        );
+        Some(from)
+    }
+
+    fn release(&self, peer: IpAddr) {
+        self.registry().release(peer);
+    }
+
+    /// A slot for the connection in `seat` (from `seat.peer()`, accepted at
+    /// `seat.accepted`): a free one, else the slot of a connection evicted
+    /// for it, else the next one freed; `None` if none came within
+    /// `limits.header_read_timeout` of `seat.accepted` (or of the eviction,
+    /// plus the victim's own `limits.header_read_timeout` to close), or
+    /// `stop` fired, or the connection lost its seat to a newcomer.
+    async fn take(
+        self: &Arc<Self>,
+        port: &'static str,
+        activity: Arc<Activity>,
+        limits: ConnLimits,
+        stop: &mut Stop,
+        seat: &mut Seat,
+    ) -> Option<Slot> {
+        let peer = seat.peer();
+        let (permit, reserved) = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => (permit, false),
+            Err(TryAcquireError::Closed) => return None,
+            Err(TryAcquireError::NoPermits) => self.wait(port, limits, stop, seat).await?,
+        };
+        let slot = self.hold(peer, activity, permit);
+        // Counted as a connection now: the reservation is done.
+        if reserved {
+            self.release(peer);
+        }
+        Some(slot)
+    }
+
+    /// The waiting part of [`Self::take`]: the permit, and whether a
+    /// reservation made for it is still to be [released](Self::release).
+    async fn wait(
+        &self,
+        port: &'static str,
+        limits: ConnLimits,
+        stop: &mut Stop,
+        seat: &mut Seat,
+    ) -> Option<(OwnedSemaphorePermit, bool)> {
+        let peer = seat.peer();
+        let mut until = seat.accepted + limits.header_read_timeout;
+        let freed = self.permits.clone().acquire_owned();
+        tokio::pin!(freed);
+        let mut handoff: Option<oneshot::Receiver<OwnedSemaphorePermit>> = None;
+        let permit = loop {
+            // Registered before looking for a victim, so that a connection
+            // that becomes idle meanwhile still wakes this loop.
+            let became_idle = self.idle.notified();
+            tokio::pin!(became_idle);
+            became_idle.as_mut().enable();
+            if handoff.is_none() {
+                handoff = self.evict_for(port, peer);
+                if handoff.is_some() {
+                    // The victim closes gracefully within its own read
+                    // timeout (or after a request that started meanwhile).
+                    until = until.max(Instant::now() + 2 * limits.header_read_timeout);
+                }
+            }
+            let waiting_for_handoff = handoff.is_some();
+            let handed = async {
+                match handoff.as_mut() {
+                    Some(from) => from.await.ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                permit = &mut freed => break permit.ok(),
+                permit = handed => match permit {
+                    Some(permit) => break Some(permit),
+                    // The victim ended without handing its slot over (it
+                    // cannot, but then look again).
+                    None => {
+                        handoff = None;
+                        self.release(peer);
+                    }
+                },
+                () = became_idle, if !waiting_for_handoff => {}
+                () = tokio::time::sleep_until(until) => break None,
+                _ = stop.wait_for(|stopped| *stopped) => break None,
+                // Its seat went to a newcomer (the sender is dropped).
+                _ = &mut seat.unseated => break None,
+            }
+        };
+        let reserved = handoff.is_some();
+        if permit.is_none() && reserved {
+            self.release(peer);
+        }
+        permit.map(|permit| (permit, reserved))
+    }
+}
+
+/// The seats of one accept loop: the connections accepted and waiting for
+/// a slot, at most [`MAX_WAITING_CONNECTIONS`], by peer address
+/// ([`seats`]). Each seated connection's entry holds the sender whose drop
+/// tells it that its seat went to a newcomer.
+#[derive(Debug)]
+struct WaitingRoom {
+    seats: Mutex<Seats<oneshot::Sender<()>>>,
+}
+
+impl WaitingRoom {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            seats: Mutex::new(Seats::new(capacity)),
+        })
+    }
+
+    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<()>>> {
+        // The seats' updates do not panic half-way; a poisoned lock holds
+        // consistent seats.
+        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Seat a connection from `peer` accepted at `accepted`, per
+    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
+    /// connection of the peer with the most waiting is told to drop its
+    /// connection (it has served nothing yet), or `None`: the newcomer is
+    /// to be dropped.
+    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
+        let (to, unseated) = oneshot::channel();
+        let seated = self.seats().seat(peer, to).ok()?;
+        if let Some(gone) = seated.unseated {
+            tracing::debug!(
+                port,
+                peer = %gone.id.peer(),
+                waiting = gone.peer_waiting,
+                newcomer = %peer,
+                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
+            );
+            // Dropping the sender wakes it; it drops its connection.
+            drop(gone.conn);
+        }
+        Some(Seat {
+            room: self.clone(),
+            id: seated.id,
+            accepted,
+            unseated,
+        })
+    }
+}
+
+/// A connection's seat among those waiting for a slot: its peer, when it
+/// was accepted, and what resolves when its seat goes to a newcomer. It
+/// leaves the seat when dropped (once it has a slot, or gave up).
+#[derive(Debug)]
+struct Seat {
+    room: Arc<WaitingRoom>,
+    id: SeatId,
+    accepted: Instant,
+    unseated: oneshot::Receiver<()>,
+}
+
+impl Seat {
+    fn peer(&self) -> IpAddr {
+        self.id.peer()
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        // Nothing if the seat already went to a newcomer.
+        let _ = self.room.seats().remove(self.id);
+    }
+}
+
+/// The accept loop both ports share: accepts a connection at a time and
+/// seats it at once among those waiting for a slot ([`WaitingRoom::seat`]:
+/// at most [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer
+/// that gets no seat is dropped at once, so accepting never stops), and
+/// spawns each seated connection's task, which takes a slot
+/// ([`Slots::take`]: at most `limits.max_connections` at once, shared by
+/// peer address), leaves its seat and runs `serve` on the connection, until
 /// `stop` resolves; then tells every connection to close gracefully and
 /// waits for all of them (every slot back) for at most `grace`. `port`
 /// names the listener in its log lines.
@@ -396,24 +758,19 @@ async fn accept_loop<F, Fut>(
     grace: Duration,
     serve: F,
 ) where
-    F: Fn(TcpStream, SocketAddr, Stop) -> Fut,
+    F: Fn(TcpStream, SocketAddr, Stop, Arc<Activity>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let slots = limits.max_connections.max(1);
+    let count = limits.max_connections.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let permits = Arc::new(Semaphore::new(slots));
+    let slots = Slots::new(count);
+    let room = WaitingRoom::new(MAX_WAITING_CONNECTIONS);
     tokio::pin!(stop);
     loop {
-        let next = async {
-            let permit = permits.clone().acquire_owned().await;
-            let accepted = listener.accept().await;
-            (permit, accepted)
-        };
-        let (permit, accepted) = tokio::select! {
+        let accepted = tokio::select! {
             () = &mut stop => break,
-            next = next => next,
+            accepted = listener.accept() => accepted,
         };
-        let Ok(permit) = permit else { break };
         let (tcp, peer) = match accepted {
             Ok(conn) => conn,
             Err(e) => {
@@ -422,9 +779,27 @@ async fn accept_loop<F, Fut>(
                 continue;
             }
         };
-        let connection = serve(tcp, peer, stop_rx.clone());
+        let accepted = Instant::now();
+        // Decided at once: a seat (a connection gives it back once it has a
+        // slot, at once if one is free, or gives up), or dropped here.
+        let Some(mut seat) = room.seat(port, peer_key(peer), accepted) else {
+            tracing::debug!(port, %peer, "every seat taken and none may go to this peer; dropping the connection");
+            drop(tcp);
+            continue;
+        };
+        let activity = Activity::new(slots.idle.clone());
+        let mut stop = stop_rx.clone();
+        let connection = serve(tcp, peer, stop_rx.clone(), activity.clone());
+        let slots = slots.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let taken = slots
+                .take(port, activity, limits, &mut stop, &mut seat)
+                .await;
+            drop(seat);
+            let Some(_slot) = taken else {
+                tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
+                return;
+            };
             connection.await;
         });
     }
@@ -434,7 +809,9 @@ async fn accept_loop<F, Fut>(
         "stopped accepting connections; waiting for in-flight requests"
     );
     let _ = stop_tx.send(true);
-    let all_closed = permits.acquire_many(u32::try_from(slots).unwrap_or(u32::MAX));
+    let all_closed = slots
+        .permits
+        .acquire_many(u32::try_from(count).unwrap_or(u32::MAX));
     if tokio::time::timeout(grace, all_closed).await.is_err() {
         tracing::warn!(port, ?grace, "in-flight connections did not finish in time");
     }

@@ -134,7 +134,9 @@ pub struct ServeArgs {
     /// 16 MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "KUBE_PRESTOP_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
-    /// Connections served at once.
+    /// Connections served at once, shared by peer address: when all are
+    /// held, a client from an address holding fewer than the one holding
+    /// the most may get the slot of that address's longest-idle connection.
     #[arg(long, default_value_t = 1024, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
     pub max_connections: usize,
     /// Time allowed for a client to send request headers (HTTP/1.1, also

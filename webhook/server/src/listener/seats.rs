@@ -1,0 +1,287 @@
+//! Who waits for a connection slot (holds a seat), by peer address, and
+//! which waiting connection to drop when every seat is taken and another
+//! connection is accepted. No I/O and no clock: the accept loop keeps one
+//! [`Seats`] behind a mutex, asks it to [seat](Seats::seat) each connection
+//! it accepts, and tells it when a connection leaves its seat (it got a
+//! slot, or gave up).
+//!
+//! The rule, the same "+1" rule as for slots ([`super::slots`]): when every
+//! seat is taken, the newcomer from peer `n` takes the seat of a waiting
+//! connection of the peer `p` with the most waiting only if `p` has strictly
+//! more waiting than `n` would have once seated
+//! (`waiting(p) > waiting(n) + 1`); otherwise the newcomer is refused. After
+//! the swap `p` still has at least as many waiting as `n`, so two peers
+//! converge to equal shares of the seats and never take them back and
+//! forth, and the number waiting never exceeds the capacity.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+/// One seated connection: its peer and a number unique within its
+/// [`Seats`] (increasing: a smaller number was seated earlier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SeatId {
+    peer: IpAddr,
+    n: u64,
+}
+
+impl SeatId {
+    /// The peer the connection counts against.
+    pub fn peer(self) -> IpAddr {
+        self.peer
+    }
+}
+
+/// A waiting connection whose seat was given to a newcomer.
+#[derive(Debug)]
+pub struct Unseated<C> {
+    /// The connection.
+    pub id: SeatId,
+    /// How many its peer had waiting before (itself included).
+    pub peer_waiting: usize,
+    /// Its value, for the caller to drop the connection.
+    pub conn: C,
+}
+
+/// A newcomer given a seat by [`Seats::seat`].
+#[derive(Debug)]
+pub struct Seated<C> {
+    /// The newcomer's seat, to [remove](Seats::remove) when it leaves.
+    pub id: SeatId,
+    /// The waiting connection that lost its seat to the newcomer, if every
+    /// seat was taken.
+    pub unseated: Option<Unseated<C>>,
+}
+
+/// The connections waiting for a slot, by peer, at most `capacity` at
+/// once. `C` is what the caller keeps per connection (a handle to drop it).
+#[derive(Debug)]
+pub struct Seats<C> {
+    capacity: usize,
+    next: u64,
+    len: usize,
+    /// Each peer's waiting connections by number, oldest first; a peer with
+    /// none is not in the map.
+    peers: HashMap<IpAddr, BTreeMap<u64, C>>,
+}
+
+impl<C> Seats<C> {
+    /// No connection waiting; at most `capacity` at once.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            next: 0,
+            len: 0,
+            peers: HashMap::new(),
+        }
+    }
+
+    /// Connections from `peer` waiting.
+    pub fn waiting(&self, peer: IpAddr) -> usize {
+        self.peers.get(&peer).map_or(0, BTreeMap::len)
+    }
+
+    /// Seat a newly accepted connection from `peer`: in a free seat if there
+    /// is one; else in the seat of the oldest waiting connection of the peer
+    /// with the most waiting, if that peer has strictly more waiting than
+    /// `peer` would once seated (returned in [`Seated::unseated`], for the
+    /// caller to drop); else not at all: `Err(conn)`, for the caller to drop
+    /// the newcomer. Among peers tied for the most, the one whose oldest
+    /// waiting connection is the oldest gives its seat.
+    ///
+    /// The oldest waiting connection is the one to go, not the newest: it
+    /// is the nearest to its own timeout (so its client loses the least
+    /// wait), and, slots freed by a connection that ends going to the
+    /// connections waiting longest first, it is the one standing first in
+    /// line ahead of the newcomer. An attacker that re-opens its
+    /// connections as they go also gains nothing from the choice: dropped
+    /// either way, it has to re-open one per newcomer.
+    pub fn seat(&mut self, peer: IpAddr, conn: C) -> Result<Seated<C>, C> {
+        let unseated = if self.len < self.capacity {
+            None
+        } else {
+            let seated = self.waiting(peer) + 1;
+            let Some((victim, peer_waiting, n)) = self
+                .peers
+                .iter()
+                .filter(|(ip, _)| **ip != peer)
+                .filter_map(|(ip, w)| w.first_key_value().map(|(n, _)| (*ip, w.len(), *n)))
+                .max_by_key(|(_, waiting, n)| (*waiting, std::cmp::Reverse(*n)))
+            else {
+                return Err(conn);
+            };
+            if peer_waiting <= seated {
+                return Err(conn);
+            }
+            let id = SeatId { peer: victim, n };
+            let Some(conn) = self.remove(id) else {
+                return Err(conn);
+            };
+            Some(Unseated {
+                id,
+                peer_waiting,
+                conn,
+            })
+        };
+        let n = self.next;
+        self.next += 1;
+        self.peers.entry(peer).or_default().insert(n, conn);
+        self.len += 1;
+        Ok(Seated {
+            id: SeatId { peer, n },
+            unseated,
+        })
+    }
+
+    /// Forget a connection that left its seat; its value, or `None` if it
+    /// was not seated (or has lost its seat to a newcomer).
+    pub fn remove(&mut self, id: SeatId) -> Option<C> {
+        let waiting = self.peers.get_mut(&id.peer)?;
+        let conn = waiting.remove(&id.n)?;
+        if waiting.is_empty() {
+            self.peers.remove(&id.peer);
+        }
+        self.len -= 1;
+        Some(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    const A: &str = "10.0.0.1";
+    const B: &str = "10.0.0.2";
+    const C: &str = "10.0.0.3";
+
+    /// Seat `names` from `peer`, each of which must get a free seat.
+    fn fill(s: &mut Seats<&'static str>, peer: &str, names: &[&'static str]) -> Vec<SeatId> {
+        names
+            .iter()
+            .map(|name| {
+                let seated = s.seat(ip(peer), name).unwrap();
+                assert!(seated.unseated.is_none(), "{name} took someone's seat");
+                seated.id
+            })
+            .collect()
+    }
+
+    /// Seat `name` from `peer`: `Ok(Some(name of the unseated, its peer's
+    /// count))`, `Ok(None)` for a free seat, `Err(())` if refused.
+    fn seat(
+        s: &mut Seats<&'static str>,
+        peer: &str,
+        name: &'static str,
+    ) -> Result<Option<(&'static str, usize)>, ()> {
+        match s.seat(ip(peer), name) {
+            Ok(seated) => Ok(seated.unseated.map(|u| (u.conn, u.peer_waiting))),
+            Err(back) => {
+                assert_eq!(back, name);
+                Err(())
+            }
+        }
+    }
+
+    #[test]
+    fn free_seats_are_taken_without_dropping_anyone() {
+        let mut s = Seats::new(3);
+        fill(&mut s, A, &["a0", "a1"]);
+        assert_eq!(seat(&mut s, B, "b0"), Ok(None));
+        assert_eq!(s.len, 3);
+        assert_eq!((s.waiting(ip(A)), s.waiting(ip(B))), (2, 1));
+    }
+
+    #[test]
+    fn with_every_seat_taken_by_one_peer_another_takes_its_oldest() {
+        let mut s = Seats::new(4);
+        fill(&mut s, A, &["a0", "a1", "a2", "a3"]);
+        assert_eq!(seat(&mut s, B, "b0"), Ok(Some(("a0", 4))));
+        assert_eq!(s.len, 4);
+        assert_eq!((s.waiting(ip(A)), s.waiting(ip(B))), (3, 1));
+        assert_eq!(seat(&mut s, B, "b1"), Ok(Some(("a1", 3))));
+    }
+
+    #[test]
+    fn the_biggest_peer_is_refused_and_nothing_exceeds_the_capacity() {
+        let mut s = Seats::new(4);
+        fill(&mut s, A, &["a0", "a1", "a2", "a3"]);
+        assert_eq!(seat(&mut s, A, "a4"), Err(()));
+        assert_eq!(s.len, 4);
+        assert_eq!(s.waiting(ip(A)), 4);
+    }
+
+    #[test]
+    fn one_more_than_the_newcomer_would_have_is_not_enough() {
+        let mut s = Seats::new(3);
+        fill(&mut s, A, &["a0", "a1"]);
+        fill(&mut s, B, &["b0"]);
+        // B would have 2, A has 2: refused.
+        assert_eq!(seat(&mut s, B, "b1"), Err(()));
+        // C would have 1 against A's 2: A's oldest goes.
+        assert_eq!(seat(&mut s, C, "c0"), Ok(Some(("a0", 2))));
+        // Now 1 each: nobody takes anyone's seat.
+        for peer in [A, B, C] {
+            assert_eq!(seat(&mut s, peer, "x"), Err(()));
+        }
+    }
+
+    #[test]
+    fn two_peers_converge_to_equal_shares_without_ping_pong() {
+        let mut s = Seats::new(6);
+        fill(&mut s, A, &["a0", "a1", "a2", "a3", "a4", "a5"]);
+        let mut unseated = Vec::new();
+        while let Ok(Some((name, _))) = seat(&mut s, B, "b") {
+            unseated.push(name);
+        }
+        assert_eq!(unseated, ["a0", "a1", "a2"]);
+        assert_eq!((s.waiting(ip(A)), s.waiting(ip(B))), (3, 3));
+        // The newcomer refused is not seated either.
+        assert_eq!(s.len, 6);
+        assert_eq!(seat(&mut s, A, "a6"), Err(()));
+    }
+
+    #[test]
+    fn among_peers_tied_for_the_most_the_oldest_waiter_goes() {
+        let mut s = Seats::new(4);
+        fill(&mut s, B, &["b0"]);
+        fill(&mut s, A, &["a0"]);
+        fill(&mut s, A, &["a1"]);
+        fill(&mut s, B, &["b1"]);
+        assert_eq!(seat(&mut s, C, "c0"), Ok(Some(("b0", 2))));
+        // A has 2 now, B 1: A's oldest for a fourth peer, which would
+        // have 1 (C's next would have 2: no).
+        assert_eq!(seat(&mut s, C, "c1"), Err(()));
+        assert_eq!(seat(&mut s, "10.0.0.4", "d0"), Ok(Some(("a0", 2))));
+    }
+
+    #[test]
+    fn leaving_frees_the_seat_and_an_unseated_one_is_gone() {
+        let mut s = Seats::new(2);
+        let a = fill(&mut s, A, &["a0", "a1"]);
+        assert_eq!(seat(&mut s, B, "b0"), Ok(Some(("a0", 2))));
+        // a0's own leave, later, finds nothing.
+        assert_eq!(s.remove(a[0]), None);
+        assert_eq!(s.len, 2);
+        assert_eq!(s.remove(a[1]), Some("a1"));
+        assert_eq!(s.len, 1);
+        assert_eq!(s.waiting(ip(A)), 0);
+        assert!(
+            !s.peers.contains_key(&ip(A)),
+            "a peer with none is forgotten"
+        );
+        assert_eq!(seat(&mut s, A, "a2"), Ok(None));
+    }
+
+    #[test]
+    fn no_seats_refuses_everyone() {
+        let mut s = Seats::new(0);
+        assert_eq!(seat(&mut s, A, "a0"), Err(()));
+        assert_eq!(s.len, 0);
+    }
+}

@@ -1,0 +1,376 @@
+//! Connection slots are shared fairly by peer address: with every slot held
+//! by one peer, a client from another peer gets the slot of the holder's
+//! longest-idle connection (closed gracefully); a connection with a request
+//! in flight is never closed for it; peers holding equal shares keep them.
+//!
+//! Distinct peers on loopback: Linux routes all of 127.0.0.0/8 to `lo`, so
+//! a client socket bound to 127.0.0.2 and one bound to 127.0.0.3 reach the
+//! server (on 127.0.0.1) from different addresses.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod http_common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_common::{TestServer, assert_review_echo, job_pod, review};
+use kube_prestop_server::{MAX_WAITING_CONNECTIONS, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::client::TlsStream;
+
+const A: &str = "127.0.0.2";
+const B: &str = "127.0.0.3";
+const C: &str = "127.0.0.4";
+
+/// How soon a newcomer must be answered when a slot can be freed for it:
+/// well below the read timeout (60 s) and the idle timeout (300 s) of these
+/// servers, so only an eviction can free one in time.
+const BOUND: Duration = Duration::from_secs(5);
+
+/// How long a client that must wait is watched not being answered.
+const HOLD: Duration = Duration::from_millis(1500);
+
+/// The longest wait for what should happen at once: generous, for a loaded
+/// test machine.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Four slots; no connection closed by a timeout while a test runs.
+fn four_slots(c: &mut ServerConfig) {
+    c.conn_limits.max_connections = 4;
+    c.conn_limits.idle_timeout = Duration::from_secs(300);
+    c.conn_limits.header_read_timeout = Duration::from_secs(60);
+    c.conn_limits.http2_keep_alive = Duration::from_secs(300);
+    c.body_read_timeout = Duration::from_secs(60);
+}
+
+/// A TCP connection to the HTTPS port from `local` (any port).
+async fn tcp_from(server: &TestServer, local: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(local.parse::<IpAddr>().unwrap(), 0))
+        .unwrap();
+    socket.connect(server.https).await.unwrap()
+}
+
+/// The TLS handshake (ALPN `http/1.1`) on `tcp`: it completes only once the
+/// server has given the connection a slot; an error if the server drops the
+/// connection first.
+async fn try_handshake(ca_pem: &str, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    connector.connect(name, tcp).await
+}
+
+/// [`try_handshake`], which must succeed.
+async fn handshake(ca_pem: &str, tcp: TcpStream) -> TlsStream<TcpStream> {
+    try_handshake(ca_pem, tcp).await.unwrap()
+}
+
+/// An HTTP/1.1 keep-alive connection from `local`, TLS done.
+async fn connect_from(server: &TestServer, local: &str) -> TlsStream<TcpStream> {
+    handshake(&server.pki.ca_pem(), tcp_from(server, local).await).await
+}
+
+/// Reads one response head (up to the blank line); its status code and
+/// lower-cased head, or `None` at the end of the stream.
+async fn read_head(tls: &mut TlsStream<TcpStream>) -> Option<(u16, String)> {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        match tls.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, head))
+}
+
+/// Reads one whole response (past any `100 Continue`; body by
+/// `content-length`): its status, lower-cased head and body.
+async fn read_response(tls: &mut TlsStream<TcpStream>) -> Option<(u16, String, String)> {
+    let (status, head) = loop {
+        let (status, head) = read_head(tls).await?;
+        if status != 100 {
+            break (status, head);
+        }
+    };
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    tls.read_exact(&mut body).await.ok()?;
+    Some((status, head, String::from_utf8(body).unwrap()))
+}
+
+/// `GET /livez` on a keep-alive connection; the status, or `None` if the
+/// connection is closed.
+async fn livez(tls: &mut TlsStream<TcpStream>) -> Option<u16> {
+    tls.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .ok()?;
+    tls.flush().await.ok()?;
+    tokio::time::timeout(PATIENCE, read_response(tls))
+        .await
+        .expect("an answer or a close in time")
+        .map(|(status, _, _)| status)
+}
+
+/// Whether the server closes `tls` within `PATIENCE` (reads nothing but
+/// the end of the stream).
+async fn closed(tls: &mut TlsStream<TcpStream>) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(PATIENCE, tls.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// A client from `local` that connects at once and, once it has a slot
+/// (TLS done), asks `GET /livez`; the task ends with the status.
+async fn newcomer(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
+    let tcp = tcp_from(server, local).await;
+    let ca = server.pki.ca_pem();
+    tokio::spawn(async move {
+        let mut tls = handshake(&ca, tcp).await;
+        livez(&mut tls).await
+    })
+}
+
+#[tokio::test]
+async fn a_peer_holding_every_slot_gives_its_longest_idle_connection_to_another_peer() {
+    // Before, B waited in the accept queue until one of A's connections
+    // closed by itself: here not for 60 s (the keep-alive read timeout).
+    let server = TestServer::start(four_slots).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tls = connect_from(&server, A).await;
+        assert_eq!(livez(&mut tls).await, Some(200));
+        held.push(tls);
+    }
+    let b = newcomer(&server, B).await;
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} while A held every slot idle: {answered:?}"
+    );
+    // A's longest-idle connection (its first) was closed for B; the
+    // others still serve.
+    assert!(
+        closed(&mut held[0]).await,
+        "A's longest-idle connection is still open"
+    );
+    for tls in &mut held[1..] {
+        assert_eq!(livez(tls).await, Some(200));
+    }
+}
+
+#[tokio::test]
+async fn connections_with_a_request_in_flight_are_never_evicted() {
+    let server = TestServer::start(four_slots).await;
+    let body = review("uid-busy", "pods", "CREATE", job_pod()).to_string();
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tls = connect_from(&server, A).await;
+        // One request done (the connection has served), then one in flight:
+        // its headers in, the server reading its body (it asked for it:
+        // `100 Continue`), half the body sent.
+        assert_eq!(livez(&mut tls).await, Some(200));
+        let headers = format!(
+            "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        tls.write_all(headers.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        let (status, _) = tokio::time::timeout(PATIENCE, read_head(&mut tls))
+            .await
+            .expect("100 Continue in time")
+            .expect("the connection is open");
+        assert_eq!(status, 100);
+        tls.write_all(first).await.unwrap();
+        tls.flush().await.unwrap();
+        held.push(tls);
+    }
+    let mut b = newcomer(&server, B).await;
+    let early = tokio::time::timeout(HOLD, &mut b).await;
+    assert!(
+        early.is_err(),
+        "B was served while every connection of A had a request in flight: {early:?}"
+    );
+    // A's requests all complete.
+    for tls in &mut held {
+        tls.write_all(rest).await.unwrap();
+        tls.flush().await.unwrap();
+        let (status, head, text) = tokio::time::timeout(PATIENCE, read_response(tls))
+            .await
+            .expect("an answer in time")
+            .expect("the connection stays open for the answer");
+        assert_eq!(status, 200, "{text}");
+        // A connection closed for B while its request was in flight would
+        // end after this answer, which would say so.
+        assert!(
+            !head.contains("connection: close"),
+            "a connection with a request in flight was closed for B: {head}"
+        );
+        assert_review_echo(&serde_json::from_str(&text).unwrap(), "uid-busy");
+    }
+    // Now idle, one of A's connections is B's.
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} once A's connections were idle: {answered:?}"
+    );
+}
+
+#[tokio::test]
+async fn equal_shares_are_kept_and_a_third_peer_gets_a_share() {
+    let server = TestServer::start(four_slots).await;
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (peer, held) in [(A, &mut a), (B, &mut b)] {
+        for _ in 0..2 {
+            let mut tls = connect_from(&server, peer).await;
+            assert_eq!(livez(&mut tls).await, Some(200));
+            held.push(tls);
+        }
+    }
+    // B holds 2, as A: a third of B's would hold 3 against A's 2, so it
+    // takes nothing and waits.
+    let mut b3 = newcomer(&server, B).await;
+    let early = tokio::time::timeout(HOLD, &mut b3).await;
+    assert!(
+        early.is_err(),
+        "a third connection of B was served while A and B held 2 each: {early:?}"
+    );
+    // None of the four was closed: each still serves (a[0] first, so it
+    // is the longest idle below), and B's third still waits.
+    for tls in a.iter_mut().chain(b.iter_mut()) {
+        assert_eq!(livez(tls).await, Some(200));
+    }
+    assert!(!b3.is_finished(), "B's third connection was answered");
+    // A peer holding nothing would hold 1 against 2: it gets the
+    // longest-idle connection's slot, a[0], and not B's third, which
+    // waited longer.
+    let c = newcomer(&server, C).await;
+    let answered = tokio::time::timeout(BOUND, c).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "C was not answered within {BOUND:?}: {answered:?}"
+    );
+    assert!(
+        closed(&mut a[0]).await,
+        "A's longest-idle connection is still open"
+    );
+    assert!(!b3.is_finished(), "B's third connection was answered");
+    b3.abort();
+}
+
+/// A client from `local` that connects at once and starts its TLS
+/// handshake, which the server answers only once the connection has a slot;
+/// then asks `GET /livez`. The task ends with the status, or `None` if the
+/// server dropped the connection first.
+async fn waiter(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
+    let tcp = tcp_from(server, local).await;
+    let ca = server.pki.ca_pem();
+    tokio::spawn(async move {
+        let mut tls = try_handshake(&ca, tcp).await.ok()?;
+        livez(&mut tls).await
+    })
+}
+
+/// A connection from `local` holding a slot with a request in flight: one
+/// request done, then a review's headers in, the server reading its body
+/// (`100 Continue`), half the body sent. The rest of the body follows.
+async fn busy_from(server: &TestServer, local: &str, body: &str) -> TlsStream<TcpStream> {
+    let (first, _) = body.as_bytes().split_at(body.len() / 2);
+    let mut tls = connect_from(server, local).await;
+    assert_eq!(livez(&mut tls).await, Some(200));
+    let headers = format!(
+        "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(headers.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let (status, _) = tokio::time::timeout(PATIENCE, read_head(&mut tls))
+        .await
+        .expect("100 Continue in time")
+        .expect("the connection is open");
+    assert_eq!(status, 100);
+    tls.write_all(first).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
+#[tokio::test]
+async fn a_peer_holding_every_slot_and_every_seat_does_not_keep_another_peer_out() {
+    // Before, with every seat taken the accept loop stopped accepting: B
+    // (and the extra connection of A below) waited in the kernel's accept
+    // queue, behind A's waiting connections, which A re-opens as they time
+    // out.
+    let server = TestServer::start(four_slots).await;
+    let body = review("uid-seats", "pods", "CREATE", job_pod()).to_string();
+    // A holds every slot, each connection busy: nothing can be evicted.
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        busy.push(busy_from(&server, A, &body).await);
+    }
+    // A takes every seat with connections waiting for a slot.
+    let mut waiting = Vec::new();
+    for _ in 0..MAX_WAITING_CONNECTIONS {
+        waiting.push(waiter(&server, A).await);
+    }
+    // One more from A is dropped at once (A has every seat and would only
+    // have more): accepted, so every one before it is seated.
+    let extra = tokio::time::timeout(PATIENCE, waiter(&server, A).await).await;
+    assert!(
+        matches!(extra, Ok(Ok(None))),
+        "A's connection past every seat was not dropped at once: {extra:?}"
+    );
+    // B is seated: A's oldest waiting connection is dropped for it.
+    let mut b = waiter(&server, B).await;
+    let oldest = tokio::time::timeout(PATIENCE, &mut waiting[0]).await;
+    assert!(
+        matches!(oldest, Ok(Ok(None))),
+        "A's oldest waiting connection was not dropped for B: {oldest:?}"
+    );
+    assert!(!b.is_finished(), "B ended while every slot was busy");
+    // One of A's requests ends: its connection is idle now, and B, not one
+    // of A's waiting connections, gets its slot.
+    let (_, rest) = body.as_bytes().split_at(body.len() / 2);
+    busy[0].write_all(rest).await.unwrap();
+    busy[0].flush().await.unwrap();
+    let (status, _, text) = tokio::time::timeout(PATIENCE, read_response(&mut busy[0]))
+        .await
+        .expect("an answer in time")
+        .expect("the connection stays open for the answer");
+    assert_eq!(status, 200, "{text}");
+    let answered = tokio::time::timeout(BOUND, &mut b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} once one of A's slots was idle: {answered:?}"
+    );
+    for (i, w) in waiting.iter().enumerate().skip(1) {
+        assert!(
+            !w.is_finished(),
+            "A's waiting connection {i} ended before or with B"
+        );
+    }
+    for w in &waiting {
+        w.abort();
+    }
+}
