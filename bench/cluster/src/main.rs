@@ -766,79 +766,97 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// `start`'s options from `args` (after the binary's name), flattened
+    /// for comparison.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        args: &[&str],
+    ) -> (
+        u32,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        (u32, String),
+        (String, Option<String>),
+    ) {
+        let argv = std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied());
+        let Part::Start {
+            pods,
+            sources,
+            helm,
+            chart,
+            runtime_log,
+            gate,
+            busy,
+            common,
+        } = Cli::try_parse_from(argv).unwrap().part
+        else {
+            unreachable!()
+        };
+        let path = |p: Option<std::path::PathBuf>| p.map(|p| p.display().to_string());
+        (
+            pods,
+            sources,
+            path(helm),
+            path(chart),
+            path(runtime_log),
+            gate,
+            (busy.busy_pods, busy.busy_cpu),
+            (common.prefix, path(common.raw)),
+        )
+    }
+
     #[test]
     fn defaults_and_run_sh_lines_parse() {
-        let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "start"]).unwrap();
-        let Part::Start {
-            pods,
-            sources,
-            helm,
-            chart,
-            runtime_log,
-            gate,
-            busy,
-            common,
-        } = cli.part
-        else {
-            unreachable!()
-        };
+        let s = |v: &str| v.to_owned();
         assert_eq!(
-            (pods, sources.as_str()),
-            (20, super::start::DEFAULT_SOURCES)
+            start(&["start"]),
+            (
+                20,
+                s(super::start::DEFAULT_SOURCES),
+                None,
+                None,
+                None,
+                None,
+                (0, s("400m")),
+                (s("kpb"), None)
+            )
         );
-        assert_eq!((helm, chart, runtime_log, gate), (None, None, None, None));
-        assert_eq!((busy.busy_pods, busy.busy_cpu.as_str()), (0, "400m"));
-        assert_eq!((common.prefix.as_str(), common.raw), ("kpb", None));
-
         // bench/run.sh's start line, with the ConfigMap delivery's helm.
-        let cli = Cli::try_parse_from([
-            "kube-prestop-cluster-bench",
-            "start",
-            "--pods",
-            "40",
-            "--sources",
-            "imageVolume,configMap",
-            "--helm",
-            "/cache/helm",
-            "--chart",
-            "charts/kube-prestop",
-            "--gate",
-            "exec",
-            "--busy-pods",
-            "4",
-            "--busy-cpu",
-            "300m",
-            "--runtime-log",
-            "/var/lib/kube-prestop/cluster/logs/containerd.log",
-            "--raw",
-            "/tmp/w/cluster-start.json",
-        ])
-        .unwrap();
-        let Part::Start {
-            pods,
-            sources,
-            helm,
-            chart,
-            runtime_log,
-            gate,
-            busy,
-            common,
-        } = cli.part
-        else {
-            unreachable!()
-        };
-        assert_eq!((pods, sources.as_str()), (40, "imageVolume,configMap"));
-        assert_eq!(helm.unwrap().to_str(), Some("/cache/helm"));
-        assert_eq!(chart.unwrap().to_str(), Some("charts/kube-prestop"));
         assert_eq!(
-            runtime_log.unwrap().to_str(),
-            Some("/var/lib/kube-prestop/cluster/logs/containerd.log")
-        );
-        assert_eq!(gate.as_deref(), Some("exec"));
-        assert_eq!((busy.busy_pods, busy.busy_cpu.as_str()), (4, "300m"));
-        assert_eq!(
-            common.raw.unwrap().to_str(),
-            Some("/tmp/w/cluster-start.json")
+            start(&[
+                "start",
+                "--pods",
+                "40",
+                "--sources",
+                "imageVolume,configMap",
+                "--helm",
+                "/cache/helm",
+                "--chart",
+                "charts/kube-prestop",
+                "--gate",
+                "exec",
+                "--busy-pods",
+                "4",
+                "--busy-cpu",
+                "300m",
+                "--runtime-log",
+                "/var/lib/kube-prestop/cluster/logs/containerd.log",
+                "--raw",
+                "/tmp/w/cluster-start.json",
+            ]),
+            (
+                40,
+                s("imageVolume,configMap"),
+                Some(s("/cache/helm")),
+                Some(s("charts/kube-prestop")),
+                Some(s("/var/lib/kube-prestop/cluster/logs/containerd.log")),
+                Some(s("exec")),
+                (4, s("300m")),
+                (s("kpb"), Some(s("/tmp/w/cluster-start.json")))
+            )
         );
 
         // bench/run.sh's burst line (its default command).
