@@ -139,6 +139,7 @@ impl ServerConfig {
                 header_read_timeout: Duration::from_secs(10),
                 http2_keep_alive: Duration::from_secs(30),
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
+                min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
             },
             client_ca_file: None,
         }

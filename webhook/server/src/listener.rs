@@ -128,7 +128,26 @@ pub struct ConnLimits {
     /// does not hold a connection slot for ever. The API server opens a new
     /// connection on its next call.
     pub idle_timeout: Duration,
+    /// How long a connection must have been idle before it may be closed
+    /// for a newcomer from a peer holding fewer ([`slots`]). An HTTP/1.1
+    /// keep-alive connection the server closes while the client's next
+    /// request is on the wire loses that request unanswered ("closed before
+    /// status"), and Go's client (the API server's) does not retry a POST;
+    /// a connection idle this long is one its client is not reusing (Go's
+    /// `Transport` hands out the most recently used idle connection first,
+    /// `net/http` `getIdleConn`), so the race is rare. Without it, clients
+    /// churning connections from a few addresses had the webhook close a
+    /// legitimate client's pooled connections under its requests (14 of
+    /// 600 reviews failed in a local attack, 0 before slots were shared).
+    pub min_idle_before_eviction: Duration,
 }
+
+/// How often a newcomer waiting for a slot looks again for a connection
+/// idle long enough to close for it: 1 s.
+const EVICTION_RECHECK: Duration = Duration::from_secs(1);
+
+/// Default [`ConnLimits::min_idle_before_eviction`]: 5 s.
+pub const DEFAULT_MIN_IDLE_BEFORE_EVICTION: Duration = Duration::from_secs(5);
 
 /// Requests in flight on one connection, whether any has started, when
 /// the last one ended, and whether the connection is to close for a
@@ -557,9 +576,15 @@ impl Slots {
         &self,
         port: &'static str,
         peer: IpAddr,
+        min_idle: Duration,
     ) -> Option<oneshot::Receiver<OwnedSemaphorePermit>> {
+        let now = Instant::now();
         let mut registry = self.registry();
-        let victim = registry.choose_victim(peer, |h| h.activity.idle_since())?;
+        let victim = registry.choose_victim(peer, |h| {
+            h.activity
+                .idle_since()
+                .filter(|since| now.saturating_duration_since(*since) >= min_idle)
+        })?;
         let (to, from) = oneshot::channel();
         victim.conn.handoff = Some(to);
         victim.conn.activity.evict();
@@ -626,7 +651,7 @@ impl Slots {
             tokio::pin!(became_idle);
             became_idle.as_mut().enable();
             if handoff.is_none() {
-                handoff = self.evict_for(port, peer);
+                handoff = self.evict_for(port, peer, limits.min_idle_before_eviction);
                 if handoff.is_some() {
                     // The victim closes gracefully within its own read
                     // timeout (or after a request that started meanwhile).
@@ -652,6 +677,10 @@ impl Slots {
                     }
                 },
                 () = became_idle, if !waiting_for_handoff => {}
+                // A connection idle but not yet for
+                // `min_idle_before_eviction` becomes a candidate with no
+                // event: look again every second.
+                () = tokio::time::sleep(EVICTION_RECHECK), if !waiting_for_handoff => {}
                 () = tokio::time::sleep_until(until) => break None,
                 _ = stop.wait_for(|stopped| *stopped) => break None,
                 // Its seat went to a newcomer (the sender is dropped).

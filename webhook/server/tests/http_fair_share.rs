@@ -43,6 +43,7 @@ fn four_slots(c: &mut ServerConfig) {
     c.conn_limits.idle_timeout = Duration::from_secs(300);
     c.conn_limits.header_read_timeout = Duration::from_secs(60);
     c.conn_limits.http2_keep_alive = Duration::from_secs(300);
+    c.conn_limits.min_idle_before_eviction = Duration::ZERO;
     c.body_read_timeout = Duration::from_secs(60);
 }
 
@@ -177,6 +178,44 @@ async fn a_peer_holding_every_slot_gives_its_longest_idle_connection_to_another_
     for tls in &mut held[1..] {
         assert_eq!(livez(tls).await, Some(200));
     }
+}
+
+#[tokio::test]
+async fn a_connection_idle_for_less_than_the_minimum_is_not_evicted() {
+    // A client reusing its pooled connections may have its next request on
+    // the wire when the server closes one it sees idle: only connections
+    // idle for `min_idle_before_eviction` are closed for a newcomer.
+    const MIN_IDLE: Duration = Duration::from_secs(3);
+    let server = TestServer::start(|c| {
+        four_slots(c);
+        c.conn_limits.min_idle_before_eviction = MIN_IDLE;
+    })
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tls = connect_from(&server, A).await;
+        assert_eq!(livez(&mut tls).await, Some(200));
+        held.push(tls);
+    }
+    let last_request = tokio::time::Instant::now();
+    let mut b = newcomer(&server, B).await;
+    // Not before A's connections have been idle for the minimum...
+    let early = tokio::time::timeout(MIN_IDLE - Duration::from_millis(500), &mut b).await;
+    assert!(
+        early.is_err(),
+        "B was served {:?} after A's last request, before the minimum idle time {MIN_IDLE:?}: {early:?}",
+        last_request.elapsed()
+    );
+    // ...but soon after (the waiting newcomer looks again every second).
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} once A's connections were idle for {MIN_IDLE:?}: {answered:?}"
+    );
+    assert!(
+        last_request.elapsed() >= MIN_IDLE,
+        "B was answered before the minimum idle time"
+    );
 }
 
 #[tokio::test]
