@@ -222,28 +222,10 @@ async fn a_connection_idle_for_less_than_the_minimum_is_not_evicted() {
 async fn connections_with_a_request_in_flight_are_never_evicted() {
     let server = TestServer::start(four_slots).await;
     let body = review("uid-busy", "pods", "CREATE", job_pod()).to_string();
-    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let (_, rest) = body.as_bytes().split_at(body.len() / 2);
     let mut held = Vec::new();
     for _ in 0..4 {
-        let mut tls = connect_from(&server, A).await;
-        // One request done (the connection has served), then one in flight:
-        // its headers in, the server reading its body (it asked for it:
-        // `100 Continue`), half the body sent.
-        assert_eq!(livez(&mut tls).await, Some(200));
-        let headers = format!(
-            "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        tls.write_all(headers.as_bytes()).await.unwrap();
-        tls.flush().await.unwrap();
-        let (status, _) = tokio::time::timeout(PATIENCE, read_head(&mut tls))
-            .await
-            .expect("100 Continue in time")
-            .expect("the connection is open");
-        assert_eq!(status, 100);
-        tls.write_all(first).await.unwrap();
-        tls.flush().await.unwrap();
-        held.push(tls);
+        held.push(busy_from(&server, A, &body).await);
     }
     let mut b = newcomer(&server, B).await;
     let early = tokio::time::timeout(HOLD, &mut b).await;
