@@ -87,7 +87,7 @@ struct Cli {
 }
 
 /// The options every part takes.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, PartialEq, clap::Args)]
 struct Common {
     /// Prefix of the bench's namespace names.
     #[arg(long, value_name = "P", default_value = "kpb")]
@@ -98,7 +98,7 @@ struct Common {
 }
 
 /// `--busy-pods N --busy-cpu Q`: busy pods beside the run.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, PartialEq, clap::Args)]
 struct BusyArgs {
     /// Pods that each spin a CPU through the run (0: none).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -117,37 +117,41 @@ impl BusyArgs {
     }
 }
 
+/// `start`'s options.
+#[derive(Debug, PartialEq, clap::Args)]
+struct StartArgs {
+    /// Pods of each kind per source.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pods: u32,
+    /// The sources, comma-separated, or `current` alone (the installed
+    /// one, no Helm needed).
+    #[arg(long, value_name = "S,...", default_value = start::DEFAULT_SOURCES)]
+    sources: String,
+    /// The helm binary, to switch the sidecar-binary source (with --chart).
+    #[arg(long, value_name = "PATH", requires = "chart")]
+    helm: Option<PathBuf>,
+    /// The chart directory (with --helm).
+    #[arg(long, value_name = "DIR", requires = "helm")]
+    chart: Option<PathBuf>,
+    /// The node's containerd log, for the breakdown (none: no CRI times).
+    #[arg(long, value_name = "PATH")]
+    runtime_log: Option<PathBuf>,
+    /// `kube-prestop.io/gate` on the injected pods: http-get, exec or
+    /// none (default: the webhook's).
+    #[arg(long, value_name = "GATE")]
+    gate: Option<String>,
+    #[command(flatten)]
+    busy: BusyArgs,
+    #[command(flatten)]
+    common: Common,
+}
+
 #[derive(Debug, Subcommand)]
 enum Part {
     /// Pod start per sidecar-binary source, against a plain pod and one
     /// with a do-nothing native sidecar, and where the time goes.
     #[command(args_override_self = true)]
-    Start {
-        /// Pods of each kind per source.
-        #[arg(long, value_name = "N", default_value_t = 20)]
-        pods: u32,
-        /// The sources, comma-separated, or `current` alone (the installed
-        /// one, no Helm needed).
-        #[arg(long, value_name = "S,...", default_value = start::DEFAULT_SOURCES)]
-        sources: String,
-        /// The helm binary, to switch the sidecar-binary source (with --chart).
-        #[arg(long, value_name = "PATH", requires = "chart")]
-        helm: Option<PathBuf>,
-        /// The chart directory (with --helm).
-        #[arg(long, value_name = "DIR", requires = "helm")]
-        chart: Option<PathBuf>,
-        /// The node's containerd log, for the breakdown (none: no CRI times).
-        #[arg(long, value_name = "PATH")]
-        runtime_log: Option<PathBuf>,
-        /// `kube-prestop.io/gate` on the injected pods: http-get, exec or
-        /// none (default: the webhook's).
-        #[arg(long, value_name = "GATE")]
-        gate: Option<String>,
-        #[command(flatten)]
-        busy: BusyArgs,
-        #[command(flatten)]
-        common: Common,
-    },
+    Start(StartArgs),
     /// An Indexed Job in a labelled namespace, optionally beside busy pods:
     /// admission latency, pods injected, hooks that ran.
     #[command(args_override_self = true)]
@@ -239,7 +243,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     let client = kube_prestop_e2e::client().await?;
     let (common, (lines, raw)) = match cli.part {
-        Part::Start {
+        Part::Start(StartArgs {
             pods,
             sources,
             helm,
@@ -248,7 +252,7 @@ async fn main() -> Result<()> {
             gate,
             busy,
             common,
-        } => {
+        }) => {
             let opts = start::StartOpts {
                 pods,
                 sources: sources
@@ -758,7 +762,7 @@ async fn burst(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{Cli, Part, longest_pause_ms, throttling};
+    use super::{BusyArgs, Cli, Common, Part, StartArgs, longest_pause_ms, throttling};
     use clap::{CommandFactory as _, Parser as _};
 
     #[test]
@@ -766,63 +770,35 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    /// `start`'s options from `args` (after the binary's name), flattened
-    /// for comparison.
-    #[allow(clippy::type_complexity)]
-    fn start(
-        args: &[&str],
-    ) -> (
-        u32,
-        String,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        (u32, String),
-        (String, Option<String>),
-    ) {
+    /// `start`'s options from `args` (after the binary's name).
+    fn start(args: &[&str]) -> StartArgs {
         let argv = std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied());
-        let Part::Start {
-            pods,
-            sources,
-            helm,
-            chart,
-            runtime_log,
-            gate,
-            busy,
-            common,
-        } = Cli::try_parse_from(argv).unwrap().part
-        else {
+        let Part::Start(args) = Cli::try_parse_from(argv).unwrap().part else {
             unreachable!()
         };
-        let path = |p: Option<std::path::PathBuf>| p.map(|p| p.display().to_string());
-        (
-            pods,
-            sources,
-            path(helm),
-            path(chart),
-            path(runtime_log),
-            gate,
-            (busy.busy_pods, busy.busy_cpu),
-            (common.prefix, path(common.raw)),
-        )
+        args
     }
 
     #[test]
     fn defaults_and_run_sh_lines_parse() {
-        let s = |v: &str| v.to_owned();
         assert_eq!(
             start(&["start"]),
-            (
-                20,
-                s(super::start::DEFAULT_SOURCES),
-                None,
-                None,
-                None,
-                None,
-                (0, s("400m")),
-                (s("kpb"), None)
-            )
+            StartArgs {
+                pods: 20,
+                sources: super::start::DEFAULT_SOURCES.to_owned(),
+                helm: None,
+                chart: None,
+                runtime_log: None,
+                gate: None,
+                busy: BusyArgs {
+                    busy_pods: 0,
+                    busy_cpu: "400m".to_owned()
+                },
+                common: Common {
+                    prefix: "kpb".to_owned(),
+                    raw: None
+                },
+            }
         );
         // bench/run.sh's start line, with the ConfigMap delivery's helm.
         assert_eq!(
@@ -847,16 +823,22 @@ mod tests {
                 "--raw",
                 "/tmp/w/cluster-start.json",
             ]),
-            (
-                40,
-                s("imageVolume,configMap"),
-                Some(s("/cache/helm")),
-                Some(s("charts/kube-prestop")),
-                Some(s("/var/lib/kube-prestop/cluster/logs/containerd.log")),
-                Some(s("exec")),
-                (4, s("300m")),
-                (s("kpb"), Some(s("/tmp/w/cluster-start.json")))
-            )
+            StartArgs {
+                pods: 40,
+                sources: "imageVolume,configMap".to_owned(),
+                helm: Some("/cache/helm".into()),
+                chart: Some("charts/kube-prestop".into()),
+                runtime_log: Some("/var/lib/kube-prestop/cluster/logs/containerd.log".into()),
+                gate: Some("exec".to_owned()),
+                busy: BusyArgs {
+                    busy_pods: 4,
+                    busy_cpu: "300m".to_owned()
+                },
+                common: Common {
+                    prefix: "kpb".to_owned(),
+                    raw: Some("/tmp/w/cluster-start.json".into())
+                },
+            }
         );
 
         // bench/run.sh's burst line (its default command).
