@@ -157,12 +157,7 @@ async fn a_peer_holding_every_slot_gives_its_longest_idle_connection_to_another_
     // Before, B waited in the accept queue until one of A's connections
     // closed by itself: here not for 60 s (the keep-alive read timeout).
     let server = TestServer::start(four_slots).await;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let mut tls = connect_from(&server, A).await;
-        assert_eq!(livez(&mut tls).await, Some(200));
-        held.push(tls);
-    }
+    let mut held = idle_from(&server, A, 4).await;
     let b = newcomer(&server, B).await;
     let answered = tokio::time::timeout(BOUND, b).await;
     assert!(
@@ -191,12 +186,8 @@ async fn a_connection_idle_for_less_than_the_minimum_is_not_evicted() {
         c.conn_limits.min_idle_before_eviction = MIN_IDLE;
     })
     .await;
-    let mut held = Vec::new();
-    for _ in 0..4 {
-        let mut tls = connect_from(&server, A).await;
-        assert_eq!(livez(&mut tls).await, Some(200));
-        held.push(tls);
-    }
+    // Kept open to the end: they hold every slot.
+    let _held = idle_from(&server, A, 4).await;
     let last_request = tokio::time::Instant::now();
     let mut b = newcomer(&server, B).await;
     // Not before A's connections have been idle for the minimum...
@@ -261,15 +252,8 @@ async fn connections_with_a_request_in_flight_are_never_evicted() {
 #[tokio::test]
 async fn equal_shares_are_kept_and_a_third_peer_gets_a_share() {
     let server = TestServer::start(four_slots).await;
-    let mut a = Vec::new();
-    let mut b = Vec::new();
-    for (peer, held) in [(A, &mut a), (B, &mut b)] {
-        for _ in 0..2 {
-            let mut tls = connect_from(&server, peer).await;
-            assert_eq!(livez(&mut tls).await, Some(200));
-            held.push(tls);
-        }
-    }
+    let mut a = idle_from(&server, A, 2).await;
+    let mut b = idle_from(&server, B, 2).await;
     // B holds 2, as A: a third of B's would hold 3 against A's 2, so it
     // takes nothing and waits.
     let mut b3 = newcomer(&server, B).await;
@@ -314,13 +298,25 @@ async fn waiter(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
     })
 }
 
+/// `n` connections from `local`, one after the other, each holding a slot
+/// idle after one request (the first idle longest).
+async fn idle_from(server: &TestServer, local: &str, n: usize) -> Vec<TlsStream<TcpStream>> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut tls = connect_from(server, local).await;
+        assert_eq!(livez(&mut tls).await, Some(200));
+        held.push(tls);
+    }
+    held
+}
+
 /// A connection from `local` holding a slot with a request in flight: one
-/// request done, then a review's headers in, the server reading its body
-/// (`100 Continue`), half the body sent. The rest of the body follows.
+/// request done ([`idle_from`]), then a review's headers in, the server
+/// reading its body (`100 Continue`), half the body sent. The rest of the
+/// body follows.
 async fn busy_from(server: &TestServer, local: &str, body: &str) -> TlsStream<TcpStream> {
     let (first, _) = body.as_bytes().split_at(body.len() / 2);
-    let mut tls = connect_from(server, local).await;
-    assert_eq!(livez(&mut tls).await, Some(200));
+    let mut tls = idle_from(server, local, 1).await.remove(0);
     let headers = format!(
         "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
         body.len()
