@@ -15,7 +15,9 @@
 //! after it. Flags take their value as the next argument or after `=`; a
 //! next argument that starts with `-` is not taken as a value (the flag
 //! lacks one), so such a value must be given as `--flag=VALUE`. Everything
-//! after the first `--` is the hook command, passed verbatim. Errors are
+//! after the first `--` is the hook command, passed verbatim: as the
+//! `OsString`s it came as, so an argument that is not UTF-8 reaches `exec`
+//! unchanged (the subcommand and the flags' values must be UTF-8). Errors are
 //! [`UsageError`]s; the binary prints them and exits with
 //! [`contract::EXIT_USAGE`].
 
@@ -90,11 +92,11 @@ pub enum Cli {
         pod_containers: Option<usize>,
         /// [`FLAG_GATE_PORT`], when given (1-65535): the start gate's port.
         gate_port: Option<u16>,
-        /// The hook command.
-        hook: Vec<String>,
+        /// The hook command, verbatim.
+        hook: Vec<OsString>,
     },
-    /// `prestop ... -- HOOK...`.
-    PreStop(Target, Vec<String>),
+    /// `prestop ... -- HOOK...`: the target and the command, verbatim.
+    PreStop(Target, Vec<OsString>),
     /// `probe ...`.
     Probe(Target),
     /// `post-start ...`: wait until the watcher is armed.
@@ -118,18 +120,19 @@ fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
-/// An argument back as a `String` (`parse` takes `String`s, so this does
-/// not fail).
+/// An argument as a `String`: the subcommand and the flags' values are
+/// UTF-8 (container names, paths, numbers); the hook command need not be.
 fn utf8(a: OsString) -> Result<String, UsageError> {
     a.into_string()
         .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
 }
 
 /// Parses `args` (without the program name).
-pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
+pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     let Some((sub, rest)) = args.split_first() else {
         return err("missing subcommand");
     };
+    let sub = utf8(sub.clone())?;
     let sub = sub.as_str();
     match sub {
         "--help" | "-h" | "help" => return Ok(Cli::Help),
@@ -137,7 +140,12 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         _ => {}
     }
     if sub == contract::SUBCOMMAND_SIGNAL {
-        return match rest {
+        let rest = rest
+            .iter()
+            .cloned()
+            .map(utf8)
+            .collect::<Result<Vec<_>, _>>()?;
+        return match &rest[..] {
             [n] if n == "--help" || n == "-h" => Ok(Cli::Help),
             [n] => n
                 .parse::<i32>()
@@ -179,9 +187,9 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
 
     // The flags, lexed by lexopt: `--flag=VALUE` and `--flag VALUE`; `-h`.
-    let mut parser = lexopt::Parser::from_args(rest);
+    let mut parser = lexopt::Parser::from_args(rest.iter().cloned());
     let mut values: Vec<(&'static str, String)> = Vec::new();
-    let mut hook: Option<Vec<String>> = None;
+    let mut hook: Option<Vec<OsString>> = None;
     loop {
         // Everything after the first `--` is the hook command, verbatim
         // (lexopt would lex it as positional values).
@@ -191,7 +199,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             if !takes_hook {
                 return err(format!("{sub} takes no command after {COMMAND_SEPARATOR}"));
             }
-            hook = Some(raw.map(utf8).collect::<Result<_, _>>()?);
+            hook = Some(raw.collect());
             break;
         }
         let flag = match parser.next().map_err(|e| UsageError(e.to_string()))? {
@@ -352,7 +360,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
 
 /// The hook command after the first `--`, if any: lets the `prestop` wrapper
 /// still run the user's preStop when its own flags are malformed.
-pub fn hook_after_separator(args: &[String]) -> Option<&[String]> {
+pub fn hook_after_separator(args: &[OsString]) -> Option<&[OsString]> {
     let i = args.iter().position(|a| a == COMMAND_SEPARATOR)?;
     let h = &args[i + 1..];
     (!h.is_empty()).then_some(h)
@@ -364,7 +372,20 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    fn s(v: &[&str]) -> Vec<String> {
+    fn s(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn os_all(v: &[String]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    /// A contract-built command line without the binary, as `parse` takes it.
+    fn os(v: &[String]) -> Vec<OsString> {
+        os_all(&v[1..])
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
     }
 
@@ -376,7 +397,7 @@ mod tests {
         for a in &mut argo {
             *a = a.replace(contract::ARGO_SIGNAL_PLACEHOLDER, "15");
         }
-        assert_eq!(parse(&argo[1..]).unwrap(), Cli::Signal(Signal::SIGTERM));
+        assert_eq!(parse(&os(&argo)).unwrap(), Cli::Signal(Signal::SIGTERM));
         assert_eq!(
             parse(&s(&["signal", "9"])).unwrap(),
             Cli::Signal(Signal::SIGKILL)
@@ -403,7 +424,7 @@ mod tests {
                 pod_containers: 5,
                 gate_port: Some(17430),
             },
-            &s(&["true"]),
+            &strings(&["true"]),
         );
         let Cli::Watch {
             run_on,
@@ -411,7 +432,7 @@ mod tests {
             pod_containers,
             gate_port,
             ..
-        } = parse(&w[1..]).unwrap()
+        } = parse(&os(&w)).unwrap()
         else {
             unreachable!()
         };
@@ -487,8 +508,8 @@ mod tests {
 
     #[test]
     fn contract_commands_parse() {
-        let hook = s(&["sh", "-c", "echo bye", "--", "--container"]);
-        let w = contract::watch_command("main", &s(&["side-2", "main"]), &hook);
+        let hook = strings(&["sh", "-c", "echo bye", "--", "--container"]);
+        let w = contract::watch_command("main", &strings(&["side-2", "main"]), &hook);
         let Cli::Watch {
             target: t,
             started_after,
@@ -498,7 +519,7 @@ mod tests {
             termination_message,
             pod_containers,
             gate_port,
-        } = parse(&w[1..]).unwrap()
+        } = parse(&os(&w)).unwrap()
         else {
             unreachable!()
         };
@@ -510,17 +531,17 @@ mod tests {
             termination_message,
             PathBuf::from(contract::TERMINATION_MESSAGE_PATH)
         );
-        assert_eq!(started_after, s(&["side-2", "main"]));
+        assert_eq!(started_after, strings(&["side-2", "main"]));
         assert_eq!(t.container, "main");
         assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));
-        assert_eq!(h, hook);
+        assert_eq!(h, os_all(&hook));
         let p = contract::prestop_command("main", &hook);
-        assert!(matches!(parse(&p[1..]).unwrap(), Cli::PreStop(_, h) if h == hook));
+        assert!(matches!(parse(&os(&p)).unwrap(), Cli::PreStop(_, h) if h == os_all(&hook)));
         let pr = contract::probe_command("main");
-        assert!(matches!(parse(&pr[1..]).unwrap(), Cli::Probe(t) if t.container == "main"));
+        assert!(matches!(parse(&os(&pr)).unwrap(), Cli::Probe(t) if t.container == "main"));
         let ps = contract::post_start_command("main");
         assert_eq!(
-            parse(&ps[1..]).unwrap(),
+            parse(&os(&ps)).unwrap(),
             Cli::PostStart {
                 target: Target {
                     container: "main".to_owned(),
@@ -531,7 +552,7 @@ mod tests {
         );
         let i = contract::install_command();
         assert_eq!(
-            parse(&i[1..]).unwrap(),
+            parse(&os(&i)).unwrap(),
             Cli::Install {
                 dest: contract::BINARY_PATH.into()
             }
@@ -735,6 +756,28 @@ mod tests {
             let e = timeout(bad).unwrap_err();
             assert!(e.contains("not a whole number of seconds"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_hook_command_is_kept_verbatim_even_when_not_utf8() {
+        use std::os::unix::ffi::OsStringExt as _;
+        let bytes = OsString::from_vec(b"caf\xe9".to_vec());
+        for sub in ["prestop", "watch"] {
+            let mut args = s(&[sub, "--container", "a", "--", "printf"]);
+            args.push(bytes.clone());
+            let hook = match parse(&args).unwrap() {
+                Cli::PreStop(_, hook) | Cli::Watch { hook, .. } => hook,
+                other => unreachable!("{other:?}"),
+            };
+            assert_eq!(hook, vec![OsString::from("printf"), bytes.clone()], "{sub}");
+        }
+        // The flags' values are names, paths and numbers: UTF-8 only.
+        let mut args = s(&["probe", "--container", "a", "--root"]);
+        args.push(bytes.clone());
+        assert_eq!(
+            parse(&args).unwrap_err().0,
+            "argument \"caf\\xE9\" is not valid UTF-8"
+        );
     }
 
     #[test]

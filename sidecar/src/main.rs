@@ -1,5 +1,6 @@
 //! The kube-prestop sidecar binary; see the library docs and `--help`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::exit;
 
@@ -8,23 +9,17 @@ use kube_prestop_sidecar::cli::{self, Cli, USAGE};
 use kube_prestop_sidecar::{gate, install, log, poststart, procfs, signal, watch, wrapper};
 
 fn main() {
-    let args: Vec<String> = match std::env::args_os()
-        .skip(1)
-        .map(|a| a.into_string())
-        .collect::<Result<_, _>>()
-    {
-        Ok(a) => a,
-        Err(bad) => {
-            log!("error: argument {bad:?} is not valid UTF-8\n{USAGE}");
-            exit(contract::EXIT_USAGE);
-        }
-    };
+    // As `OsString`s: the hook command after `--` is passed on verbatim,
+    // UTF-8 or not (`cli` checks the rest).
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let parsed = match cli::parse(&args) {
         Ok(c) => c,
         Err(e) => {
             // The user's preStop must never be lost because of us: a
             // wrapper with malformed flags still runs the command after `--`.
-            if args.first().map(String::as_str) == Some(contract::SUBCOMMAND_PRESTOP)
+            if args
+                .first()
+                .is_some_and(|a| a == contract::SUBCOMMAND_PRESTOP)
                 && let Some(hook) = cli::hook_after_separator(&args)
             {
                 log!("prestop: error: {e}; running the preStop command without recording it");

@@ -295,3 +295,64 @@ fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
     assert!(text.contains("SIGTERM received"), "{text}");
     fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn prestop_runs_a_command_with_non_utf8_arguments_verbatim() {
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    let d = tmp("prestop-bytes");
+    let out = d.join("arg");
+    let arg = std::ffi::OsString::from_vec(b"caf\xe9".to_vec());
+    for flags in [
+        &["--container", "main", "--root", "/proc/nope"][..],
+        // Malformed flags: the fall-back runs it verbatim too.
+        &["--bogus"],
+    ] {
+        let _ = fs::remove_file(&out);
+        let st = Command::new(bin())
+            .arg("prestop")
+            .args(flags)
+            .args(["--", "sh", "-c", "printf %s \"$1\" > \"$2\"; exit 4", "sh"])
+            .arg(&arg)
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&st.stderr);
+        assert_eq!(code(st.status), 4, "{flags:?}: {err}");
+        assert_eq!(fs::read(&out).unwrap(), arg.as_bytes(), "{flags:?}");
+    }
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn watch_keeps_a_non_utf8_hook_argument() {
+    use std::os::unix::ffi::OsStringExt as _;
+    let d = tmp("watch-bytes");
+    let log = d.join("log");
+    let mut child = Command::new(bin())
+        .args([
+            "watch",
+            "--container",
+            "main",
+            "--root",
+            "/proc/kube-prestop-vol",
+        ])
+        .args(["--", "printf"])
+        .arg(std::ffi::OsString::from_vec(b"caf\xe9".to_vec()))
+        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
+        .stdin(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the watcher to start or fail", T, || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.contains("cannot arm") || text.contains("error")
+    });
+    let text = fs::read_to_string(&log).unwrap();
+    if child.try_wait().unwrap().is_none() {
+        kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = wait_exit(&mut child, T);
+    assert!(text.contains(r#"hook=["printf", "caf\xE9"]"#), "{text}");
+    assert_eq!(code(status), 0, "{text}");
+    fs::remove_dir_all(&d).unwrap();
+}

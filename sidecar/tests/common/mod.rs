@@ -32,6 +32,7 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -336,12 +337,17 @@ impl Pod {
     }
 
     /// Starts `watch` in the pod; waits until it is armed.
-    pub fn sidecar(&self, hook: &[String], env: &[(&str, &str)]) -> Sidecar {
+    pub fn sidecar(&self, hook: &[impl AsRef<OsStr>], env: &[(&str, &str)]) -> Sidecar {
         self.sidecar_with(hook, env, &[])
     }
 
     /// [`Pod::sidecar`] with extra `watch` flags (before `--`).
-    pub fn sidecar_with(&self, hook: &[String], env: &[(&str, &str)], flags: &[&str]) -> Sidecar {
+    pub fn sidecar_with(
+        &self,
+        hook: &[impl AsRef<OsStr>],
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Sidecar {
         self.sidecar_run_as(&[], hook, env, flags)
     }
 
@@ -377,7 +383,7 @@ impl Pod {
     fn sidecar_run_as(
         &self,
         prefix: &[&str],
-        hook: &[String],
+        hook: &[impl AsRef<OsStr>],
         env: &[(&str, &str)],
         flags: &[&str],
     ) -> Sidecar {
@@ -617,14 +623,19 @@ impl Pod {
 
     /// Runs the `prestop` wrapper inside the main container's namespaces (as
     /// the kubelet's exec does); returns its exit status.
-    pub fn prestop(&self, main: &Main, hook: &[&str]) -> ExitStatus {
+    pub fn prestop(&self, main: &Main, hook: &[impl AsRef<OsStr>]) -> ExitStatus {
         self.prestop_command(main, &[], hook).status().unwrap()
     }
 
     /// The `prestop` wrapper's command inside the main container's
     /// namespaces, run through `before` (e.g. a shell that waits for a gate
     /// and then execs its arguments) when not empty.
-    pub fn prestop_command(&self, main: &Main, before: &[&str], hook: &[&str]) -> Command {
+    pub fn prestop_command(
+        &self,
+        main: &Main,
+        before: &[&str],
+        hook: &[impl AsRef<OsStr>],
+    ) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--target={}", main.pid))
             .args(["--pid", "--mount", "--"])
