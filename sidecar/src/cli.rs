@@ -358,8 +358,59 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     }
 }
 
+/// What the binary does with its command line ([`decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    /// A valid command line.
+    Run(Cli),
+    /// A `prestop` that is not a valid wrapper invocation (malformed flags,
+    /// a help flag before `--`) but has a command after `--`: the command
+    /// runs, unrecorded, since the user's preStop must never be lost
+    /// because of us.
+    PreStopFallback {
+        /// What is wrong with the wrapper's own arguments.
+        why: String,
+        /// The command after the first `--`, verbatim.
+        hook: Vec<OsString>,
+    },
+    /// A usage error.
+    Usage(UsageError),
+}
+
+/// Decides what `args` (without the program name) ask for: [`parse`], except
+/// that a `prestop` command line that [`parse`] does not take for a wrapper
+/// run ([`Cli::PreStop`]) but that has a command after `--` runs that
+/// command ([`Invocation::PreStopFallback`]): `prestop --container X -h --
+/// CMD` runs `CMD` rather than printing the usage. Without a command after
+/// `--`, `prestop --help` prints the usage like every other subcommand.
+pub fn decide(args: &[OsString]) -> Invocation {
+    let parsed = parse(args);
+    if args
+        .first()
+        .is_some_and(|a| a == contract::SUBCOMMAND_PRESTOP)
+        && !matches!(parsed, Ok(Cli::PreStop(..)))
+        && let Some(hook) = hook_after_separator(args)
+    {
+        let why = match parsed {
+            Err(e) => e.0,
+            Ok(_) => format!(
+                "a help flag (-h, --help) before {COMMAND_SEPARATOR} is not a wrapper invocation"
+            ),
+        };
+        return Invocation::PreStopFallback {
+            why,
+            hook: hook.to_vec(),
+        };
+    }
+    match parsed {
+        Ok(cli) => Invocation::Run(cli),
+        Err(e) => Invocation::Usage(e),
+    }
+}
+
 /// The hook command after the first `--`, if any: lets the `prestop` wrapper
-/// still run the user's preStop when its own flags are malformed.
+/// still run the user's preStop when its own arguments are not a wrapper
+/// invocation ([`decide`]).
 pub fn hook_after_separator(args: &[OsString]) -> Option<&[OsString]> {
     let i = args.iter().position(|a| a == COMMAND_SEPARATOR)?;
     let h = &args[i + 1..];
@@ -777,6 +828,48 @@ mod tests {
         assert_eq!(
             parse(&args).unwrap_err().0,
             "argument \"caf\\xE9\" is not valid UTF-8"
+        );
+    }
+
+    #[test]
+    fn a_prestop_that_is_not_a_wrapper_run_still_runs_its_command() {
+        for help in ["-h", "--help", "--help=1", "-hc"] {
+            let args = s(&["prestop", "--container", "x", help, "--", "cmd", "-h"]);
+            assert_eq!(parse(&args), Ok(Cli::Help), "{help}");
+            let Invocation::PreStopFallback { why, hook } = decide(&args) else {
+                unreachable!("{help}: {:?}", decide(&args))
+            };
+            assert_eq!(hook, s(&["cmd", "-h"]), "{help}");
+            assert!(why.contains("help flag"), "{why}");
+        }
+        let Invocation::PreStopFallback { why, hook } =
+            decide(&s(&["prestop", "--bogus", "--", "cmd"]))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (why.as_str(), hook),
+            ("unknown flag \"--bogus\" for prestop", s(&["cmd"]))
+        );
+        // Without a command after `--`: the usage, or the usage error.
+        for args in [
+            &["prestop", "--help"][..],
+            &["prestop", "--container", "x", "-h", "--"],
+        ] {
+            assert_eq!(decide(&s(args)), Invocation::Run(Cli::Help), "{args:?}");
+        }
+        assert!(matches!(
+            decide(&s(&["prestop", "--bogus"])),
+            Invocation::Usage(_)
+        ));
+        // A valid wrapper run, and other subcommands' help, are as parsed.
+        assert!(matches!(
+            decide(&s(&["prestop", "--container", "x", "--", "cmd"])),
+            Invocation::Run(Cli::PreStop(..))
+        ));
+        assert_eq!(
+            decide(&s(&["watch", "--container", "x", "-h", "--", "cmd"])),
+            Invocation::Run(Cli::Help)
         );
     }
 

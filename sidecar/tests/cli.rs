@@ -356,3 +356,50 @@ fn watch_keeps_a_non_utf8_hook_argument() {
     assert_eq!(code(status), 0, "{text}");
     fs::remove_dir_all(&d).unwrap();
 }
+
+/// A shell command that writes "ran" to `out` and exits 4.
+fn marker_command(out: &std::path::Path) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo ran > {}; exit 4", out.display()),
+    ]
+}
+
+#[test]
+fn prestop_help_before_the_separator_still_runs_the_command() {
+    let d = tmp("prestop-help");
+    for help in ["-h", "--help", "--help=1", "-hc"] {
+        let out = d.join(format!("ran{help}"));
+        let st = Command::new(bin())
+            .args([
+                "prestop",
+                "--container",
+                "main",
+                "--root",
+                "/proc/nope",
+                help,
+            ])
+            .arg("--")
+            .args(marker_command(&out))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&st.stderr);
+        assert_eq!(code(st.status), 4, "{help}: {err}");
+        assert_eq!(fs::read_to_string(&out).unwrap(), "ran\n", "{help}");
+        assert!(err.contains("running the preStop command"), "{help}: {err}");
+    }
+    // Without a command after `--` it is a plain request for the usage.
+    for args in [
+        &["prestop", "--help"][..],
+        &["prestop", "--container", "main", "-h"],
+    ] {
+        let st = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(code(st.status), 0, "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&st.stdout).contains("usage:"),
+            "{args:?}"
+        );
+    }
+    fs::remove_dir_all(&d).unwrap();
+}
