@@ -127,6 +127,25 @@ fn utf8(a: OsString) -> Result<String, UsageError> {
         .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
 }
 
+/// `value` of the numeric flag `flag`: plain ASCII decimal digits only, the
+/// one rule for every numeric flag (`from_str` alone also takes a leading
+/// `+`), in range for `T` and `valid`; else an error naming the flag, the
+/// value and `what` it must be (`--gate-port "+80" is not a port (1-65535)`).
+fn decimal<T: std::str::FromStr>(
+    flag: &str,
+    value: &str,
+    what: &str,
+    valid: impl Fn(&T) -> bool,
+) -> Result<T, UsageError> {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse::<T>().ok())
+        .flatten()
+        .filter(valid)
+        .ok_or_else(|| UsageError(format!("{flag} {value:?} is not {what}")))
+}
+
 /// Parses `args` (without the program name).
 pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     let Some((sub, rest)) = args.split_first() else {
@@ -272,21 +291,12 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     if sub == contract::SUBCOMMAND_POST_START {
         let timeout = match get(FLAG_TIMEOUT) {
             None => Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
-            // Plain decimal digits only: `u64::from_str` also takes a
-            // leading `+`.
-            Some(v) => match v
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| v.parse::<u64>().ok())
-                .flatten()
-            {
-                Some(secs) => Duration::from_secs(secs),
-                None => {
-                    return err(format!(
-                        "{FLAG_TIMEOUT} {v:?} is not a whole number of seconds"
-                    ));
-                }
-            },
+            Some(v) => Duration::from_secs(decimal(
+                FLAG_TIMEOUT,
+                &v,
+                "a whole number of seconds",
+                |_: &u64| true,
+            )?),
         };
         return Ok(Cli::PostStart { target, timeout });
     }
@@ -329,20 +339,19 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
         let termination_message = get(FLAG_TERMINATION_MESSAGE)
             .unwrap_or_else(|| contract::TERMINATION_MESSAGE_PATH.to_owned())
             .into();
-        let pod_containers = match get(FLAG_POD_CONTAINERS) {
-            None => None,
-            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                UsageError(format!(
-                    "{FLAG_POD_CONTAINERS} {v:?} is not a positive whole number"
-                ))
-            })?),
-        };
-        let gate_port = match get(FLAG_GATE_PORT) {
-            None => None,
-            Some(v) => Some(v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                UsageError(format!("{FLAG_GATE_PORT} {v:?} is not a port (1-65535)"))
-            })?),
-        };
+        let pod_containers = get(FLAG_POD_CONTAINERS)
+            .map(|v| {
+                decimal(
+                    FLAG_POD_CONTAINERS,
+                    &v,
+                    "a positive whole number",
+                    |n: &usize| *n > 0,
+                )
+            })
+            .transpose()?;
+        let gate_port = get(FLAG_GATE_PORT)
+            .map(|v| decimal(FLAG_GATE_PORT, &v, "a port (1-65535)", |p: &u16| *p > 0))
+            .transpose()?;
         Ok(Cli::Watch {
             target,
             started_after,
@@ -871,6 +880,52 @@ mod tests {
             decide(&s(&["watch", "--container", "x", "-h", "--", "cmd"])),
             Invocation::Run(Cli::Help)
         );
+    }
+
+    #[test]
+    fn numeric_flags_are_plain_decimal_digits() {
+        // One rule for every numeric flag: ASCII decimal digits only
+        // (`from_str` alone also takes a leading '+').
+        let watch = |flag: &str, v: &str| {
+            parse(&s(&[
+                "watch",
+                "--container",
+                "a",
+                &format!("{flag}={v}"),
+                "--",
+                "x",
+            ]))
+        };
+        for flag in ["--pod-containers", "--gate-port"] {
+            assert!(watch(flag, "3").is_ok(), "{flag}");
+            assert!(watch(flag, "007").is_ok(), "{flag}");
+            for bad in ["+3", "-3", " 3", "3 ", "0x10", "1e3", "٣", "3.0"] {
+                let e = watch(flag, bad).unwrap_err().0;
+                assert!(e.starts_with(&format!("{flag} {bad:?} is not ")), "{e}");
+            }
+        }
+        let Cli::Watch {
+            pod_containers,
+            gate_port,
+            ..
+        } = parse(&s(&[
+            "watch",
+            "--container",
+            "a",
+            "--pod-containers=007",
+            "--gate-port=080",
+            "--",
+            "x",
+        ]))
+        .unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!((pod_containers, gate_port), (Some(7), Some(80)));
+        let e = parse(&s(&["post-start", "--container", "a", "--timeout=+5"]))
+            .unwrap_err()
+            .0;
+        assert_eq!(e, "--timeout \"+5\" is not a whole number of seconds");
     }
 
     #[test]
