@@ -778,7 +778,7 @@ impl Watcher {
             })
             .and_then(|record| {
                 self.store
-                    .ensure_dir()
+                    .check_dir()
                     .and_then(|_| self.store.write(contract::ARMED_FILE, &record))
                     .map_err(|e| e.to_string())
             });

@@ -138,7 +138,7 @@ pub fn mark(target: &Target, proc_root: &Path) -> Result<Marked, MarkError> {
             ));
         }
     };
-    store.ensure_dir()?;
+    store.check_dir()?;
     let record = contract::PrestopRecord {
         wrapper_pid: std::process::id(),
     };

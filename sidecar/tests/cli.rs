@@ -403,3 +403,33 @@ fn prestop_help_before_the_separator_still_runs_the_command() {
     }
     fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn watch_refuses_to_create_a_missing_root() {
+    let d = tmp("missing-root");
+    let root = d.join("not-mounted");
+    let log = d.join("log");
+    let mut child = Command::new(bin())
+        .args(["watch", "--container", "main", "--root"])
+        .arg(&root)
+        .args(["--", "true"])
+        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
+        .stdin(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the arming attempt", T, || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.contains("cannot arm") || text.contains("armed container=")
+    });
+    kill(child.id() as i32, libc::SIGTERM);
+    assert_eq!(code(wait_exit(&mut child, T)), 0);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(!root.exists(), "{} was created: {text}", root.display());
+    let state = root.join("state/main");
+    assert!(
+        text.contains(&format!("{} does not exist", state.display())),
+        "{text}"
+    );
+    fs::remove_dir_all(&d).unwrap();
+}

@@ -24,8 +24,11 @@
 //! source from it (`IdSource::Volume`) as in a pod; the main container's
 //! identifying mount binds `volumes/kube-prestop` too. `vol/state/main/`,
 //! main's state volume, is a plain directory (read by the tests from the
-//! host), so the mount point the main container makes there is what the
-//! sidecar sees as `state/main/created`, the evidence of main's start.
+//! host) made with the pod, mode 0777 like an `emptyDir`'s, as the runtime
+//! makes the volume's mount point before any container starts (the sidecar
+//! never creates it), so the mount point the main container makes there is
+//! what the sidecar sees as `state/main/created`, the evidence of main's
+//! start.
 //!
 //! Everything is asserted from files: the hook appends a line to `out/hooks`,
 //! and the state records are in `vol/state/main/`. Waits poll with deadlines.
@@ -224,6 +227,14 @@ impl Pod {
         // id volume's directory on the node.
         for d in ["vol/id", "out", "volumes/kube-prestop"] {
             fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        // Main's state volume at its mount point, which the runtime makes
+        // (the sidecar refuses to): an `emptyDir`'s directory, mode 0777.
+        let state = dir.join("vol/state").join(C);
+        fs::create_dir_all(&state).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            fs::set_permissions(&state, fs::Permissions::from_mode(0o777)).unwrap();
         }
         for i in 0..12 {
             fs::create_dir_all(dir.join("rootfs").join(i.to_string())).unwrap();
