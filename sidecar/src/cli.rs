@@ -15,7 +15,9 @@
 //! after it. Flags take their value as the next argument or after `=`; a
 //! next argument that starts with `-` is not taken as a value (the flag
 //! lacks one), so such a value must be given as `--flag=VALUE`. Everything
-//! after the first `--` is the hook command, passed verbatim. Errors are
+//! after the first `--` is the hook command, passed verbatim: as the
+//! `OsString`s it came as, so an argument that is not UTF-8 reaches `exec`
+//! unchanged (the subcommand and the flags' values must be UTF-8). Errors are
 //! [`UsageError`]s; the binary prints them and exits with
 //! [`contract::EXIT_USAGE`].
 
@@ -90,11 +92,11 @@ pub enum Cli {
         pod_containers: Option<usize>,
         /// [`FLAG_GATE_PORT`], when given (1-65535): the start gate's port.
         gate_port: Option<u16>,
-        /// The hook command.
-        hook: Vec<String>,
+        /// The hook command, verbatim.
+        hook: Vec<OsString>,
     },
-    /// `prestop ... -- HOOK...`.
-    PreStop(Target, Vec<String>),
+    /// `prestop ... -- HOOK...`: the target and the command, verbatim.
+    PreStop(Target, Vec<OsString>),
     /// `probe ...`.
     Probe(Target),
     /// `post-start ...`: wait until the watcher is armed.
@@ -118,18 +120,38 @@ fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
-/// An argument back as a `String` (`parse` takes `String`s, so this does
-/// not fail).
+/// An argument as a `String`: the subcommand and the flags' values are
+/// UTF-8 (container names, paths, numbers); the hook command need not be.
 fn utf8(a: OsString) -> Result<String, UsageError> {
     a.into_string()
         .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
 }
 
+/// `value` of the numeric flag `flag`: plain ASCII decimal digits only, the
+/// one rule for every numeric flag (`from_str` alone also takes a leading
+/// `+`), in range for `T` and `valid`; else an error naming the flag, the
+/// value and `what` it must be (`--gate-port "+80" is not a port (1-65535)`).
+fn decimal<T: std::str::FromStr>(
+    flag: &str,
+    value: &str,
+    what: &str,
+    valid: impl Fn(&T) -> bool,
+) -> Result<T, UsageError> {
+    value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse::<T>().ok())
+        .flatten()
+        .filter(valid)
+        .ok_or_else(|| UsageError(format!("{flag} {value:?} is not {what}")))
+}
+
 /// Parses `args` (without the program name).
-pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
+pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     let Some((sub, rest)) = args.split_first() else {
         return err("missing subcommand");
     };
+    let sub = utf8(sub.clone())?;
     let sub = sub.as_str();
     match sub {
         "--help" | "-h" | "help" => return Ok(Cli::Help),
@@ -137,7 +159,12 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         _ => {}
     }
     if sub == contract::SUBCOMMAND_SIGNAL {
-        return match rest {
+        let rest = rest
+            .iter()
+            .cloned()
+            .map(utf8)
+            .collect::<Result<Vec<_>, _>>()?;
+        return match &rest[..] {
             [n] if n == "--help" || n == "-h" => Ok(Cli::Help),
             [n] => n
                 .parse::<i32>()
@@ -179,9 +206,9 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     let takes_hook = sub == contract::SUBCOMMAND_WATCH || sub == contract::SUBCOMMAND_PRESTOP;
 
     // The flags, lexed by lexopt: `--flag=VALUE` and `--flag VALUE`; `-h`.
-    let mut parser = lexopt::Parser::from_args(rest);
+    let mut parser = lexopt::Parser::from_args(rest.iter().cloned());
     let mut values: Vec<(&'static str, String)> = Vec::new();
-    let mut hook: Option<Vec<String>> = None;
+    let mut hook: Option<Vec<OsString>> = None;
     loop {
         // Everything after the first `--` is the hook command, verbatim
         // (lexopt would lex it as positional values).
@@ -191,7 +218,7 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
             if !takes_hook {
                 return err(format!("{sub} takes no command after {COMMAND_SEPARATOR}"));
             }
-            hook = Some(raw.map(utf8).collect::<Result<_, _>>()?);
+            hook = Some(raw.collect());
             break;
         }
         let flag = match parser.next().map_err(|e| UsageError(e.to_string()))? {
@@ -264,21 +291,12 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     if sub == contract::SUBCOMMAND_POST_START {
         let timeout = match get(FLAG_TIMEOUT) {
             None => Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
-            // Plain decimal digits only: `u64::from_str` also takes a
-            // leading `+`.
-            Some(v) => match v
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| v.parse::<u64>().ok())
-                .flatten()
-            {
-                Some(secs) => Duration::from_secs(secs),
-                None => {
-                    return err(format!(
-                        "{FLAG_TIMEOUT} {v:?} is not a whole number of seconds"
-                    ));
-                }
-            },
+            Some(v) => Duration::from_secs(decimal(
+                FLAG_TIMEOUT,
+                &v,
+                "a whole number of seconds",
+                |_: &u64| true,
+            )?),
         };
         return Ok(Cli::PostStart { target, timeout });
     }
@@ -321,20 +339,19 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
         let termination_message = get(FLAG_TERMINATION_MESSAGE)
             .unwrap_or_else(|| contract::TERMINATION_MESSAGE_PATH.to_owned())
             .into();
-        let pod_containers = match get(FLAG_POD_CONTAINERS) {
-            None => None,
-            Some(v) => Some(v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                UsageError(format!(
-                    "{FLAG_POD_CONTAINERS} {v:?} is not a positive whole number"
-                ))
-            })?),
-        };
-        let gate_port = match get(FLAG_GATE_PORT) {
-            None => None,
-            Some(v) => Some(v.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                UsageError(format!("{FLAG_GATE_PORT} {v:?} is not a port (1-65535)"))
-            })?),
-        };
+        let pod_containers = get(FLAG_POD_CONTAINERS)
+            .map(|v| {
+                decimal(
+                    FLAG_POD_CONTAINERS,
+                    &v,
+                    "a positive whole number",
+                    |n: &usize| *n > 0,
+                )
+            })
+            .transpose()?;
+        let gate_port = get(FLAG_GATE_PORT)
+            .map(|v| decimal(FLAG_GATE_PORT, &v, "a port (1-65535)", |p: &u16| *p > 0))
+            .transpose()?;
         Ok(Cli::Watch {
             target,
             started_after,
@@ -350,9 +367,60 @@ pub fn parse(args: &[String]) -> Result<Cli, UsageError> {
     }
 }
 
+/// What the binary does with its command line ([`decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invocation {
+    /// A valid command line.
+    Run(Cli),
+    /// A `prestop` that is not a valid wrapper invocation (malformed flags,
+    /// a help flag before `--`) but has a command after `--`: the command
+    /// runs, unrecorded, since the user's preStop must never be lost
+    /// because of us.
+    PreStopFallback {
+        /// What is wrong with the wrapper's own arguments.
+        why: String,
+        /// The command after the first `--`, verbatim.
+        hook: Vec<OsString>,
+    },
+    /// A usage error.
+    Usage(UsageError),
+}
+
+/// Decides what `args` (without the program name) ask for: [`parse`], except
+/// that a `prestop` command line that [`parse`] does not take for a wrapper
+/// run ([`Cli::PreStop`]) but that has a command after `--` runs that
+/// command ([`Invocation::PreStopFallback`]): `prestop --container X -h --
+/// CMD` runs `CMD` rather than printing the usage. Without a command after
+/// `--`, `prestop --help` prints the usage like every other subcommand.
+pub fn decide(args: &[OsString]) -> Invocation {
+    let parsed = parse(args);
+    if args
+        .first()
+        .is_some_and(|a| a == contract::SUBCOMMAND_PRESTOP)
+        && !matches!(parsed, Ok(Cli::PreStop(..)))
+        && let Some(hook) = hook_after_separator(args)
+    {
+        let why = match parsed {
+            Err(e) => e.0,
+            Ok(_) => format!(
+                "a help flag (-h, --help) before {COMMAND_SEPARATOR} is not a wrapper invocation"
+            ),
+        };
+        return Invocation::PreStopFallback {
+            why,
+            hook: hook.to_vec(),
+        };
+    }
+    match parsed {
+        Ok(cli) => Invocation::Run(cli),
+        Err(e) => Invocation::Usage(e),
+    }
+}
+
 /// The hook command after the first `--`, if any: lets the `prestop` wrapper
-/// still run the user's preStop when its own flags are malformed.
-pub fn hook_after_separator(args: &[String]) -> Option<&[String]> {
+/// still run the user's preStop when its own arguments are not a wrapper
+/// invocation ([`decide`]).
+pub fn hook_after_separator(args: &[OsString]) -> Option<&[OsString]> {
     let i = args.iter().position(|a| a == COMMAND_SEPARATOR)?;
     let h = &args[i + 1..];
     (!h.is_empty()).then_some(h)
@@ -364,7 +432,20 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    fn s(v: &[&str]) -> Vec<String> {
+    fn s(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    fn os_all(v: &[String]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    /// A contract-built command line without the binary, as `parse` takes it.
+    fn os(v: &[String]) -> Vec<OsString> {
+        os_all(&v[1..])
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| (*x).to_owned()).collect()
     }
 
@@ -376,7 +457,7 @@ mod tests {
         for a in &mut argo {
             *a = a.replace(contract::ARGO_SIGNAL_PLACEHOLDER, "15");
         }
-        assert_eq!(parse(&argo[1..]).unwrap(), Cli::Signal(Signal::SIGTERM));
+        assert_eq!(parse(&os(&argo)).unwrap(), Cli::Signal(Signal::SIGTERM));
         assert_eq!(
             parse(&s(&["signal", "9"])).unwrap(),
             Cli::Signal(Signal::SIGKILL)
@@ -403,7 +484,7 @@ mod tests {
                 pod_containers: 5,
                 gate_port: Some(17430),
             },
-            &s(&["true"]),
+            &strings(&["true"]),
         );
         let Cli::Watch {
             run_on,
@@ -411,7 +492,7 @@ mod tests {
             pod_containers,
             gate_port,
             ..
-        } = parse(&w[1..]).unwrap()
+        } = parse(&os(&w)).unwrap()
         else {
             unreachable!()
         };
@@ -487,8 +568,8 @@ mod tests {
 
     #[test]
     fn contract_commands_parse() {
-        let hook = s(&["sh", "-c", "echo bye", "--", "--container"]);
-        let w = contract::watch_command("main", &s(&["side-2", "main"]), &hook);
+        let hook = strings(&["sh", "-c", "echo bye", "--", "--container"]);
+        let w = contract::watch_command("main", &strings(&["side-2", "main"]), &hook);
         let Cli::Watch {
             target: t,
             started_after,
@@ -498,7 +579,7 @@ mod tests {
             termination_message,
             pod_containers,
             gate_port,
-        } = parse(&w[1..]).unwrap()
+        } = parse(&os(&w)).unwrap()
         else {
             unreachable!()
         };
@@ -510,17 +591,17 @@ mod tests {
             termination_message,
             PathBuf::from(contract::TERMINATION_MESSAGE_PATH)
         );
-        assert_eq!(started_after, s(&["side-2", "main"]));
+        assert_eq!(started_after, strings(&["side-2", "main"]));
         assert_eq!(t.container, "main");
         assert_eq!(t.root, PathBuf::from(contract::MOUNT_PATH));
-        assert_eq!(h, hook);
+        assert_eq!(h, os_all(&hook));
         let p = contract::prestop_command("main", &hook);
-        assert!(matches!(parse(&p[1..]).unwrap(), Cli::PreStop(_, h) if h == hook));
+        assert!(matches!(parse(&os(&p)).unwrap(), Cli::PreStop(_, h) if h == os_all(&hook)));
         let pr = contract::probe_command("main");
-        assert!(matches!(parse(&pr[1..]).unwrap(), Cli::Probe(t) if t.container == "main"));
+        assert!(matches!(parse(&os(&pr)).unwrap(), Cli::Probe(t) if t.container == "main"));
         let ps = contract::post_start_command("main");
         assert_eq!(
-            parse(&ps[1..]).unwrap(),
+            parse(&os(&ps)).unwrap(),
             Cli::PostStart {
                 target: Target {
                     container: "main".to_owned(),
@@ -531,7 +612,7 @@ mod tests {
         );
         let i = contract::install_command();
         assert_eq!(
-            parse(&i[1..]).unwrap(),
+            parse(&os(&i)).unwrap(),
             Cli::Install {
                 dest: contract::BINARY_PATH.into()
             }
@@ -735,6 +816,116 @@ mod tests {
             let e = timeout(bad).unwrap_err();
             assert!(e.contains("not a whole number of seconds"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_hook_command_is_kept_verbatim_even_when_not_utf8() {
+        use std::os::unix::ffi::OsStringExt as _;
+        let bytes = OsString::from_vec(b"caf\xe9".to_vec());
+        for sub in ["prestop", "watch"] {
+            let mut args = s(&[sub, "--container", "a", "--", "printf"]);
+            args.push(bytes.clone());
+            let hook = match parse(&args).unwrap() {
+                Cli::PreStop(_, hook) | Cli::Watch { hook, .. } => hook,
+                other => unreachable!("{other:?}"),
+            };
+            assert_eq!(hook, vec![OsString::from("printf"), bytes.clone()], "{sub}");
+        }
+        // The flags' values are names, paths and numbers: UTF-8 only.
+        let mut args = s(&["probe", "--container", "a", "--root"]);
+        args.push(bytes.clone());
+        assert_eq!(
+            parse(&args).unwrap_err().0,
+            "argument \"caf\\xE9\" is not valid UTF-8"
+        );
+    }
+
+    #[test]
+    fn a_prestop_that_is_not_a_wrapper_run_still_runs_its_command() {
+        for help in ["-h", "--help", "--help=1", "-hc"] {
+            let args = s(&["prestop", "--container", "x", help, "--", "cmd", "-h"]);
+            assert_eq!(parse(&args), Ok(Cli::Help), "{help}");
+            let Invocation::PreStopFallback { why, hook } = decide(&args) else {
+                unreachable!("{help}: {:?}", decide(&args))
+            };
+            assert_eq!(hook, s(&["cmd", "-h"]), "{help}");
+            assert!(why.contains("help flag"), "{why}");
+        }
+        let Invocation::PreStopFallback { why, hook } =
+            decide(&s(&["prestop", "--bogus", "--", "cmd"]))
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            (why.as_str(), hook),
+            ("unknown flag \"--bogus\" for prestop", s(&["cmd"]))
+        );
+        // Without a command after `--`: the usage, or the usage error.
+        for args in [
+            &["prestop", "--help"][..],
+            &["prestop", "--container", "x", "-h", "--"],
+        ] {
+            assert_eq!(decide(&s(args)), Invocation::Run(Cli::Help), "{args:?}");
+        }
+        assert!(matches!(
+            decide(&s(&["prestop", "--bogus"])),
+            Invocation::Usage(_)
+        ));
+        // A valid wrapper run, and other subcommands' help, are as parsed.
+        assert!(matches!(
+            decide(&s(&["prestop", "--container", "x", "--", "cmd"])),
+            Invocation::Run(Cli::PreStop(..))
+        ));
+        assert_eq!(
+            decide(&s(&["watch", "--container", "x", "-h", "--", "cmd"])),
+            Invocation::Run(Cli::Help)
+        );
+    }
+
+    #[test]
+    fn numeric_flags_are_plain_decimal_digits() {
+        // One rule for every numeric flag: ASCII decimal digits only
+        // (`from_str` alone also takes a leading '+').
+        let watch = |flag: &str, v: &str| {
+            parse(&s(&[
+                "watch",
+                "--container",
+                "a",
+                &format!("{flag}={v}"),
+                "--",
+                "x",
+            ]))
+        };
+        for flag in ["--pod-containers", "--gate-port"] {
+            assert!(watch(flag, "3").is_ok(), "{flag}");
+            assert!(watch(flag, "007").is_ok(), "{flag}");
+            for bad in ["+3", "-3", " 3", "3 ", "0x10", "1e3", "٣", "3.0"] {
+                let e = watch(flag, bad).unwrap_err().0;
+                assert!(e.starts_with(&format!("{flag} {bad:?} is not ")), "{e}");
+            }
+        }
+        let Cli::Watch {
+            pod_containers,
+            gate_port,
+            ..
+        } = parse(&s(&[
+            "watch",
+            "--container",
+            "a",
+            "--pod-containers=007",
+            "--gate-port=080",
+            "--",
+            "x",
+        ]))
+        .unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!((pod_containers, gate_port), (Some(7), Some(80)));
+        let e = parse(&s(&["post-start", "--container", "a", "--timeout=+5"]))
+            .unwrap_err()
+            .0;
+        assert_eq!(e, "--timeout \"+5\" is not a whole number of seconds");
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! processes with it), so the restarted sidecar's retry never runs in
 //! parallel with the interrupted run.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
@@ -87,7 +87,7 @@ pub struct RunningHook {
 /// Starts `argv` for the run `ctx` describes. On a spawn failure returns
 /// the status to record (not found / not executable) and the error.
 pub fn spawn(
-    argv: &[String],
+    argv: &[OsString],
     ctx: &HookContext<'_>,
 ) -> Result<RunningHook, (HookStatus, io::Error)> {
     let Some((prog, args)) = argv.split_first() else {

@@ -1,35 +1,27 @@
 //! The kube-prestop sidecar binary; see the library docs and `--help`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::exit;
 
 use kube_prestop_contract as contract;
-use kube_prestop_sidecar::cli::{self, Cli, USAGE};
+use kube_prestop_sidecar::cli::{self, Cli, Invocation, USAGE};
 use kube_prestop_sidecar::{gate, install, log, poststart, procfs, signal, watch, wrapper};
 
 fn main() {
-    let args: Vec<String> = match std::env::args_os()
-        .skip(1)
-        .map(|a| a.into_string())
-        .collect::<Result<_, _>>()
-    {
-        Ok(a) => a,
-        Err(bad) => {
-            log!("error: argument {bad:?} is not valid UTF-8\n{USAGE}");
-            exit(contract::EXIT_USAGE);
+    // As `OsString`s: the hook command after `--` is passed on verbatim,
+    // UTF-8 or not (`cli` checks the rest).
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let parsed = match cli::decide(&args) {
+        Invocation::Run(c) => c,
+        // The user's preStop must never be lost because of us: a `prestop`
+        // that is not a wrapper run (malformed flags, a help flag) still
+        // runs the command after `--`.
+        Invocation::PreStopFallback { why, hook } => {
+            log!("prestop: error: {why}; running the preStop command without recording it");
+            exit(wrapper::exec(&hook));
         }
-    };
-    let parsed = match cli::parse(&args) {
-        Ok(c) => c,
-        Err(e) => {
-            // The user's preStop must never be lost because of us: a
-            // wrapper with malformed flags still runs the command after `--`.
-            if args.first().map(String::as_str) == Some(contract::SUBCOMMAND_PRESTOP)
-                && let Some(hook) = cli::hook_after_separator(&args)
-            {
-                log!("prestop: error: {e}; running the preStop command without recording it");
-                exit(wrapper::exec(hook));
-            }
+        Invocation::Usage(e) => {
             log!("error: {e}\n{USAGE}");
             exit(contract::EXIT_USAGE);
         }

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, renameat};
-use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat, mkdirat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fchmod, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 
 use kube_prestop_contract::{self as contract, RecordKind, RunningRecord};
@@ -51,10 +51,22 @@ pub const MAX_RECORD_BYTES: u64 = 4096;
 /// Errors of the state store.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    /// The state directory could not be created (volume missing or read-only).
-    #[error("cannot create state directory {path}: {source}")]
-    CreateDir {
-        /// The directory.
+    /// The state directory, or a parent of it, does not exist. In a pod it
+    /// is the mount point of the container's state volume, which the
+    /// container runtime makes; the store never creates it, so that a
+    /// sidecar run outside a pod (by hand, without `--root`) does not
+    /// write under the host's `/.kube-prestop`.
+    #[error(
+        "{path} does not exist: in a pod it is the mount point of the container's state volume, which the container runtime makes; the sidecar never creates it (outside a pod, give --root DIR with DIR/state/CONTAINER made)"
+    )]
+    Missing {
+        /// The state directory.
+        path: PathBuf,
+    },
+    /// The state directory could not be opened (other than missing).
+    #[error("cannot open state directory {path}: {source}")]
+    OpenDir {
+        /// The directory, or the parent that could not be opened.
         path: PathBuf,
         /// The underlying error.
         source: io::Error,
@@ -183,34 +195,15 @@ impl StateStore {
         })
     }
 
-    /// Opens `<root>/state` and then `<root>/state/<container>`, each
-    /// without following a link. With `create`, makes each that is missing
-    /// (mode 0777, the mode of an `emptyDir`'s directory, `docs/facts.md`
-    /// K16: the preStop wrapper runs with the watched container's user,
-    /// which may differ from the sidecar's).
-    fn open_dir(&self, create: bool) -> Result<OwnedFd, (PathBuf, Refusal)> {
-        if create {
-            // `<root>` is the mount point given on the command line (in a
-            // pod it exists); outside a pod (tests) it may need making.
-            let _ = std::fs::create_dir_all(&self.root);
-        }
+    /// Opens `<root>`, `<root>/state` and then `<root>/state/<container>`,
+    /// the last two without following a link. Nothing is created.
+    fn open_dir(&self) -> Result<OwnedFd, (PathBuf, Refusal)> {
         let mut fd = self
             .open_dir_at(None, &self.root)
             .map_err(|r| (self.root.clone(), r))?;
         let mut path = self.root.clone();
         for part in [Path::new("state"), Path::new(&self.container)] {
             path.push(part);
-            if create {
-                // An error here is an existing entry (maybe a link: the
-                // open below refuses it) or a read-only parent over an
-                // existing directory: the open below tells.
-                if mkdirat(fd.as_fd(), part, Mode::from_bits_truncate(0o777)).is_ok()
-                    && let Ok(new) = self.open_dir_at(Some(&fd), part)
-                {
-                    // Against the umask; best effort (the directory is ours).
-                    let _ = fchmod(new.as_fd(), Mode::from_bits_truncate(0o777));
-                }
-            }
             fd = self
                 .open_dir_at(Some(&fd), part)
                 .map_err(|r| (path.clone(), r))?;
@@ -218,16 +211,25 @@ impl StateStore {
         Ok(fd)
     }
 
-    /// Creates the directory (and `state/`) if missing, mode 0777, without
-    /// following links. In a pod both exist already (the directory is the
-    /// mount point of X's state volume, which the runtime made).
+    /// Checks that the directory exists and can be opened, without
+    /// following a link; it never creates it. In a pod it is the mount
+    /// point of X's state volume, which the runtime made before X or its
+    /// sidecar started (and `<root>`, `state/` as its parents), in X and
+    /// in the sidecar alike; an `emptyDir`'s directory is mode 0777
+    /// (`docs/facts.md` K16), so X's user can write there whatever it is.
     ///
-    /// Errors: [`StateError::Refused`] when `state` or the container's
-    /// directory is a link or not a directory; [`StateError::CreateDir`]
-    /// when it cannot be made or opened.
-    pub fn ensure_dir(&self) -> Result<(), StateError> {
-        self.open_dir(true).map(drop).map_err(|(path, r)| {
-            r.into_error(path, |path, source| StateError::CreateDir { path, source })
+    /// Errors: [`StateError::Missing`], naming the directory, when it or a
+    /// parent does not exist (a sidecar run outside a pod, e.g. by hand
+    /// without `--root`: nothing is written under the host's
+    /// `/.kube-prestop`); [`StateError::Refused`] when `state` or the
+    /// container's directory is a link or not a directory;
+    /// [`StateError::OpenDir`] when it cannot be opened otherwise.
+    pub fn check_dir(&self) -> Result<(), StateError> {
+        self.open_dir().map(drop).map_err(|(path, r)| match r {
+            Refusal::Io(e) if e.kind() == io::ErrorKind::NotFound => StateError::Missing {
+                path: self.dir.clone(),
+            },
+            r => r.into_error(path, |path, source| StateError::OpenDir { path, source }),
         })
     }
 
@@ -248,7 +250,7 @@ impl StateStore {
         let path = self.path(name);
         let write_err = |path: PathBuf, source| StateError::Write { path, source };
         let dir = self
-            .open_dir(false)
+            .open_dir()
             .map_err(|(p, r)| r.into_error(p, write_err))?;
         let tmp = format!(".tmp-{name}-{}", std::process::id());
         let file = create_new(&dir, &tmp).map_err(|r| r.into_error(self.path(&tmp), write_err))?;
@@ -261,7 +263,7 @@ impl StateStore {
 
     /// Whether record `name` exists (in any form: a link counts, unfollowed).
     pub fn exists(&self, name: &str) -> bool {
-        self.open_dir(false)
+        self.open_dir()
             .ok()
             .is_some_and(|dir| matches!(lstat_at(&dir, name), Ok(Some(_))))
     }
@@ -270,7 +272,7 @@ impl StateStore {
     /// [`kube_prestop_contract::record`]); `None` if absent, unreadable, a
     /// link or not a regular file. At most [`MAX_RECORD_BYTES`] are read.
     pub fn read(&self, name: &str) -> Option<String> {
-        let dir = self.open_dir(false).ok()?;
+        let dir = self.open_dir().ok()?;
         let fd = openat(
             dir.as_fd(),
             name,
@@ -292,7 +294,7 @@ impl StateStore {
     /// Removes record `name` (the entry itself, never what a link points
     /// at); a missing record or directory is not an error.
     pub fn remove(&self, name: &str) -> io::Result<()> {
-        let dir = match self.open_dir(false) {
+        let dir = match self.open_dir() {
             Ok(dir) => dir,
             Err((_, Refusal::Io(e))) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err((path, r)) => {
@@ -317,7 +319,7 @@ impl StateStore {
     pub fn list(&self) -> Result<Vec<String>, StateError> {
         let list_err = |path: PathBuf, source| StateError::List { path, source };
         let dir = self
-            .open_dir(false)
+            .open_dir()
             .map_err(|(p, r)| r.into_error(p, list_err))?;
         let entries =
             nix::dir::Dir::from_fd(dir).map_err(|e| list_err(self.dir.clone(), e.into()))?;
@@ -466,6 +468,12 @@ mod tests {
     use kube_prestop_contract::SeenRecord;
     use std::fs;
 
+    /// Makes the store's directory, as the runtime makes the state
+    /// volume's mount point in a pod (the store never does).
+    fn made(s: &StateStore) {
+        fs::create_dir_all(s.dir()).unwrap();
+    }
+
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("kps-state-{tag}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -476,7 +484,7 @@ mod tests {
     fn writes_are_atomic_and_listed() {
         let root = tmpdir("w");
         let s = StateStore::new(&root, "main");
-        s.ensure_dir().unwrap();
+        made(&s);
         let seen = SeenRecord {
             pid: 1,
             start_time_ticks: 2,
@@ -509,7 +517,7 @@ mod tests {
     fn pre_existing_record_is_refused() {
         let root = tmpdir("exists");
         let s = StateStore::new(&root, "main");
-        s.ensure_dir().unwrap();
+        made(&s);
         fs::write(s.path("prestop-1-2"), "forged\n").unwrap();
         let err = s.write("prestop-1-2", "wrapper_pid=3\n").unwrap_err();
         assert!(
@@ -552,7 +560,7 @@ mod tests {
     fn planted_symlink_is_refused_and_not_followed() {
         let root = tmpdir("link");
         let s = StateStore::new(&root, "main");
-        s.ensure_dir().unwrap();
+        made(&s);
         let target = root.join("target");
         fs::write(&target, "secret\n").unwrap();
         for name in [
@@ -600,7 +608,7 @@ mod tests {
     fn planted_temporary_file_is_not_followed() {
         let root = tmpdir("tmp");
         let s = StateStore::new(&root, "main");
-        s.ensure_dir().unwrap();
+        made(&s);
         let target = root.join("target");
         fs::write(&target, "keep\n").unwrap();
         let tmp = s.path(&format!(".tmp-done-1-2-{}", std::process::id()));
@@ -629,7 +637,7 @@ mod tests {
                 std::os::unix::fs::symlink(&elsewhere, root.join("state")).unwrap();
             }
             for res in [
-                s.ensure_dir(),
+                s.check_dir(),
                 s.write("seen-1-2", "pid=1\n"),
                 s.list().map(drop),
             ] {
@@ -658,7 +666,7 @@ mod tests {
     fn planted_fifo_is_not_read() {
         let root = tmpdir("fifo");
         let s = StateStore::new(&root, "main");
-        s.ensure_dir().unwrap();
+        made(&s);
         nix::unistd::mkfifo(&s.path("running-1-2"), Mode::from_bits_truncate(0o666)).unwrap();
         assert_eq!(s.read("running-1-2"), None);
         assert!(matches!(
@@ -671,10 +679,37 @@ mod tests {
         fs::remove_dir_all(&root).unwrap();
     }
 
+    /// The store never makes its directory: in a pod
+    /// `<root>/state/<container>` is the mount point of the container's
+    /// state volume, which the runtime makes; a missing one (a sidecar run
+    /// by hand without `--root`) is refused, naming it, and nothing is
+    /// created, not even `<root>`.
+    #[test]
+    fn a_missing_state_directory_is_refused_not_created() {
+        let root = tmpdir("missing");
+        let s = StateStore::new(&root, "main");
+        for made in [None, Some(root.clone()), Some(root.join("state"))] {
+            if let Some(d) = &made {
+                fs::create_dir_all(d).unwrap();
+            }
+            let e = s.check_dir().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("{} does not exist", s.dir().display())),
+                "{made:?}: {e}"
+            );
+            assert!(!s.dir().exists(), "{made:?}");
+            assert_eq!(root.exists(), made.is_some(), "{made:?}");
+        }
+        fs::create_dir_all(s.dir()).unwrap();
+        s.check_dir().unwrap();
+        fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn unwritable_dir_is_an_error() {
         let s = StateStore::new(Path::new("/proc/kube-prestop-nope"), "main");
-        assert!(matches!(s.ensure_dir(), Err(StateError::CreateDir { .. })));
+        assert!(matches!(s.check_dir(), Err(StateError::Missing { .. })));
         assert!(matches!(s.write("x", "y"), Err(StateError::Write { .. })));
         assert!(s.list().is_err());
     }

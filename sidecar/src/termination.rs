@@ -103,8 +103,8 @@ mod tests {
         let _ = fs::remove_dir_all(&root);
         let a = StateStore::new(&root, "a");
         let b = StateStore::new(&root, "b");
-        a.ensure_dir().unwrap();
-        b.ensure_dir().unwrap();
+        fs::create_dir_all(a.dir()).unwrap(); // the runtime\'s mount point
+        fs::create_dir_all(b.dir()).unwrap(); // the runtime\'s mount point
         let ran = DoneRecord::new(
             Outcome::Ran,
             1,
@@ -149,7 +149,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("kps-term-late-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let main = StateStore::new(&root, "main");
-        main.ensure_dir().unwrap();
+        fs::create_dir_all(main.dir()).unwrap(); // the runtime\'s mount point
         let late = DoneRecord::new(
             Outcome::Ran,
             1,

@@ -37,7 +37,7 @@
 //! native sidecar that exits): every error is logged and waited out.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -111,8 +111,9 @@ const ROOT_HOLD_RETRY: Duration = Duration::from_secs(2);
 pub struct WatchConfig {
     /// Container, root of our mounts and identifying-mount root.
     pub target: Target,
-    /// The hook command (the container's original preStop command).
-    pub hook: Vec<String>,
+    /// The hook command (the container's original preStop command),
+    /// verbatim: its arguments need not be UTF-8.
+    pub hook: Vec<OsString>,
     /// Where procfs is mounted ([`procfs::PROC_ROOT`]).
     pub proc_root: PathBuf,
     /// [`contract::ENV_GRACE_PERIOD_SECONDS`], if set and valid.
@@ -777,7 +778,7 @@ impl Watcher {
             })
             .and_then(|record| {
                 self.store
-                    .ensure_dir()
+                    .check_dir()
                     .and_then(|_| self.store.write(contract::ARMED_FILE, &record))
                     .map_err(|e| e.to_string())
             });

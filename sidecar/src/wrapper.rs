@@ -13,7 +13,8 @@
 //! wrapper is gone, is a preStop that the container's own exit cut short.
 //! Failing to write the mark never stops the original command from running.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -137,7 +138,7 @@ pub fn mark(target: &Target, proc_root: &Path) -> Result<Marked, MarkError> {
             ));
         }
     };
-    store.ensure_dir()?;
+    store.check_dir()?;
     let record = contract::PrestopRecord {
         wrapper_pid: std::process::id(),
     };
@@ -205,7 +206,7 @@ fn report(target: &Target, proc_root: &Path, line: &str) {
 /// Returns the command's status as a shell reports it: its exit code,
 /// `128 + signal`, 127 when it does not exist, 126 when it cannot be
 /// executed.
-fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], marked: Marked) -> i32 {
+fn run_and_record(target: &Target, proc_root: &Path, hook: &[OsString], marked: Marked) -> i32 {
     let inst = marked.instance;
     use std::os::unix::process::ExitStatusExt as _;
     let Some((prog, args)) = hook.split_first() else {
@@ -220,8 +221,8 @@ fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], marked: Ma
         Err(e) => {
             let status = hook::spawn_error_status(&e);
             match status {
-                HookStatus::NotFound => log!("prestop: {prog}: command not found"),
-                _ => log!("prestop: {prog}: cannot execute: {e}"),
+                HookStatus::NotFound => log!("prestop: {}: command not found", prog.display()),
+                _ => log!("prestop: {}: cannot execute: {e}", prog.display()),
             }
             status
         }
@@ -254,10 +255,11 @@ fn run_and_record(target: &Target, proc_root: &Path, hook: &[String], marked: Ma
     status
 }
 
-/// Replaces this process with `hook` (`execvp`). Returns only on failure,
-/// with the shell's status: 127 when the command does not exist, 126 when it
-/// cannot be executed.
-pub fn exec(hook: &[String]) -> i32 {
+/// Replaces this process with `hook` (`execvp`), its arguments passed as
+/// the bytes they are (UTF-8 or not). Returns only on failure, with the
+/// shell's status: 127 when the command does not exist, 126 when it cannot
+/// be executed.
+pub fn exec(hook: &[OsString]) -> i32 {
     let Ok(argv) = hook
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -273,7 +275,10 @@ pub fn exec(hook: &[String]) -> i32 {
         Err(e) => e,
         Ok(never) => match never {},
     };
-    let name = hook.first().map(String::as_str).unwrap_or("");
+    let name = hook
+        .first()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     match e {
         Errno::ENOENT | Errno::ENOTDIR => {
             log!("prestop: {name}: command not found");
@@ -292,7 +297,7 @@ pub fn exec(hook: &[String]) -> i32 {
 /// too. When the container ended
 /// on its own as the kubelet began its preStop ([`MarkError::ExitedFirst`]),
 /// the command is not run: the watcher runs the hook for that exit, once.
-pub fn run(target: &Target, hook: &[String]) -> i32 {
+pub fn run(target: &Target, hook: &[OsString]) -> i32 {
     let proc_root = Path::new(PROC_ROOT);
     match mark(target, proc_root) {
         Ok(marked) => {

@@ -295,3 +295,141 @@ fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
     assert!(text.contains("SIGTERM received"), "{text}");
     fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn prestop_runs_a_command_with_non_utf8_arguments_verbatim() {
+    use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+    let d = tmp("prestop-bytes");
+    let out = d.join("arg");
+    let arg = std::ffi::OsString::from_vec(b"caf\xe9".to_vec());
+    for flags in [
+        &["--container", "main", "--root", "/proc/nope"][..],
+        // Malformed flags: the fall-back runs it verbatim too.
+        &["--bogus"],
+    ] {
+        let _ = fs::remove_file(&out);
+        let st = Command::new(bin())
+            .arg("prestop")
+            .args(flags)
+            .args(["--", "sh", "-c", "printf %s \"$1\" > \"$2\"; exit 4", "sh"])
+            .arg(&arg)
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&st.stderr);
+        assert_eq!(code(st.status), 4, "{flags:?}: {err}");
+        assert_eq!(fs::read(&out).unwrap(), arg.as_bytes(), "{flags:?}");
+    }
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn watch_keeps_a_non_utf8_hook_argument() {
+    use std::os::unix::ffi::OsStringExt as _;
+    let d = tmp("watch-bytes");
+    let log = d.join("log");
+    let mut child = Command::new(bin())
+        .args([
+            "watch",
+            "--container",
+            "main",
+            "--root",
+            "/proc/kube-prestop-vol",
+        ])
+        .args(["--", "printf"])
+        .arg(std::ffi::OsString::from_vec(b"caf\xe9".to_vec()))
+        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
+        .stdin(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the watcher to start or fail", T, || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.contains("cannot arm") || text.contains("error")
+    });
+    let text = fs::read_to_string(&log).unwrap();
+    if child.try_wait().unwrap().is_none() {
+        kill(child.id() as i32, libc::SIGTERM);
+    }
+    let status = wait_exit(&mut child, T);
+    assert!(text.contains(r#"hook=["printf", "caf\xE9"]"#), "{text}");
+    assert_eq!(code(status), 0, "{text}");
+    fs::remove_dir_all(&d).unwrap();
+}
+
+/// A shell command that writes "ran" to `out` and exits 4.
+fn marker_command(out: &std::path::Path) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo ran > {}; exit 4", out.display()),
+    ]
+}
+
+#[test]
+fn prestop_help_before_the_separator_still_runs_the_command() {
+    let d = tmp("prestop-help");
+    for help in ["-h", "--help", "--help=1", "-hc"] {
+        let out = d.join(format!("ran{help}"));
+        let st = Command::new(bin())
+            .args([
+                "prestop",
+                "--container",
+                "main",
+                "--root",
+                "/proc/nope",
+                help,
+            ])
+            .arg("--")
+            .args(marker_command(&out))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&st.stderr);
+        assert_eq!(code(st.status), 4, "{help}: {err}");
+        assert_eq!(fs::read_to_string(&out).unwrap(), "ran\n", "{help}");
+        assert!(err.contains("running the preStop command"), "{help}: {err}");
+    }
+    // Without a command after `--` it is a plain request for the usage.
+    for args in [
+        &["prestop", "--help"][..],
+        &["prestop", "--container", "main", "-h"],
+    ] {
+        let st = Command::new(bin()).args(args).output().unwrap();
+        assert_eq!(code(st.status), 0, "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&st.stdout).contains("usage:"),
+            "{args:?}"
+        );
+    }
+    fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn watch_refuses_to_create_a_missing_root() {
+    let d = tmp("missing-root");
+    let root = d.join("not-mounted");
+    let log = d.join("log");
+    let mut child = Command::new(bin())
+        .args(["watch", "--container", "main", "--root"])
+        .arg(&root)
+        .args(["--", "true"])
+        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
+        .stdin(Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("the arming attempt", T, || {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        text.contains("cannot arm") || text.contains("armed container=")
+    });
+    kill(child.id() as i32, libc::SIGTERM);
+    assert_eq!(code(wait_exit(&mut child, T)), 0);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(!root.exists(), "{} was created: {text}", root.display());
+    let state = root.join("state/main");
+    assert!(
+        text.contains(&format!("{} does not exist", state.display())),
+        "{text}"
+    );
+    fs::remove_dir_all(&d).unwrap();
+}

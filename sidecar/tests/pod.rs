@@ -100,6 +100,51 @@ fn exit_three_runs_the_hook_and_records_its_status() {
     assert!(sc.alive());
 }
 
+/// A preStop command whose arguments are not UTF-8 (no pod spec can carry
+/// one: robustness) reaches both runs byte for byte: the kubelet's, through
+/// the wrapper, and the watcher's hook.
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_command_with_non_utf8_arguments_runs_verbatim() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt as _;
+    require_root_and_util_linux();
+    let mut pod = Pod::new("bytes");
+    let arg = OsString::from_vec(b"caf\xe9".to_vec());
+    let command = |out: std::path::PathBuf| -> Vec<OsString> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            "printf '%s\\n' \"$1\" >> \"$2\"".into(),
+            "sh".into(),
+            arg.clone(),
+            out.into(),
+        ]
+    };
+    let (hook, kubelet) = (command(pod.out("hooks")), command(pod.out("kubelet")));
+    let mut sc = pod.sidecar(&hook, &[]);
+    let (mut m, id) = pod.watched_sleeper();
+    assert_eq!(code(pod.prestop(&m, &kubelet)), 0);
+    assert_eq!(fs::read(pod.out("kubelet")).unwrap(), b"caf\xe9\n");
+    assert!(
+        pod.records("prestop-ended-")
+            .contains(&format!("prestop-ended-{id}"))
+    );
+    // A second instance, which exits on its own: the watcher's hook.
+    kill(m.pid, libc::SIGKILL);
+    m.wait(T);
+    assert_eq!(code(pod.run_main(&["true"])), 0);
+    wait_for_or_show(
+        "the hook",
+        T,
+        || sc.log_text(),
+        || pod.out("hooks").exists(),
+    );
+    wait_for("the hook to end", T, || pod.records("done-").len() >= 2);
+    assert_eq!(fs::read(pod.out("hooks")).unwrap(), b"caf\xe9\n");
+    assert!(sc.alive());
+}
+
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn sigkill_runs_the_hook_once() {

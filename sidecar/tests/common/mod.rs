@@ -24,14 +24,18 @@
 //! source from it (`IdSource::Volume`) as in a pod; the main container's
 //! identifying mount binds `volumes/kube-prestop` too. `vol/state/main/`,
 //! main's state volume, is a plain directory (read by the tests from the
-//! host), so the mount point the main container makes there is what the
-//! sidecar sees as `state/main/created`, the evidence of main's start.
+//! host) made with the pod, mode 0777 like an `emptyDir`'s, as the runtime
+//! makes the volume's mount point before any container starts (the sidecar
+//! never creates it), so the mount point the main container makes there is
+//! what the sidecar sees as `state/main/created`, the evidence of main's
+//! start.
 //!
 //! Everything is asserted from files: the hook appends a line to `out/hooks`,
 //! and the state records are in `vol/state/main/`. Waits poll with deadlines.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -224,6 +228,14 @@ impl Pod {
         for d in ["vol/id", "out", "volumes/kube-prestop"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
+        // Main's state volume at its mount point, which the runtime makes
+        // (the sidecar refuses to): an `emptyDir`'s directory, mode 0777.
+        let state = dir.join("vol/state").join(C);
+        fs::create_dir_all(&state).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            fs::set_permissions(&state, fs::Permissions::from_mode(0o777)).unwrap();
+        }
         for i in 0..12 {
             fs::create_dir_all(dir.join("rootfs").join(i.to_string())).unwrap();
         }
@@ -336,12 +348,17 @@ impl Pod {
     }
 
     /// Starts `watch` in the pod; waits until it is armed.
-    pub fn sidecar(&self, hook: &[String], env: &[(&str, &str)]) -> Sidecar {
+    pub fn sidecar(&self, hook: &[impl AsRef<OsStr>], env: &[(&str, &str)]) -> Sidecar {
         self.sidecar_with(hook, env, &[])
     }
 
     /// [`Pod::sidecar`] with extra `watch` flags (before `--`).
-    pub fn sidecar_with(&self, hook: &[String], env: &[(&str, &str)], flags: &[&str]) -> Sidecar {
+    pub fn sidecar_with(
+        &self,
+        hook: &[impl AsRef<OsStr>],
+        env: &[(&str, &str)],
+        flags: &[&str],
+    ) -> Sidecar {
         self.sidecar_run_as(&[], hook, env, flags)
     }
 
@@ -377,7 +394,7 @@ impl Pod {
     fn sidecar_run_as(
         &self,
         prefix: &[&str],
-        hook: &[String],
+        hook: &[impl AsRef<OsStr>],
         env: &[(&str, &str)],
         flags: &[&str],
     ) -> Sidecar {
@@ -617,14 +634,19 @@ impl Pod {
 
     /// Runs the `prestop` wrapper inside the main container's namespaces (as
     /// the kubelet's exec does); returns its exit status.
-    pub fn prestop(&self, main: &Main, hook: &[&str]) -> ExitStatus {
+    pub fn prestop(&self, main: &Main, hook: &[impl AsRef<OsStr>]) -> ExitStatus {
         self.prestop_command(main, &[], hook).status().unwrap()
     }
 
     /// The `prestop` wrapper's command inside the main container's
     /// namespaces, run through `before` (e.g. a shell that waits for a gate
     /// and then execs its arguments) when not empty.
-    pub fn prestop_command(&self, main: &Main, before: &[&str], hook: &[&str]) -> Command {
+    pub fn prestop_command(
+        &self,
+        main: &Main,
+        before: &[&str],
+        hook: &[impl AsRef<OsStr>],
+    ) -> Command {
         let mut c = Command::new("nsenter");
         c.arg(format!("--target={}", main.pid))
             .args(["--pid", "--mount", "--"])
