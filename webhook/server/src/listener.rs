@@ -26,7 +26,9 @@
 //! oldest waiting connection of the peer with the most waiting, which is
 //! dropped (it has served nothing yet), if that peer has strictly more
 //! waiting than the newcomer's would once seated; otherwise the newcomer
-//! is dropped at once.
+//! is dropped at once. A slot freed by a connection that ends goes to the
+//! oldest waiting connection of the peer holding the fewest slots
+//! ([`seats::Seats::next_for_slot`]).
 //!
 //! A connection that has not started its first request may be closed for a
 //! newcomer as an idle one, dropped at once (nothing of a request has
@@ -766,29 +768,56 @@ pub async fn serve_tls(
 #[derive(Debug)]
 struct Holder {
     activity: Arc<Activity>,
-    handoff: Option<oneshot::Sender<OwnedSemaphorePermit>>,
+    handoff: Option<oneshot::Sender<SlotPermit>>,
 }
 
-/// The connection slots of one accept loop: the permits (one per slot),
-/// who holds them by peer address, and the wake-up of newcomers waiting
-/// for one when a connection becomes idle.
+/// The connection slots of one accept loop: the permits (one per slot), who
+/// holds them by peer address, the connections waiting for one (at most
+/// [`MAX_WAITING_CONNECTIONS`] seats, by peer address, [`seats`]; each
+/// seated connection's entry holds the sender on which its slot comes, and
+/// whose drop tells it that its seat went to a newcomer), and the wake-up of
+/// newcomers waiting for one when a connection becomes idle.
+///
+/// A permit is free in the semaphore only while no connection waits: a
+/// freed one goes to the next waiting connection ([`Seats::next_for_slot`])
+/// when there is one ([`SlotPermit`]). Locks: `seats` before `registry`
+/// when both are held.
 #[derive(Debug)]
 struct Slots {
     permits: Arc<Semaphore>,
     registry: Mutex<Registry<Holder>>,
+    seats: Mutex<Seats<oneshot::Sender<SlotPermit>>>,
     idle: Arc<Notify>,
 }
 
+/// A slot's permit: when dropped, it goes to the next waiting connection
+/// ([`Slots::give`]), or back to the semaphore if none waits.
+#[derive(Debug)]
+struct SlotPermit {
+    slots: Arc<Slots>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for SlotPermit {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.slots.give(permit);
+        }
+    }
+}
+
 /// A slot held by one connection: given back when dropped, to the newcomer
-/// the connection was evicted for if there is one, else to the semaphore.
+/// the connection was evicted for if there is one, else to the next waiting
+/// connection ([`SlotPermit`]).
 struct Slot {
     slots: Arc<Slots>,
     id: ConnId,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<SlotPermit>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        // Forgotten first, so that its peer's count is right for the next.
         let holder = self.slots.registry().remove(self.id);
         if let (
             Some(Holder {
@@ -797,17 +826,19 @@ impl Drop for Slot {
             Some(permit),
         ) = (holder, self.permit.take())
         {
-            // A newcomer that gave up returns it to the semaphore.
+            // A newcomer that gave up sends it back: dropped, it goes to
+            // the next waiting connection.
             let _ = to.send(permit);
         }
     }
 }
 
 impl Slots {
-    fn new(slots: usize) -> Arc<Self> {
+    fn new(slots: usize, seats: usize) -> Arc<Self> {
         Arc::new(Self {
             permits: Arc::new(Semaphore::new(slots)),
             registry: Mutex::new(Registry::default()),
+            seats: Mutex::new(Seats::new(seats)),
             idle: Arc::new(Notify::new()),
         })
     }
@@ -818,13 +849,53 @@ impl Slots {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<SlotPermit>>> {
+        // The seats' updates do not panic half-way; a poisoned lock holds
+        // consistent seats.
+        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A free slot now, if one is: only when no connection waits for one
+    /// (a freed slot goes to a waiting connection first).
+    fn try_take(self: &Arc<Self>) -> Result<SlotPermit, TryAcquireError> {
+        let permit = self.permits.clone().try_acquire_owned()?;
+        Ok(SlotPermit {
+            slots: self.clone(),
+            permit: Some(permit),
+        })
+    }
+
+    /// Hand a freed slot to the waiting connection
+    /// [`Seats::next_for_slot`] names (the oldest of the peer holding the
+    /// fewest slots), or to the semaphore if none waits.
+    fn give(self: &Arc<Self>, mut permit: OwnedSemaphorePermit) {
+        loop {
+            let next = {
+                let mut seats = self.seats();
+                let registry = self.registry();
+                seats.next_for_slot(|peer| registry.held(peer))
+            };
+            let Some((_, to)) = next else {
+                // Back to the semaphore (dropped).
+                return;
+            };
+            let given = SlotPermit {
+                slots: self.clone(),
+                permit: Some(permit),
+            };
+            match to.send(given) {
+                Ok(()) => return,
+                // That connection is gone: the next one.
+                Err(mut back) => match back.permit.take() {
+                    Some(p) => permit = p,
+                    None => return,
+                },
+            }
+        }
+    }
+
     /// Record `activity`'s connection from `peer` as holding `permit`.
-    fn hold(
-        self: &Arc<Self>,
-        peer: IpAddr,
-        activity: Arc<Activity>,
-        permit: OwnedSemaphorePermit,
-    ) -> Slot {
+    fn hold(self: &Arc<Self>, peer: IpAddr, activity: Arc<Activity>, permit: SlotPermit) -> Slot {
         // Not yet started: idle since now, for eviction.
         activity.touch();
         let id = self.registry().insert(
@@ -853,7 +924,7 @@ impl Slots {
         port: &'static str,
         peer: IpAddr,
         min_idle: Duration,
-    ) -> Option<oneshot::Receiver<OwnedSemaphorePermit>> {
+    ) -> Option<oneshot::Receiver<SlotPermit>> {
         let now = Instant::now();
         let mut registry = self.registry();
         let victim = registry.choose_victim(peer, |h| {
@@ -888,9 +959,46 @@ impl Slots {
         drop(handoff);
     }
 
+    /// Seat a connection from `peer` accepted at `accepted`, per
+    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
+    /// connection of the peer with the most waiting is told to drop its
+    /// connection (it has served nothing yet), or `None`: the newcomer is
+    /// to be dropped.
+    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
+        let (to, given) = oneshot::channel();
+        let mut seats = self.seats();
+        let seated = match seats.seat(peer, to) {
+            Ok(seated) => seated,
+            Err(_) => {
+                let waiting = seats.waiting(peer);
+                drop(seats);
+                tracing::debug!(port, %peer, waiting, "every seat taken and none may go to this peer; dropping the connection");
+                return None;
+            }
+        };
+        drop(seats);
+        if let Some(gone) = seated.unseated {
+            tracing::debug!(
+                port,
+                peer = %gone.id.peer(),
+                waiting = gone.peer_waiting,
+                newcomer = %peer,
+                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
+            );
+            // Dropping the sender wakes it; it drops its connection.
+            drop(gone.conn);
+        }
+        Some(Seat {
+            slots: self.clone(),
+            id: seated.id,
+            accepted,
+            given,
+        })
+    }
+
     /// A slot for the connection in `seat` (from `seat.peer()`, accepted at
     /// `seat.accepted`): a free one, else the slot of a connection evicted
-    /// for it, else the next one freed; `None` if none came within
+    /// for it, else a freed one handed to it; `None` if none came within
     /// `limits.header_read_timeout` of `seat.accepted` (or of the eviction,
     /// plus the victim's own `limits.header_read_timeout` to close), or
     /// `stop` fired, or the connection lost its seat to a newcomer.
@@ -903,7 +1011,7 @@ impl Slots {
         seat: &mut Seat,
     ) -> Option<Slot> {
         let peer = seat.peer();
-        let (permit, reserved) = match self.permits.clone().try_acquire_owned() {
+        let (permit, reserved) = match self.try_take() {
             Ok(permit) => (permit, false),
             Err(TryAcquireError::Closed) => return None,
             Err(TryAcquireError::NoPermits) => self.wait(port, limits, stop, seat).await?,
@@ -924,12 +1032,10 @@ impl Slots {
         limits: ConnLimits,
         stop: &mut Stop,
         seat: &mut Seat,
-    ) -> Option<(OwnedSemaphorePermit, bool)> {
+    ) -> Option<(SlotPermit, bool)> {
         let peer = seat.peer();
         let mut until = seat.accepted + limits.header_read_timeout;
-        let freed = self.permits.clone().acquire_owned();
-        tokio::pin!(freed);
-        let mut handoff: Option<oneshot::Receiver<OwnedSemaphorePermit>> = None;
+        let mut handoff: Option<oneshot::Receiver<SlotPermit>> = None;
         let permit = loop {
             // Registered before looking for a victim, so that a connection
             // that becomes idle meanwhile still wakes this loop.
@@ -952,7 +1058,9 @@ impl Slots {
                 }
             };
             tokio::select! {
-                permit = &mut freed => break permit.ok(),
+                // A freed slot handed to this seat, or the seat went to a
+                // newcomer (the sender is dropped).
+                given = &mut seat.given => break given.ok(),
                 permit = handed => match permit {
                     Some(permit) => break Some(permit),
                     // The victim ended without handing its slot over (it
@@ -969,8 +1077,6 @@ impl Slots {
                 () = tokio::time::sleep(EVICTION_RECHECK), if !waiting_for_handoff => {}
                 () = tokio::time::sleep_until(until) => break None,
                 _ = stop.wait_for(|stopped| *stopped) => break None,
-                // Its seat went to a newcomer (the sender is dropped).
-                _ = &mut seat.unseated => break None,
             }
         };
         let reserved = handoff.is_some();
@@ -981,65 +1087,17 @@ impl Slots {
     }
 }
 
-/// The seats of one accept loop: the connections accepted and waiting for
-/// a slot, at most [`MAX_WAITING_CONNECTIONS`], by peer address
-/// ([`seats`]). Each seated connection's entry holds the sender whose drop
-/// tells it that its seat went to a newcomer.
-#[derive(Debug)]
-struct WaitingRoom {
-    seats: Mutex<Seats<oneshot::Sender<()>>>,
-}
-
-impl WaitingRoom {
-    fn new(capacity: usize) -> Arc<Self> {
-        Arc::new(Self {
-            seats: Mutex::new(Seats::new(capacity)),
-        })
-    }
-
-    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<()>>> {
-        // The seats' updates do not panic half-way; a poisoned lock holds
-        // consistent seats.
-        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Seat a connection from `peer` accepted at `accepted`, per
-    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
-    /// connection of the peer with the most waiting is told to drop its
-    /// connection (it has served nothing yet), or `None`: the newcomer is
-    /// to be dropped.
-    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
-        let (to, unseated) = oneshot::channel();
-        let seated = self.seats().seat(peer, to).ok()?;
-        if let Some(gone) = seated.unseated {
-            tracing::debug!(
-                port,
-                peer = %gone.id.peer(),
-                waiting = gone.peer_waiting,
-                newcomer = %peer,
-                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
-            );
-            // Dropping the sender wakes it; it drops its connection.
-            drop(gone.conn);
-        }
-        Some(Seat {
-            room: self.clone(),
-            id: seated.id,
-            accepted,
-            unseated,
-        })
-    }
-}
-
 /// A connection's seat among those waiting for a slot: its peer, when it
-/// was accepted, and what resolves when its seat goes to a newcomer. It
-/// leaves the seat when dropped (once it has a slot, or gave up).
+/// was accepted, and where a freed slot is handed to it (closed without one
+/// when its seat goes to a newcomer). It leaves the seat when dropped (once
+/// it has a slot, or gave up); a slot handed to it meanwhile goes to the
+/// next waiting connection.
 #[derive(Debug)]
 struct Seat {
-    room: Arc<WaitingRoom>,
+    slots: Arc<Slots>,
     id: SeatId,
     accepted: Instant,
-    unseated: oneshot::Receiver<()>,
+    given: oneshot::Receiver<SlotPermit>,
 }
 
 impl Seat {
@@ -1050,13 +1108,14 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        // Nothing if the seat already went to a newcomer.
-        let _ = self.room.seats().remove(self.id);
+        // Nothing if the seat already went to a newcomer or was handed a
+        // slot.
+        let _ = self.slots.seats().remove(self.id);
     }
 }
 
 /// The accept loop both ports share: accepts a connection at a time and
-/// seats it at once among those waiting for a slot ([`WaitingRoom::seat`]:
+/// seats it at once among those waiting for a slot ([`Slots::seat`]:
 /// at most [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer
 /// that gets no seat is dropped at once, so accepting never stops), and
 /// spawns each seated connection's task, which takes a slot
@@ -1078,8 +1137,7 @@ async fn accept_loop<F, Fut>(
 {
     let count = limits.max_connections.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Slots::new(count);
-    let room = WaitingRoom::new(MAX_WAITING_CONNECTIONS);
+    let slots = Slots::new(count, MAX_WAITING_CONNECTIONS);
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -1095,10 +1153,10 @@ async fn accept_loop<F, Fut>(
             }
         };
         let accepted = Instant::now();
+        let key = peer_key(peer);
         // Decided at once: a seat (a connection gives it back once it has a
         // slot, at once if one is free, or gives up), or dropped here.
-        let Some(mut seat) = room.seat(port, peer_key(peer), accepted) else {
-            tracing::debug!(port, %peer, "every seat taken and none may go to this peer; dropping the connection");
+        let Some(mut seat) = slots.seat(port, key, accepted) else {
             drop(tcp);
             continue;
         };

@@ -290,14 +290,19 @@ async fn equal_shares_are_kept_and_a_third_peer_gets_a_share() {
 
 /// A client from `local` that connects at once and starts its TLS
 /// handshake, which the server answers only once the connection has a slot;
-/// then asks `GET /livez`. The task ends with the status, or `None` if the
-/// server dropped the connection first.
-async fn waiter(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
+/// then asks `GET /livez`. The task ends with the status and the connection,
+/// still open (its slot held until it is dropped), or `None` if the server
+/// dropped the connection first.
+async fn waiter(
+    server: &TestServer,
+    local: &str,
+) -> JoinHandle<Option<(u16, TlsStream<TcpStream>)>> {
     let tcp = tcp_from(server, local).await;
     let ca = server.pki.ca_pem();
     tokio::spawn(async move {
         let mut tls = try_handshake(&ca, tcp).await.ok()?;
-        livez(&mut tls).await
+        let status = livez(&mut tls).await?;
+        Some((status, tls))
     })
 }
 
@@ -381,7 +386,7 @@ async fn a_peer_holding_every_slot_and_every_seat_does_not_keep_another_peer_out
     assert_eq!(status, 200, "{text}");
     let answered = tokio::time::timeout(BOUND, &mut b).await;
     assert!(
-        matches!(answered, Ok(Ok(Some(200)))),
+        matches!(answered, Ok(Ok(Some((200, _))))),
         "B was not answered within {BOUND:?} once one of A's slots was idle: {answered:?}"
     );
     for (i, w) in waiting.iter().enumerate().skip(1) {
@@ -480,4 +485,45 @@ async fn http2_connections_that_sent_only_their_preface_are_evicted_for_another_
         matches!(answered, Ok(Ok(Some(200)))),
         "B was not answered within {BOUND:?} while HTTP/2 connections that sent only their preface held every slot: {answered:?}"
     );
+}
+
+#[tokio::test]
+async fn a_freed_slot_goes_to_a_waiting_peer_holding_fewer_before_the_peer_holding_every_slot() {
+    // Before, a slot freed by a connection that ended went to the
+    // connection waiting longest, whatever its address: B waited behind
+    // every connection A kept waiting, and a client opening a new
+    // connection per request piled its own up in the seats until it reached
+    // A's share of them and was refused (44 of 600 reviews under churn from
+    // five addresses).
+    let server = TestServer::start(|c| {
+        four_slots(c);
+        // No eviction: only connections that end free slots here.
+        c.conn_limits.min_idle_before_eviction = Duration::from_secs(300);
+    })
+    .await;
+    let body = review("uid-fifo", "pods", "CREATE", job_pod()).to_string();
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        busy.push(busy_from(&server, A, &body).await);
+    }
+    // A keeps connections waiting, each accepted before B's.
+    let mut waiting = Vec::new();
+    for _ in 0..8 {
+        waiting.push(waiter(&server, A).await);
+    }
+    let b = waiter(&server, B).await;
+    // One of A's connections ends: its slot is B's, A holding 3 and B none.
+    drop(busy.remove(0));
+    // B keeps its connection (and slot) open: no slot frees after it.
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some((200, _))))),
+        "B was not answered within {BOUND:?} once a slot was freed: {answered:?}"
+    );
+    for (i, w) in waiting.iter().enumerate() {
+        assert!(!w.is_finished(), "A's waiting connection {i} was served");
+    }
+    for w in &waiting {
+        w.abort();
+    }
 }

@@ -13,6 +13,12 @@
 //! the swap `p` still has at least as many waiting as `n`, so two peers
 //! converge to equal shares of the seats and never take them back and
 //! forth, and the number waiting never exceeds the capacity.
+//!
+//! A slot freed by a connection that ends goes to a waiting connection by
+//! the same fairness ([`Seats::next_for_slot`]): the oldest of the peer
+//! holding the fewest slots, not the connection waiting longest whatever
+//! its peer. So a peer's wait for a slot does not grow with the number of
+//! connections other peers keep waiting.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -131,6 +137,29 @@ impl<C> Seats<C> {
             id: SeatId { peer, n },
             unseated,
         })
+    }
+
+    /// The waiting connection a freed slot goes to, taken from its seat:
+    /// the oldest waiting connection of the peer holding the fewest slots
+    /// (`held`, as [`super::slots::Registry::held`] counts them), among the
+    /// peers with one waiting; among peers tied for the fewest, the one
+    /// whose oldest waiting connection is the oldest. `None` if none waits.
+    ///
+    /// Not the connection waiting longest whatever its peer: with slots
+    /// handed out in arrival order, a client's wait is as long as the line
+    /// of connections ahead of it, so a peer that keeps many connections
+    /// waiting (re-opening them as fast as they are served or dropped)
+    /// makes every other peer wait as long, and a client that opens a new
+    /// connection per request then has its own connections pile up in the
+    /// seats until it reaches the seat share of that peer and is refused.
+    pub fn next_for_slot(&mut self, held: impl Fn(IpAddr) -> usize) -> Option<(SeatId, C)> {
+        let (peer, n) = self
+            .peers
+            .iter()
+            .filter_map(|(ip, w)| w.first_key_value().map(|(n, _)| (*ip, *n)))
+            .min_by_key(|(ip, n)| (held(*ip), *n))?;
+        let id = SeatId { peer, n };
+        self.remove(id).map(|conn| (id, conn))
     }
 
     /// Forget a connection that left its seat; its value, or `None` if it
@@ -276,6 +305,26 @@ mod tests {
             "a peer with none is forgotten"
         );
         assert_eq!(seat(&mut s, A, "a2"), Ok(None));
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_oldest_waiter_of_the_peer_holding_the_fewest() {
+        let mut s = Seats::new(8);
+        fill(&mut s, A, &["a0", "a1", "a2"]);
+        fill(&mut s, B, &["b0"]);
+        fill(&mut s, C, &["c0"]);
+        // A holds 4 slots, B 1, C 1: B and C tie, B's waiter is older.
+        let held = |p: IpAddr| if p == ip(A) { 4 } else { 1 };
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("b0"));
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("c0"));
+        // Only A waits now: its oldest, however many it holds.
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("a0"));
+        assert_eq!((s.len, s.waiting(ip(A))), (2, 2));
+        let none_held = |_: IpAddr| 0;
+        assert_eq!(s.next_for_slot(none_held).map(|(_, c)| c), Some("a1"));
+        assert_eq!(s.next_for_slot(none_held).map(|(_, c)| c), Some("a2"));
+        assert_eq!(s.next_for_slot(none_held), None);
+        assert_eq!(s.len, 0);
     }
 
     #[test]
