@@ -28,7 +28,8 @@
 //! waiting than the newcomer's would once seated; otherwise the newcomer
 //! is dropped at once. A slot freed by a connection that ends goes to the
 //! oldest waiting connection of the peer holding the fewest slots
-//! ([`seats::Seats::next_for_slot`]).
+//! ([`seats::Seats::next_for_slot`]), and a newcomer takes a free slot at
+//! once, without a seat (one is free only while none waits).
 //!
 //! A connection that has not started its first request may be closed for a
 //! newcomer as an idle one, dropped at once (nothing of a request has
@@ -1114,16 +1115,24 @@ impl Drop for Seat {
     }
 }
 
-/// The accept loop both ports share: accepts a connection at a time and
-/// seats it at once among those waiting for a slot ([`Slots::seat`]:
-/// at most [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer
-/// that gets no seat is dropped at once, so accepting never stops), and
-/// spawns each seated connection's task, which takes a slot
-/// ([`Slots::take`]: at most `limits.max_connections` at once, shared by
-/// peer address), leaves its seat and runs `serve` on the connection, until
-/// `stop` resolves; then tells every connection to close gracefully and
-/// waits for all of them (every slot back) for at most `grace`. `port`
-/// names the listener in its log lines.
+/// How an accepted connection is let in: with a slot free at once, or into
+/// a seat to wait for one.
+enum Admitted {
+    Slot(SlotPermit),
+    Seat(Seat),
+}
+
+/// The accept loop both ports share: accepts a connection at a time; gives
+/// it a free slot at once if one is free (then no connection waits), else
+/// seats it among those waiting for one ([`Slots::seat`]: at most
+/// [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer that gets
+/// no seat is dropped at once, so accepting never stops) and spawns its
+/// task, which waits for a slot ([`Slots::take`]: at most
+/// `limits.max_connections` at once, shared by peer address), leaves its
+/// seat and runs `serve` on the connection, until `stop` resolves; then
+/// tells every connection to close gracefully and waits for all of them
+/// (every slot back) for at most `grace`. `port` names the listener in its
+/// log lines.
 async fn accept_loop<F, Fut>(
     port: &'static str,
     listener: TcpListener,
@@ -1154,27 +1163,45 @@ async fn accept_loop<F, Fut>(
         };
         let accepted = Instant::now();
         let key = peer_key(peer);
-        // Decided at once: a seat (a connection gives it back once it has a
-        // slot, at once if one is free, or gives up), or dropped here.
-        let Some(mut seat) = slots.seat(port, key, accepted) else {
-            drop(tcp);
-            continue;
+        // A free slot is taken at once, without a seat; else decided at
+        // once: a seat (a connection gives it back once it has a slot, or
+        // gives up), or dropped here.
+        let admitted = match slots.try_take() {
+            Ok(permit) => Admitted::Slot(permit),
+            Err(_) => match slots.seat(port, key, accepted) {
+                Some(seat) => Admitted::Seat(seat),
+                None => {
+                    drop(tcp);
+                    continue;
+                }
+            },
         };
         let activity = Activity::new(slots.idle.clone());
-        let mut stop = stop_rx.clone();
         let connection = serve(tcp, peer, stop_rx.clone(), activity.clone());
-        let slots = slots.clone();
-        tokio::spawn(async move {
-            let taken = slots
-                .take(port, activity, limits, &mut stop, &mut seat)
-                .await;
-            drop(seat);
-            let Some(_slot) = taken else {
-                tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
-                return;
-            };
-            connection.await;
-        });
+        match admitted {
+            Admitted::Slot(permit) => {
+                let slot = slots.hold(key, activity, permit);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    connection.await;
+                });
+            }
+            Admitted::Seat(mut seat) => {
+                let mut stop = stop_rx.clone();
+                let slots = slots.clone();
+                tokio::spawn(async move {
+                    let taken = slots
+                        .take(port, activity, limits, &mut stop, &mut seat)
+                        .await;
+                    drop(seat);
+                    let Some(_slot) = taken else {
+                        tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
+                        return;
+                    };
+                    connection.await;
+                });
+            }
+        }
     }
     drop(listener);
     tracing::info!(

@@ -527,3 +527,40 @@ async fn a_freed_slot_goes_to_a_waiting_peer_holding_fewer_before_the_peer_holdi
         w.abort();
     }
 }
+
+#[tokio::test]
+async fn a_burst_of_connections_is_served_whole_while_slots_are_free() {
+    // Before, every accepted connection took a seat first and left it once
+    // its task took the free slot: a burst of more than
+    // MAX_WAITING_CONNECTIONS from one address, accepted before their tasks
+    // ran, had those past the seats dropped though every slot was free.
+    let server = TestServer::start(|c| {
+        four_slots(c);
+        c.conn_limits.max_connections = 2 * MAX_WAITING_CONNECTIONS;
+    })
+    .await;
+    // Connected (by the kernel) before the server accepts any of them: no
+    // await between the connects lets the server's accept loop run.
+    let burst = MAX_WAITING_CONNECTIONS + 16;
+    let connected: Vec<_> = (0..burst)
+        .map(|_| std::net::TcpStream::connect(server.https).unwrap())
+        .collect();
+    let connected: Vec<_> = connected
+        .into_iter()
+        .map(|tcp| {
+            tcp.set_nonblocking(true).unwrap();
+            TcpStream::from_std(tcp).unwrap()
+        })
+        .collect();
+    let ca = server.pki.ca_pem();
+    let mut dropped = 0;
+    for tcp in connected {
+        if try_handshake(&ca, tcp).await.is_err() {
+            dropped += 1;
+        }
+    }
+    assert_eq!(
+        dropped, 0,
+        "{dropped} of a burst of {burst} connections were dropped with every slot free"
+    );
+}
