@@ -144,7 +144,9 @@ pub struct ConnLimits {
     /// connection on its next call.
     pub idle_timeout: Duration,
     /// How long a connection must have been idle before it may be closed
-    /// for a newcomer from a peer holding fewer ([`slots`]). An HTTP/1.1
+    /// for a newcomer from a peer holding fewer ([`slots`]); a connection
+    /// that has not started its first request is idle from when it took
+    /// its slot, and one with a request's bytes arriving is not idle. An HTTP/1.1
     /// keep-alive connection the server closes while the client's next
     /// request is on the wire loses that request unanswered ("closed before
     /// status"), and Go's client (the API server's) does not retry a POST;
