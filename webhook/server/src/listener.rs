@@ -26,9 +26,9 @@
 //! oldest waiting connection of the peer with the most waiting, which is
 //! dropped (it has served nothing yet), if that peer has strictly more
 //! waiting than the newcomer's would once seated; otherwise the newcomer
-//! is dropped at once. A slot freed by a connection that ends goes to the
-//! oldest waiting connection of the peer holding the fewest slots
-//! ([`seats::Seats::next_for_slot`]), and a newcomer takes a free slot at
+//! is dropped at once. A slot freed by a connection that ends goes to a
+//! waiting connection by peer, the peers with connections waiting taking
+//! turns ([`seats::Seats::next_for_slot`]), and a newcomer takes a free slot at
 //! once, without a seat (one is free only while none waits).
 //!
 //! A connection that has not started its first request may be closed for a
@@ -869,8 +869,8 @@ impl Slots {
     }
 
     /// Hand a freed slot to the waiting connection
-    /// [`Seats::next_for_slot`] names (the oldest of the peer holding the
-    /// fewest slots), or to the semaphore if none waits.
+    /// [`Seats::next_for_slot`] names (the peers with connections waiting
+    /// take turns), or to the semaphore if none waits.
     fn give(self: &Arc<Self>, mut permit: OwnedSemaphorePermit) {
         loop {
             let next = {
