@@ -149,6 +149,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         handshake_timeout: args.read_timeout,
         header_read_timeout: args.read_timeout,
         idle_timeout: args.idle_timeout,
+        write_timeout: args.write_timeout,
         ..config.conn_limits
     };
     Ok(config)

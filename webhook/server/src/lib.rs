@@ -31,8 +31,8 @@ pub use admission::FailureMode;
 pub use error::HttpError;
 pub use health::Health;
 pub use listener::{
-    ConnLimits, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE, HTTP2_WINDOW_BYTES,
-    MAX_WAITING_CONNECTIONS,
+    ConnLimits, DEFAULT_WRITE_TIMEOUT, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE,
+    HTTP2_WINDOW_BYTES, MAX_WAITING_CONNECTIONS,
 };
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};
@@ -140,6 +140,7 @@ impl ServerConfig {
                 http2_keep_alive: Duration::from_secs(30),
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
+                write_timeout: listener::DEFAULT_WRITE_TIMEOUT,
             },
             client_ca_file: None,
         }

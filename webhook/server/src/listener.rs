@@ -26,16 +26,29 @@
 //! oldest waiting connection of the peer with the most waiting, which is
 //! dropped (it has served nothing yet), if that peer has strictly more
 //! waiting than the newcomer's would once seated; otherwise the newcomer
-//! is dropped at once.
+//! is dropped at once. A slot freed by a connection that ends goes to a
+//! waiting connection by peer, the peers with connections waiting taking
+//! turns ([`seats::Seats::next_for_slot`]), and a newcomer takes a free slot at
+//! once, without a seat (one is free only while none waits).
+//!
+//! A connection that has not started its first request may be closed for a
+//! newcomer as an idle one, dropped at once (nothing of a request has
+//! arrived: [`request_bytes`]); one whose request bytes have started
+//! arriving never is. A response not sent within the write timeout (the
+//! client does not read, or never opens its HTTP/2 flow-control window)
+//! drops its connection.
 
+mod request_bytes;
 mod seats;
 mod slots;
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,12 +60,14 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, oneshot, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::tls::ClientCert;
+use request_bytes::RequestBytes;
 use seats::{SeatId, Seats};
 use slots::{ConnId, Registry, peer_key};
 
@@ -129,7 +144,9 @@ pub struct ConnLimits {
     /// connection on its next call.
     pub idle_timeout: Duration,
     /// How long a connection must have been idle before it may be closed
-    /// for a newcomer from a peer holding fewer ([`slots`]). An HTTP/1.1
+    /// for a newcomer from a peer holding fewer ([`slots`]); a connection
+    /// that has not started its first request is idle from when it took
+    /// its slot, and one with a request's bytes arriving is not idle. An HTTP/1.1
     /// keep-alive connection the server closes while the client's next
     /// request is on the wire loses that request unanswered ("closed before
     /// status"), and Go's client (the API server's) does not retry a POST;
@@ -140,6 +157,14 @@ pub struct ConnLimits {
     /// legitimate client's pooled connections under its requests (14 of
     /// 600 reviews failed in a local attack, 0 before slots were shared).
     pub min_idle_before_eviction: Duration,
+    /// The longest time a response may take to be sent: a response the
+    /// handler has produced and the connection has not taken in whole
+    /// within this time (an HTTP/2 client that never opens its flow-control
+    /// window), or a write to the socket that makes no progress for this
+    /// long (a client that does not read, its TCP window full), drops the
+    /// connection. The write timeout of other servers (nginx's
+    /// `send_timeout`, Go's `http.Server.WriteTimeout`).
+    pub write_timeout: Duration,
 }
 
 /// How often a newcomer waiting for a slot looks again for a connection
@@ -149,18 +174,40 @@ const EVICTION_RECHECK: Duration = Duration::from_secs(1);
 /// Default [`ConnLimits::min_idle_before_eviction`]: 5 s.
 pub const DEFAULT_MIN_IDLE_BEFORE_EVICTION: Duration = Duration::from_secs(5);
 
+/// Default [`ConnLimits::write_timeout`]: 10 s, as the read timeout. An
+/// admission response is at most a few MiB (the patched pod is bounded at
+/// 1.5 MiB), sent in milliseconds to a client that reads.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Requests in flight on one connection, whether any has started, when
-/// the last one ended, and whether the connection is to close for a
-/// newcomer; `changed` wakes the connection's watch when a request starts
-/// or ends or the connection is evicted; `idle` (shared by the accept
-/// loop's connections) wakes the newcomers waiting for a slot when a
-/// connection becomes idle.
+/// the last one ended (or, before the first, when the connection took its
+/// slot), whether request bytes have arrived that no request has started
+/// with yet, the responses produced and not yet taken by the connection,
+/// since when a write to its socket has been blocked, and whether the
+/// connection is to close for a newcomer; `changed` wakes the connection's
+/// watch when a request starts or ends, a response is produced, a write
+/// blocks or the connection is evicted; `idle` (shared by the accept loop's
+/// connections) wakes the newcomers waiting for a slot when a connection
+/// becomes idle.
 #[derive(Debug)]
 struct Activity {
     in_flight: AtomicUsize,
     started: AtomicBool,
     evicted: AtomicBool,
     last: Mutex<Instant>,
+    /// Request bytes read since the last request started or the last one
+    /// ended ([`RequestBytes`]).
+    request_arrived: AtomicBool,
+    /// The bytes read so far stop inside what may be a request (HTTP/2).
+    mid_request: AtomicBool,
+    /// Responses produced and not yet taken in whole by the connection, by
+    /// number: when each was produced.
+    unsent: Mutex<BTreeMap<u64, Instant>>,
+    next_response: AtomicU64,
+    /// Since when a write to the socket has made no progress.
+    write_blocked: Mutex<Option<Instant>>,
+    /// The slot the connection holds, to [spare](Slots::spare) it.
+    slot: Mutex<Option<(Weak<Slots>, ConnId)>>,
     changed: Notify,
     idle: Arc<Notify>,
 }
@@ -172,6 +219,12 @@ impl Activity {
             started: AtomicBool::new(false),
             evicted: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
+            request_arrived: AtomicBool::new(false),
+            mid_request: AtomicBool::new(false),
+            unsent: Mutex::new(BTreeMap::new()),
+            next_response: AtomicU64::new(0),
+            write_blocked: Mutex::new(None),
+            slot: Mutex::new(None),
             changed: Notify::new(),
             idle,
         })
@@ -193,21 +246,97 @@ impl Activity {
         self.in_flight.load(Ordering::Acquire) > 0
     }
 
+    /// Whether no request bytes have arrived that no request has started
+    /// with (nor ended with) yet, and the bytes read do not stop inside what
+    /// may be a request.
+    fn quiet(&self) -> bool {
+        !self.request_arrived.load(Ordering::Acquire) && !self.mid_request.load(Ordering::Acquire)
+    }
+
     /// Since when the connection has been idle, if it may be closed for a
-    /// newcomer: a request has started on it (one that has not may be
-    /// receiving its first request's headers; it is bounded by the read
-    /// timeout anyway) and none is in flight.
+    /// newcomer: no request in flight and none arriving ([`Self::quiet`]);
+    /// idle since its last request ended or, if it has served none, since
+    /// it took its slot.
     fn idle_since(&self) -> Option<Instant> {
-        if !self.started() || self.busy() {
+        if self.busy() || !self.quiet() {
             return None;
         }
         self.last.lock().ok().map(|last| *last)
+    }
+
+    /// Record a response produced on this connection; its number, to
+    /// [forget](Self::sent) once the connection has taken it in whole.
+    fn produced(&self) -> u64 {
+        let n = self.next_response.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut unsent) = self.unsent.lock() {
+            unsent.insert(n, Instant::now());
+        }
+        self.changed.notify_one();
+        n
+    }
+
+    fn sent(&self, n: u64) {
+        if let Ok(mut unsent) = self.unsent.lock() {
+            unsent.remove(&n);
+        }
+    }
+
+    /// A write to the socket returned pending (`true`) or made progress.
+    fn write_blocked(&self, blocked: bool) {
+        if let Ok(mut since) = self.write_blocked.lock() {
+            *since = blocked.then(Instant::now);
+        }
+        if blocked {
+            self.changed.notify_one();
+        }
+    }
+
+    /// When the connection is to be dropped for not taking its output:
+    /// `timeout` after the oldest response not yet taken was produced, or
+    /// after a write started to block; `None` if neither.
+    fn send_by(&self, timeout: Duration) -> Option<Instant> {
+        let unsent = self
+            .unsent
+            .lock()
+            .ok()
+            .and_then(|u| u.values().next().copied());
+        let blocked = self.write_blocked.lock().ok().and_then(|b| *b);
+        unsent
+            .into_iter()
+            .chain(blocked)
+            .min()
+            .map(|at| at + timeout)
+    }
+
+    /// Resolves once the connection is evicted.
+    async fn wait_evicted(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.evicted() {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Ask the connection's watch to close it gracefully, for a newcomer.
     fn evict(&self) {
         self.evicted.store(true, Ordering::Release);
         self.changed.notify_one();
+    }
+
+    /// Take back its eviction: a request has started arriving since it was
+    /// chosen. The newcomer it was chosen for looks again.
+    fn spare(&self) {
+        self.evicted.store(false, Ordering::Release);
+        let slot = self.slot.lock().ok().and_then(|s| s.clone());
+        if let Some((slots, id)) = slot
+            && let Some(slots) = slots.upgrade()
+        {
+            slots.spare(id);
+        }
     }
 
     /// Whether the connection is to close for a newcomer.
@@ -228,28 +357,143 @@ impl Activity {
 /// One request in flight on its connection's [`Activity`], from the moment
 /// the service sees it until it is dropped: with the response body once
 /// that is sent, or with the handler if the client cancels the request
-/// (an HTTP/2 `RST_STREAM` drops the handler's future mid-way).
+/// (an HTTP/2 `RST_STREAM` drops the handler's future mid-way). Once the
+/// handler has produced the response, it is counted as unsent until then.
 #[derive(Debug)]
-struct InFlight(Arc<Activity>);
+struct InFlight {
+    activity: Arc<Activity>,
+    response: Option<u64>,
+}
 
 impl InFlight {
     fn enter(activity: Arc<Activity>) -> Self {
         activity.started.store(true, Ordering::Release);
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity.request_arrived.store(false, Ordering::Release);
         activity.touch();
         activity.changed.notify_one();
-        Self(activity)
+        Self {
+            activity,
+            response: None,
+        }
+    }
+
+    /// The handler produced the response: it is to be sent within the
+    /// write timeout.
+    fn produced(&mut self) {
+        self.response = Some(self.activity.produced());
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
-        let was = self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.changed.notify_one();
-        if was == 1 {
-            self.0.idle.notify_waiters();
+        let activity = &self.activity;
+        if let Some(n) = self.response {
+            activity.sent(n);
         }
+        activity.touch();
+        let was = activity.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if was == 1 {
+            // Bytes read while it was in flight were its own (HTTP/1.1
+            // body) or a request that has started since.
+            activity.request_arrived.store(false, Ordering::Release);
+        }
+        activity.changed.notify_one();
+        if was == 1 {
+            activity.idle.notify_waiters();
+        }
+    }
+}
+
+/// A connection's socket (TLS stream or TCP), watched: the bytes it reads
+/// are told to its [`Activity`] as request bytes or not ([`RequestBytes`]),
+/// and so is a write that blocks (returns pending) and its end.
+struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    request_bytes: RequestBytes,
+    write_blocked: bool,
+}
+
+impl<T> Watched<T> {
+    fn new(inner: T, h2: bool, activity: Arc<Activity>) -> Self {
+        Self {
+            inner,
+            activity,
+            request_bytes: RequestBytes::new(h2),
+            write_blocked: false,
+        }
+    }
+
+    /// Tell the activity whether a write is blocked, on a change only.
+    fn wrote<R>(&mut self, polled: &Poll<R>) {
+        let blocked = polled.is_pending();
+        if blocked != self.write_blocked {
+            self.write_blocked = blocked;
+            self.activity.write_blocked(blocked);
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            let new = buf.filled().get(before..).unwrap_or_default();
+            if !new.is_empty() {
+                let me = &mut *self;
+                if me.request_bytes.feed(new) {
+                    me.activity.request_arrived.store(true, Ordering::Release);
+                }
+                me.activity
+                    .mid_request
+                    .store(me.request_bytes.mid_request(), Ordering::Release);
+            }
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.wrote(&polled);
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.wrote(&polled);
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.wrote(&polled);
+        polled
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.wrote(&polled);
+        polled
     }
 }
 
@@ -283,8 +527,9 @@ impl HttpBody for TrackedBody {
 /// Counts a request in flight on its connection's [`Activity`] from its
 /// start until its response body is sent or the request is cancelled.
 async fn track(activity: Arc<Activity>, req: Request, next: Next) -> axum::response::Response {
-    let in_flight = InFlight::enter(activity);
+    let mut in_flight = InFlight::enter(activity);
     let response = next.run(req).await;
+    in_flight.produced();
     response.map(|inner| {
         Body::new(TrackedBody {
             inner,
@@ -295,11 +540,14 @@ async fn track(activity: Arc<Activity>, req: Request, next: Next) -> axum::respo
 
 /// Serves one connection's requests with `router` until it ends: HTTP/2 when
 /// `h2` (from ALPN), else HTTP/1.1 with `limits.header_read_timeout`.
-/// Drops it if no request started within `limits.header_read_timeout`;
-/// closes it gracefully when `stop` fires, when it has been idle (no
-/// request in flight) for `limits.idle_timeout`, or when `activity` is
-/// evicted for a newcomer, and drops it if the close is not done
-/// `limits.header_read_timeout` later with nothing in flight.
+/// Drops it if no request started within `limits.header_read_timeout`, or
+/// if a response is not taken in whole, or a write makes no progress,
+/// within `limits.write_timeout`; closes it gracefully when `stop` fires,
+/// when it has been idle (no request in flight) for `limits.idle_timeout`,
+/// or when `activity` is evicted for a newcomer (dropped at once if no
+/// request has started on it and none is arriving), and drops it if the
+/// close is not done `limits.header_read_timeout` later with nothing in
+/// flight.
 async fn serve_connection<I>(
     io: I,
     h2: bool,
@@ -309,8 +557,9 @@ async fn serve_connection<I>(
     peer: SocketAddr,
     activity: Arc<Activity>,
 ) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let io = TokioIo::new(Watched::new(io, h2, activity.clone()));
     let accepted = Instant::now();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -350,9 +599,31 @@ async fn serve_connection<I>(
     let first_request_by = accepted + limits.header_read_timeout;
     loop {
         if close_by.is_none() && activity.evicted() {
-            // Chosen while idle; a request that started since is finished
-            // (HTTP/1.1 closes after its response, HTTP/2 GOAWAY lets
-            // open streams end).
+            // Chosen while idle with no request arriving. Let the runtime
+            // look at the socket (a yielding task resumes after the I/O
+            // driver is polled), take in whatever it holds, and keep the
+            // connection if a request has started arriving since.
+            tokio::task::yield_now().await;
+            if let Poll::Ready(ended) =
+                std::future::poll_fn(|cx| Poll::Ready(conn.as_mut().poll(cx))).await
+            {
+                if let Err(e) = ended {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            if activity.busy() || !activity.quiet() {
+                tracing::debug!(%peer, "a request started arriving on the connection chosen for a newcomer; keeping it");
+                activity.spare();
+                continue;
+            }
+            if !activity.started() {
+                // Nothing is lost; hyper cannot close an HTTP/1.1
+                // connection gracefully before its first request, nor an
+                // HTTP/2 one before the client's preface.
+                tracing::debug!(%peer, "dropping a connection that has not started a request: its slot goes to a peer holding fewer");
+                return;
+            }
             tracing::debug!(%peer, "closing an idle connection: its slot goes to a peer holding fewer");
             conn.as_mut().graceful_shutdown();
             close_by = Some(Instant::now() + limits.header_read_timeout);
@@ -366,6 +637,8 @@ async fn serve_connection<I>(
             None if !activity.started() => idle_at.min(first_request_by),
             None => idle_at,
         };
+        let send_by = activity.send_by(limits.write_timeout);
+        let deadline = send_by.map_or(deadline, |at| at.min(deadline));
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
@@ -380,6 +653,11 @@ async fn serve_connection<I>(
             }
             () = tokio::time::sleep_until(deadline) => {
                 let now = Instant::now();
+                if send_by.is_some_and(|at| at <= now) {
+                    // A graceful close would wait on the same output.
+                    tracing::debug!(%peer, write_timeout = ?limits.write_timeout, "a response not sent within the write timeout (the client does not read, or its flow-control window is closed); dropping the connection");
+                    return;
+                }
                 if close_by.is_some() {
                     if activity.busy() {
                         // In-flight requests finish (each bounded by the
@@ -428,16 +706,7 @@ pub async fn serve_plain(
         move |tcp, peer, stop, activity| {
             let router = router.clone();
             async move {
-                serve_connection(
-                    TokioIo::new(tcp),
-                    false,
-                    router,
-                    limits,
-                    stop,
-                    peer,
-                    activity,
-                )
-                .await;
+                serve_connection(tcp, false, router, limits, stop, peer, activity).await;
             }
         },
     )
@@ -465,15 +734,22 @@ pub async fn serve_tls(
             let acceptor = acceptor.clone();
             let router = router.clone();
             async move {
-                let handshake = acceptor.accept(tcp);
-                let tls = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
+                let handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp));
+                let tls = tokio::select! {
+                    done = handshake => match done {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    },
+                    // No request can have started arriving yet.
+                    () = activity.wait_evicted() => {
+                        tracing::debug!(%peer, "dropping a connection still in its TLS handshake: its slot goes to a peer holding fewer");
                         return;
                     }
                 };
@@ -482,7 +758,7 @@ pub async fn serve_tls(
                 // rustls verified any certificate the client presented.
                 let verified = session.peer_certificates().is_some_and(|c| !c.is_empty());
                 let router = router.layer(axum::Extension(ClientCert { verified }));
-                serve_connection(TokioIo::new(tls), h2, router, limits, stop, peer, activity).await;
+                serve_connection(tls, h2, router, limits, stop, peer, activity).await;
             }
         },
     )
@@ -495,29 +771,56 @@ pub async fn serve_tls(
 #[derive(Debug)]
 struct Holder {
     activity: Arc<Activity>,
-    handoff: Option<oneshot::Sender<OwnedSemaphorePermit>>,
+    handoff: Option<oneshot::Sender<SlotPermit>>,
 }
 
-/// The connection slots of one accept loop: the permits (one per slot),
-/// who holds them by peer address, and the wake-up of newcomers waiting
-/// for one when a connection becomes idle.
+/// The connection slots of one accept loop: the permits (one per slot), who
+/// holds them by peer address, the connections waiting for one (at most
+/// [`MAX_WAITING_CONNECTIONS`] seats, by peer address, [`seats`]; each
+/// seated connection's entry holds the sender on which its slot comes, and
+/// whose drop tells it that its seat went to a newcomer), and the wake-up of
+/// newcomers waiting for one when a connection becomes idle.
+///
+/// A permit is free in the semaphore only while no connection waits: a
+/// freed one goes to the next waiting connection ([`Seats::next_for_slot`])
+/// when there is one ([`SlotPermit`]). Locks: `seats` before `registry`
+/// when both are held.
 #[derive(Debug)]
 struct Slots {
     permits: Arc<Semaphore>,
     registry: Mutex<Registry<Holder>>,
+    seats: Mutex<Seats<oneshot::Sender<SlotPermit>>>,
     idle: Arc<Notify>,
 }
 
+/// A slot's permit: when dropped, it goes to the next waiting connection
+/// ([`Slots::give`]), or back to the semaphore if none waits.
+#[derive(Debug)]
+struct SlotPermit {
+    slots: Arc<Slots>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for SlotPermit {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            self.slots.give(permit);
+        }
+    }
+}
+
 /// A slot held by one connection: given back when dropped, to the newcomer
-/// the connection was evicted for if there is one, else to the semaphore.
+/// the connection was evicted for if there is one, else to the next waiting
+/// connection ([`SlotPermit`]).
 struct Slot {
     slots: Arc<Slots>,
     id: ConnId,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: Option<SlotPermit>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        // Forgotten first, so that its peer's count is right for the next.
         let holder = self.slots.registry().remove(self.id);
         if let (
             Some(Holder {
@@ -526,17 +829,19 @@ impl Drop for Slot {
             Some(permit),
         ) = (holder, self.permit.take())
         {
-            // A newcomer that gave up returns it to the semaphore.
+            // A newcomer that gave up sends it back: dropped, it goes to
+            // the next waiting connection.
             let _ = to.send(permit);
         }
     }
 }
 
 impl Slots {
-    fn new(slots: usize) -> Arc<Self> {
+    fn new(slots: usize, seats: usize) -> Arc<Self> {
         Arc::new(Self {
             permits: Arc::new(Semaphore::new(slots)),
             registry: Mutex::new(Registry::default()),
+            seats: Mutex::new(Seats::new(seats)),
             idle: Arc::new(Notify::new()),
         })
     }
@@ -547,20 +852,65 @@ impl Slots {
         self.registry.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<SlotPermit>>> {
+        // The seats' updates do not panic half-way; a poisoned lock holds
+        // consistent seats.
+        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A free slot now, if one is: only when no connection waits for one
+    /// (a freed slot goes to a waiting connection first).
+    fn try_take(self: &Arc<Self>) -> Result<SlotPermit, TryAcquireError> {
+        let permit = self.permits.clone().try_acquire_owned()?;
+        Ok(SlotPermit {
+            slots: self.clone(),
+            permit: Some(permit),
+        })
+    }
+
+    /// Hand a freed slot to the waiting connection
+    /// [`Seats::next_for_slot`] names (the peers with connections waiting
+    /// take turns), or to the semaphore if none waits.
+    fn give(self: &Arc<Self>, mut permit: OwnedSemaphorePermit) {
+        loop {
+            let next = {
+                let mut seats = self.seats();
+                let registry = self.registry();
+                seats.next_for_slot(|peer| registry.held(peer))
+            };
+            let Some((_, to)) = next else {
+                // Back to the semaphore (dropped).
+                return;
+            };
+            let given = SlotPermit {
+                slots: self.clone(),
+                permit: Some(permit),
+            };
+            match to.send(given) {
+                Ok(()) => return,
+                // That connection is gone: the next one.
+                Err(mut back) => match back.permit.take() {
+                    Some(p) => permit = p,
+                    None => return,
+                },
+            }
+        }
+    }
+
     /// Record `activity`'s connection from `peer` as holding `permit`.
-    fn hold(
-        self: &Arc<Self>,
-        peer: IpAddr,
-        activity: Arc<Activity>,
-        permit: OwnedSemaphorePermit,
-    ) -> Slot {
+    fn hold(self: &Arc<Self>, peer: IpAddr, activity: Arc<Activity>, permit: SlotPermit) -> Slot {
+        // Not yet started: idle since now, for eviction.
+        activity.touch();
         let id = self.registry().insert(
             peer,
             Holder {
-                activity,
+                activity: activity.clone(),
                 handoff: None,
             },
         );
+        if let Ok(mut slot) = activity.slot.lock() {
+            *slot = Some((Arc::downgrade(self), id));
+        }
         Slot {
             slots: self.clone(),
             id,
@@ -577,7 +927,7 @@ impl Slots {
         port: &'static str,
         peer: IpAddr,
         min_idle: Duration,
-    ) -> Option<oneshot::Receiver<OwnedSemaphorePermit>> {
+    ) -> Option<oneshot::Receiver<SlotPermit>> {
         let now = Instant::now();
         let mut registry = self.registry();
         let victim = registry.choose_victim(peer, |h| {
@@ -602,9 +952,56 @@ impl Slots {
         self.registry().release(peer);
     }
 
+    /// Take back the eviction of `id` ([`Registry::spare`]): the newcomer
+    /// it was chosen for is told (its handoff is dropped) and looks again.
+    fn spare(&self, id: ConnId) {
+        let handoff = self
+            .registry()
+            .spare(id)
+            .and_then(|holder| holder.handoff.take());
+        drop(handoff);
+    }
+
+    /// Seat a connection from `peer` accepted at `accepted`, per
+    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
+    /// connection of the peer with the most waiting is told to drop its
+    /// connection (it has served nothing yet), or `None`: the newcomer is
+    /// to be dropped.
+    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
+        let (to, given) = oneshot::channel();
+        let mut seats = self.seats();
+        let seated = match seats.seat(peer, to) {
+            Ok(seated) => seated,
+            Err(_) => {
+                let waiting = seats.waiting(peer);
+                drop(seats);
+                tracing::debug!(port, %peer, waiting, "every seat taken and none may go to this peer; dropping the connection");
+                return None;
+            }
+        };
+        drop(seats);
+        if let Some(gone) = seated.unseated {
+            tracing::debug!(
+                port,
+                peer = %gone.id.peer(),
+                waiting = gone.peer_waiting,
+                newcomer = %peer,
+                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
+            );
+            // Dropping the sender wakes it; it drops its connection.
+            drop(gone.conn);
+        }
+        Some(Seat {
+            slots: self.clone(),
+            id: seated.id,
+            accepted,
+            given,
+        })
+    }
+
     /// A slot for the connection in `seat` (from `seat.peer()`, accepted at
     /// `seat.accepted`): a free one, else the slot of a connection evicted
-    /// for it, else the next one freed; `None` if none came within
+    /// for it, else a freed one handed to it; `None` if none came within
     /// `limits.header_read_timeout` of `seat.accepted` (or of the eviction,
     /// plus the victim's own `limits.header_read_timeout` to close), or
     /// `stop` fired, or the connection lost its seat to a newcomer.
@@ -617,7 +1014,7 @@ impl Slots {
         seat: &mut Seat,
     ) -> Option<Slot> {
         let peer = seat.peer();
-        let (permit, reserved) = match self.permits.clone().try_acquire_owned() {
+        let (permit, reserved) = match self.try_take() {
             Ok(permit) => (permit, false),
             Err(TryAcquireError::Closed) => return None,
             Err(TryAcquireError::NoPermits) => self.wait(port, limits, stop, seat).await?,
@@ -638,12 +1035,10 @@ impl Slots {
         limits: ConnLimits,
         stop: &mut Stop,
         seat: &mut Seat,
-    ) -> Option<(OwnedSemaphorePermit, bool)> {
+    ) -> Option<(SlotPermit, bool)> {
         let peer = seat.peer();
         let mut until = seat.accepted + limits.header_read_timeout;
-        let freed = self.permits.clone().acquire_owned();
-        tokio::pin!(freed);
-        let mut handoff: Option<oneshot::Receiver<OwnedSemaphorePermit>> = None;
+        let mut handoff: Option<oneshot::Receiver<SlotPermit>> = None;
         let permit = loop {
             // Registered before looking for a victim, so that a connection
             // that becomes idle meanwhile still wakes this loop.
@@ -666,7 +1061,9 @@ impl Slots {
                 }
             };
             tokio::select! {
-                permit = &mut freed => break permit.ok(),
+                // A freed slot handed to this seat, or the seat went to a
+                // newcomer (the sender is dropped).
+                given = &mut seat.given => break given.ok(),
                 permit = handed => match permit {
                     Some(permit) => break Some(permit),
                     // The victim ended without handing its slot over (it
@@ -683,8 +1080,6 @@ impl Slots {
                 () = tokio::time::sleep(EVICTION_RECHECK), if !waiting_for_handoff => {}
                 () = tokio::time::sleep_until(until) => break None,
                 _ = stop.wait_for(|stopped| *stopped) => break None,
-                // Its seat went to a newcomer (the sender is dropped).
-                _ = &mut seat.unseated => break None,
             }
         };
         let reserved = handoff.is_some();
@@ -695,65 +1090,17 @@ impl Slots {
     }
 }
 
-/// The seats of one accept loop: the connections accepted and waiting for
-/// a slot, at most [`MAX_WAITING_CONNECTIONS`], by peer address
-/// ([`seats`]). Each seated connection's entry holds the sender whose drop
-/// tells it that its seat went to a newcomer.
-#[derive(Debug)]
-struct WaitingRoom {
-    seats: Mutex<Seats<oneshot::Sender<()>>>,
-}
-
-impl WaitingRoom {
-    fn new(capacity: usize) -> Arc<Self> {
-        Arc::new(Self {
-            seats: Mutex::new(Seats::new(capacity)),
-        })
-    }
-
-    fn seats(&self) -> MutexGuard<'_, Seats<oneshot::Sender<()>>> {
-        // The seats' updates do not panic half-way; a poisoned lock holds
-        // consistent seats.
-        self.seats.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Seat a connection from `peer` accepted at `accepted`, per
-    /// [`Seats::seat`]: if every seat is taken, the oldest waiting
-    /// connection of the peer with the most waiting is told to drop its
-    /// connection (it has served nothing yet), or `None`: the newcomer is
-    /// to be dropped.
-    fn seat(self: &Arc<Self>, port: &'static str, peer: IpAddr, accepted: Instant) -> Option<Seat> {
-        let (to, unseated) = oneshot::channel();
-        let seated = self.seats().seat(peer, to).ok()?;
-        if let Some(gone) = seated.unseated {
-            tracing::debug!(
-                port,
-                peer = %gone.id.peer(),
-                waiting = gone.peer_waiting,
-                newcomer = %peer,
-                "every seat taken: dropping the oldest waiting connection of the peer with the most waiting"
-            );
-            // Dropping the sender wakes it; it drops its connection.
-            drop(gone.conn);
-        }
-        Some(Seat {
-            room: self.clone(),
-            id: seated.id,
-            accepted,
-            unseated,
-        })
-    }
-}
-
 /// A connection's seat among those waiting for a slot: its peer, when it
-/// was accepted, and what resolves when its seat goes to a newcomer. It
-/// leaves the seat when dropped (once it has a slot, or gave up).
+/// was accepted, and where a freed slot is handed to it (closed without one
+/// when its seat goes to a newcomer). It leaves the seat when dropped (once
+/// it has a slot, or gave up); a slot handed to it meanwhile goes to the
+/// next waiting connection.
 #[derive(Debug)]
 struct Seat {
-    room: Arc<WaitingRoom>,
+    slots: Arc<Slots>,
     id: SeatId,
     accepted: Instant,
-    unseated: oneshot::Receiver<()>,
+    given: oneshot::Receiver<SlotPermit>,
 }
 
 impl Seat {
@@ -764,21 +1111,30 @@ impl Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        // Nothing if the seat already went to a newcomer.
-        let _ = self.room.seats().remove(self.id);
+        // Nothing if the seat already went to a newcomer or was handed a
+        // slot.
+        let _ = self.slots.seats().remove(self.id);
     }
 }
 
-/// The accept loop both ports share: accepts a connection at a time and
-/// seats it at once among those waiting for a slot ([`WaitingRoom::seat`]:
-/// at most [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer
-/// that gets no seat is dropped at once, so accepting never stops), and
-/// spawns each seated connection's task, which takes a slot
-/// ([`Slots::take`]: at most `limits.max_connections` at once, shared by
-/// peer address), leaves its seat and runs `serve` on the connection, until
-/// `stop` resolves; then tells every connection to close gracefully and
-/// waits for all of them (every slot back) for at most `grace`. `port`
-/// names the listener in its log lines.
+/// How an accepted connection is let in: with a slot free at once, or into
+/// a seat to wait for one.
+enum Admitted {
+    Slot(SlotPermit),
+    Seat(Seat),
+}
+
+/// The accept loop both ports share: accepts a connection at a time; gives
+/// it a free slot at once if one is free (then no connection waits), else
+/// seats it among those waiting for one ([`Slots::seat`]: at most
+/// [`MAX_WAITING_CONNECTIONS`], shared by peer address; a newcomer that gets
+/// no seat is dropped at once, so accepting never stops) and spawns its
+/// task, which waits for a slot ([`Slots::take`]: at most
+/// `limits.max_connections` at once, shared by peer address), leaves its
+/// seat and runs `serve` on the connection, until `stop` resolves; then
+/// tells every connection to close gracefully and waits for all of them
+/// (every slot back) for at most `grace`. `port` names the listener in its
+/// log lines.
 async fn accept_loop<F, Fut>(
     port: &'static str,
     listener: TcpListener,
@@ -792,8 +1148,7 @@ async fn accept_loop<F, Fut>(
 {
     let count = limits.max_connections.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let slots = Slots::new(count);
-    let room = WaitingRoom::new(MAX_WAITING_CONNECTIONS);
+    let slots = Slots::new(count, MAX_WAITING_CONNECTIONS);
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
@@ -809,28 +1164,46 @@ async fn accept_loop<F, Fut>(
             }
         };
         let accepted = Instant::now();
-        // Decided at once: a seat (a connection gives it back once it has a
-        // slot, at once if one is free, or gives up), or dropped here.
-        let Some(mut seat) = room.seat(port, peer_key(peer), accepted) else {
-            tracing::debug!(port, %peer, "every seat taken and none may go to this peer; dropping the connection");
-            drop(tcp);
-            continue;
+        let key = peer_key(peer);
+        // A free slot is taken at once, without a seat; else decided at
+        // once: a seat (a connection gives it back once it has a slot, or
+        // gives up), or dropped here.
+        let admitted = match slots.try_take() {
+            Ok(permit) => Admitted::Slot(permit),
+            Err(_) => match slots.seat(port, key, accepted) {
+                Some(seat) => Admitted::Seat(seat),
+                None => {
+                    drop(tcp);
+                    continue;
+                }
+            },
         };
         let activity = Activity::new(slots.idle.clone());
-        let mut stop = stop_rx.clone();
         let connection = serve(tcp, peer, stop_rx.clone(), activity.clone());
-        let slots = slots.clone();
-        tokio::spawn(async move {
-            let taken = slots
-                .take(port, activity, limits, &mut stop, &mut seat)
-                .await;
-            drop(seat);
-            let Some(_slot) = taken else {
-                tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
-                return;
-            };
-            connection.await;
-        });
+        match admitted {
+            Admitted::Slot(permit) => {
+                let slot = slots.hold(key, activity, permit);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    connection.await;
+                });
+            }
+            Admitted::Seat(mut seat) => {
+                let mut stop = stop_rx.clone();
+                let slots = slots.clone();
+                tokio::spawn(async move {
+                    let taken = slots
+                        .take(port, activity, limits, &mut stop, &mut seat)
+                        .await;
+                    drop(seat);
+                    let Some(_slot) = taken else {
+                        tracing::debug!(port, %peer, "no connection slot within the read timeout, or the seat went to a newcomer; dropping the connection");
+                        return;
+                    };
+                    connection.await;
+                });
+            }
+        }
     }
     drop(listener);
     tracing::info!(

@@ -1,13 +1,16 @@
 //! Connection slots are shared fairly by peer address: with every slot held
 //! by one peer, a client from another peer gets the slot of the holder's
 //! longest-idle connection (closed gracefully); a connection with a request
-//! in flight is never closed for it; peers holding equal shares keep them.
+//! in flight is never closed for it, nor one whose request has started
+//! arriving; one that has not started its first request is dropped for it
+//! as an idle one would be closed; peers holding equal shares keep them.
 //!
 //! Distinct peers on loopback: Linux routes all of 127.0.0.0/8 to `lo`, so
 //! a client socket bound to 127.0.0.2 and one bound to 127.0.0.3 reach the
 //! server (on 127.0.0.1) from different addresses.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod http_alpn;
 mod http_common;
 
 use std::net::{IpAddr, SocketAddr};
@@ -287,14 +290,19 @@ async fn equal_shares_are_kept_and_a_third_peer_gets_a_share() {
 
 /// A client from `local` that connects at once and starts its TLS
 /// handshake, which the server answers only once the connection has a slot;
-/// then asks `GET /livez`. The task ends with the status, or `None` if the
-/// server dropped the connection first.
-async fn waiter(server: &TestServer, local: &str) -> JoinHandle<Option<u16>> {
+/// then asks `GET /livez`. The task ends with the status and the connection,
+/// still open (its slot held until it is dropped), or `None` if the server
+/// dropped the connection first.
+async fn waiter(
+    server: &TestServer,
+    local: &str,
+) -> JoinHandle<Option<(u16, TlsStream<TcpStream>)>> {
     let tcp = tcp_from(server, local).await;
     let ca = server.pki.ca_pem();
     tokio::spawn(async move {
         let mut tls = try_handshake(&ca, tcp).await.ok()?;
-        livez(&mut tls).await
+        let status = livez(&mut tls).await?;
+        Some((status, tls))
     })
 }
 
@@ -378,7 +386,7 @@ async fn a_peer_holding_every_slot_and_every_seat_does_not_keep_another_peer_out
     assert_eq!(status, 200, "{text}");
     let answered = tokio::time::timeout(BOUND, &mut b).await;
     assert!(
-        matches!(answered, Ok(Ok(Some(200)))),
+        matches!(answered, Ok(Ok(Some((200, _))))),
         "B was not answered within {BOUND:?} once one of A's slots was idle: {answered:?}"
     );
     for (i, w) in waiting.iter().enumerate().skip(1) {
@@ -390,4 +398,169 @@ async fn a_peer_holding_every_slot_and_every_seat_does_not_keep_another_peer_out
     for w in &waiting {
         w.abort();
     }
+}
+
+#[tokio::test]
+async fn connections_that_never_send_a_request_are_evicted_for_another_peer() {
+    // Before, a connection that finished TLS and sent nothing was not idle
+    // (no request had started): A held every slot with them, and B waited
+    // for the read timeout (here 60 s; 10 s by default, and A re-opened
+    // them).
+    let server = TestServer::start(four_slots).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(connect_from(&server, A).await);
+    }
+    let b = newcomer(&server, B).await;
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} while A held every slot with connections that sent nothing: {answered:?}"
+    );
+    // The oldest of them was dropped for B.
+    assert!(
+        closed(&mut held[0]).await,
+        "A's oldest connection without a request is still open"
+    );
+}
+
+#[tokio::test]
+async fn connections_whose_first_request_has_started_arriving_are_not_evicted() {
+    let server = TestServer::start(four_slots).await;
+    // Each of A's connections has received part of its first request's
+    // headers, no more: the server has not seen a request yet.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tls = connect_from(&server, A).await;
+        tls.write_all(b"GET /livez HTTP/1.1\r\nHost: loc")
+            .await
+            .unwrap();
+        tls.flush().await.unwrap();
+        held.push(tls);
+    }
+    let mut b = newcomer(&server, B).await;
+    let early = tokio::time::timeout(HOLD, &mut b).await;
+    assert!(
+        early.is_err(),
+        "B was served while each of A's connections had a request arriving: {early:?}"
+    );
+    // Each of A's requests completes, on a connection not closed for B.
+    for tls in &mut held {
+        tls.write_all(b"alhost\r\n\r\n").await.unwrap();
+        tls.flush().await.unwrap();
+        let (status, head, _) = tokio::time::timeout(PATIENCE, read_response(tls))
+            .await
+            .expect("an answer in time")
+            .expect("the connection stays open for the answer");
+        assert_eq!(status, 200);
+        assert!(
+            !head.contains("connection: close"),
+            "a connection with a request arriving was closed for B: {head}"
+        );
+    }
+    // Idle now: one of them is B's.
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} once A's connections were idle: {answered:?}"
+    );
+}
+
+#[tokio::test]
+async fn http2_connections_that_sent_only_their_preface_are_evicted_for_another_peer() {
+    // The HTTP/2 preface and settings are not a request: such a connection
+    // is dropped for a newcomer as one that sent nothing.
+    let server = TestServer::start(four_slots).await;
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tls = http_alpn::tls_with_alpn(&server, b"h2").await;
+        tls.write_all(preface).await.unwrap();
+        tls.flush().await.unwrap();
+        held.push(tls);
+    }
+    let b = newcomer(&server, B).await;
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some(200)))),
+        "B was not answered within {BOUND:?} while HTTP/2 connections that sent only their preface held every slot: {answered:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_freed_slot_goes_to_a_waiting_peer_holding_fewer_before_the_peer_holding_every_slot() {
+    // Before, a slot freed by a connection that ended went to the
+    // connection waiting longest, whatever its address: B waited behind
+    // every connection A kept waiting, and a client opening a new
+    // connection per request piled its own up in the seats until it reached
+    // A's share of them and was refused (44 of 600 reviews under churn from
+    // five addresses).
+    let server = TestServer::start(|c| {
+        four_slots(c);
+        // No eviction: only connections that end free slots here.
+        c.conn_limits.min_idle_before_eviction = Duration::from_secs(300);
+    })
+    .await;
+    let body = review("uid-fifo", "pods", "CREATE", job_pod()).to_string();
+    let mut busy = Vec::new();
+    for _ in 0..4 {
+        busy.push(busy_from(&server, A, &body).await);
+    }
+    // A keeps connections waiting, each accepted before B's.
+    let mut waiting = Vec::new();
+    for _ in 0..8 {
+        waiting.push(waiter(&server, A).await);
+    }
+    let b = waiter(&server, B).await;
+    // One of A's connections ends: its slot is B's, A holding 3 and B none.
+    drop(busy.remove(0));
+    // B keeps its connection (and slot) open: no slot frees after it.
+    let answered = tokio::time::timeout(BOUND, b).await;
+    assert!(
+        matches!(answered, Ok(Ok(Some((200, _))))),
+        "B was not answered within {BOUND:?} once a slot was freed: {answered:?}"
+    );
+    for (i, w) in waiting.iter().enumerate() {
+        assert!(!w.is_finished(), "A's waiting connection {i} was served");
+    }
+    for w in &waiting {
+        w.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_connections_is_served_whole_while_slots_are_free() {
+    // Before, every accepted connection took a seat first and left it once
+    // its task took the free slot: a burst of more than
+    // MAX_WAITING_CONNECTIONS from one address, accepted before their tasks
+    // ran, had those past the seats dropped though every slot was free.
+    let server = TestServer::start(|c| {
+        four_slots(c);
+        c.conn_limits.max_connections = 2 * MAX_WAITING_CONNECTIONS;
+    })
+    .await;
+    // Connected (by the kernel) before the server accepts any of them: no
+    // await between the connects lets the server's accept loop run.
+    let burst = MAX_WAITING_CONNECTIONS + 16;
+    let connected: Vec<_> = (0..burst)
+        .map(|_| std::net::TcpStream::connect(server.https).unwrap())
+        .collect();
+    let connected: Vec<_> = connected
+        .into_iter()
+        .map(|tcp| {
+            tcp.set_nonblocking(true).unwrap();
+            TcpStream::from_std(tcp).unwrap()
+        })
+        .collect();
+    let ca = server.pki.ca_pem();
+    let mut dropped = 0;
+    for tcp in connected {
+        if try_handshake(&ca, tcp).await.is_err() {
+            dropped += 1;
+        }
+    }
+    assert_eq!(
+        dropped, 0,
+        "{dropped} of a burst of {burst} connections were dropped with every slot free"
+    );
 }

@@ -3,7 +3,10 @@
 //! or only the connection preface, is disconnected within the read timeout;
 //! such clients holding every connection slot do not lock out a new one
 //! for longer; a connection idle after a request is closed after the idle
-//! timeout, also when the client ignores the `GOAWAY`.
+//! timeout, also when the client ignores the `GOAWAY`; a client that does
+//! not take its responses (an HTTP/2 flow-control window never opened, an
+//! HTTP/1.1 client that never reads) is disconnected within the write
+//! timeout.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod http_alpn;
@@ -11,7 +14,7 @@ mod http_common;
 
 use std::time::{Duration, Instant};
 
-use http_alpn::tls_with_alpn;
+use http_alpn::{tls_over, tls_with_alpn};
 use http_common::{TestServer, wait_for};
 use kube_prestop_server::{HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_WINDOW_BYTES, ServerConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -25,6 +28,15 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The HTTP/2 connection preface and an empty SETTINGS frame.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// The HTTP/2 connection preface and a SETTINGS frame with
+/// `SETTINGS_INITIAL_WINDOW_SIZE` (0x4) 0: the server may send no DATA on
+/// any stream until the client opens its window, which it never does.
+const PREFACE_ZERO_WINDOW: &[u8] =
+    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x04\x00\x00\x00\x00";
+
+/// The write timeout of the tests that need one.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A 1 s read timeout, and the idle timeout and keep-alive pings out of the
 /// way (5 min) unless a test sets them.
@@ -227,5 +239,60 @@ async fn an_http2_connection_idle_after_a_request_is_closed_gracefully_after_the
         idle_since.elapsed() + Duration::from_millis(100) >= idle_timeout,
         "closed after {:?}, before the idle timeout {idle_timeout:?}",
         idle_since.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_http2_client_that_never_opens_its_window_is_disconnected_within_the_write_timeout() {
+    // Before, the response's DATA was never sent and its request counted
+    // as in flight for ever: the connection was never idle, never closed by
+    // the idle timeout or for a newcomer (8 of them held `--max-connections
+    // 8` for 60 s and more).
+    let server = TestServer::start(|c| {
+        short_read_timeout(c);
+        c.conn_limits.write_timeout = WRITE_TIMEOUT;
+    })
+    .await;
+    let mut tls = tls_with_alpn(&server, b"h2").await;
+    tls.write_all(PREFACE_ZERO_WINDOW).await.unwrap();
+    tls.write_all(&get_livez()).await.unwrap();
+    tls.flush().await.unwrap();
+    // The response's HEADERS come (they need no window); its DATA cannot.
+    let took = closed_within(&mut tls).await;
+    assert!(
+        took.is_some(),
+        "an HTTP/2 client with a zero window was still connected after {PATIENCE:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_http1_client_that_never_reads_is_disconnected_within_the_write_timeout() {
+    // Before, the server's writes stalled with the client's TCP window
+    // full and nothing bounded them: the connection, its responses handed
+    // to hyper, looked idle and held its slot until the idle timeout.
+    let server = TestServer::start(|c| {
+        short_read_timeout(c);
+        // Only the write timeout may end the connection within PATIENCE.
+        c.conn_limits.header_read_timeout = Duration::from_secs(60);
+        c.conn_limits.write_timeout = WRITE_TIMEOUT;
+    })
+    .await;
+    // A small receive buffer, so that a few hundred responses fill it.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(server.https).await.unwrap();
+    let tls = tls_over(&server, tcp, b"http/1.1").await;
+    let (_unread, mut requests) = tokio::io::split(tls);
+    // Pipelined requests whose responses the client never reads: once the
+    // server's writes stall it stops reading, and the client's writes
+    // stall too, until the server drops the connection (then they fail).
+    let writer = tokio::spawn(async move {
+        let get = b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        while requests.write_all(get).await.is_ok() {}
+    });
+    let dropped = tokio::time::timeout(PATIENCE, writer).await;
+    assert!(
+        dropped.is_ok(),
+        "a client that never reads was still connected after {PATIENCE:?}"
     );
 }

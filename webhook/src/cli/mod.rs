@@ -152,6 +152,13 @@ pub struct ServeArgs {
     /// of the API server's own connection pool.
     #[arg(long, default_value = "90s", value_parser = parse_duration, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
     pub idle_timeout: Duration,
+    /// The longest time a response may take to be sent: a connection whose
+    /// response is not taken in whole within it after the handler produced
+    /// it (an HTTP/2 client that never opens its flow-control window), or
+    /// whose write to the socket makes no progress for it (a client that
+    /// does not read), is dropped. Default 10 s.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_WRITE_TIMEOUT")]
+    pub write_timeout: Duration,
     /// Kubeconfig for the cluster caches (default: the KUBECONFIG
     /// environment variable, ~/.kube/config, then the in-cluster service
     /// account).

@@ -13,6 +13,13 @@
 //! the swap `p` still has at least as many waiting as `n`, so two peers
 //! converge to equal shares of the seats and never take them back and
 //! forth, and the number waiting never exceeds the capacity.
+//!
+//! A slot freed by a connection that ends goes to a waiting connection by
+//! peer too ([`Seats::next_for_slot`]): the peers with connections waiting
+//! take turns (the one served longest ago first, then the one holding the
+//! fewest slots), not the connection waiting longest whatever its peer.
+//! So a peer's wait for a slot does not grow with the number of
+//! connections other peers keep waiting.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -63,6 +70,11 @@ pub struct Seats<C> {
     /// Each peer's waiting connections by number, oldest first; a peer with
     /// none is not in the map.
     peers: HashMap<IpAddr, BTreeMap<u64, C>>,
+    /// When each peer with connections waiting was last handed a slot
+    /// ([`Seats::next_for_slot`]'s turn number); not there: not since its
+    /// connections started waiting.
+    served: HashMap<IpAddr, u64>,
+    turn: u64,
 }
 
 impl<C> Seats<C> {
@@ -73,6 +85,8 @@ impl<C> Seats<C> {
             next: 0,
             len: 0,
             peers: HashMap::new(),
+            served: HashMap::new(),
+            turn: 0,
         }
     }
 
@@ -133,6 +147,38 @@ impl<C> Seats<C> {
         })
     }
 
+    /// The waiting connection a freed slot goes to, taken from its seat:
+    /// the oldest waiting connection of a peer with one waiting, the peers
+    /// taking turns: first a peer not handed a slot since its connections
+    /// started waiting, else the one handed one longest ago; among those
+    /// tied, the peer holding the fewest slots (`held`, as
+    /// [`super::slots::Registry::held`] counts them), then the one whose
+    /// oldest waiting connection is the oldest. `None` if none waits.
+    ///
+    /// Not the connection waiting longest whatever its peer: with slots
+    /// handed out in arrival order, a client's wait is as long as the line
+    /// of connections ahead of it, so a peer that keeps many connections
+    /// waiting (re-opening them as fast as they are served or dropped)
+    /// makes every other peer wait as long. Turns rather than the fewest
+    /// slots held first: a client keeping a pool of connections holds more
+    /// slots than one churning short connections, and would wait behind
+    /// all of its connections.
+    pub fn next_for_slot(&mut self, held: impl Fn(IpAddr) -> usize) -> Option<(SeatId, C)> {
+        let served = &self.served;
+        let (peer, n) = self
+            .peers
+            .iter()
+            .filter_map(|(ip, w)| w.first_key_value().map(|(n, _)| (*ip, *n)))
+            .min_by_key(|(ip, n)| (served.get(ip).copied(), held(*ip), *n))?;
+        let id = SeatId { peer, n };
+        let conn = self.remove(id)?;
+        if self.peers.contains_key(&peer) {
+            self.turn += 1;
+            self.served.insert(peer, self.turn);
+        }
+        Some((id, conn))
+    }
+
     /// Forget a connection that left its seat; its value, or `None` if it
     /// was not seated (or has lost its seat to a newcomer).
     pub fn remove(&mut self, id: SeatId) -> Option<C> {
@@ -140,6 +186,7 @@ impl<C> Seats<C> {
         let conn = waiting.remove(&id.n)?;
         if waiting.is_empty() {
             self.peers.remove(&id.peer);
+            self.served.remove(&id.peer);
         }
         self.len -= 1;
         Some(conn)
@@ -276,6 +323,45 @@ mod tests {
             "a peer with none is forgotten"
         );
         assert_eq!(seat(&mut s, A, "a2"), Ok(None));
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_oldest_waiter_of_the_peer_holding_the_fewest() {
+        let mut s = Seats::new(8);
+        fill(&mut s, A, &["a0", "a1", "a2"]);
+        fill(&mut s, B, &["b0"]);
+        fill(&mut s, C, &["c0"]);
+        // None served yet. A holds 4 slots, B 1, C 1: B and C tie, B's
+        // waiter is older.
+        let held = |p: IpAddr| if p == ip(A) { 4 } else { 1 };
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("b0"));
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("c0"));
+        // Only A waits now: its oldest, however many it holds.
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("a0"));
+        assert_eq!((s.len, s.waiting(ip(A))), (2, 2));
+        let none_held = |_: IpAddr| 0;
+        assert_eq!(s.next_for_slot(none_held).map(|(_, c)| c), Some("a1"));
+        assert_eq!(s.next_for_slot(none_held).map(|(_, c)| c), Some("a2"));
+        assert_eq!(s.next_for_slot(none_held), None);
+        assert_eq!(s.len, 0);
+    }
+
+    #[test]
+    fn peers_with_connections_waiting_take_turns_whatever_they_hold() {
+        let mut s = Seats::new(8);
+        fill(&mut s, A, &["a0", "a1", "a2"]);
+        fill(&mut s, B, &["b0", "b1", "b2"]);
+        // B holds more slots than A (a pool of connections), but takes
+        // its turn.
+        let held = |p: IpAddr| if p == ip(B) { 4 } else { 1 };
+        let order: Vec<_> = std::iter::from_fn(|| s.next_for_slot(held).map(|(_, c)| c))
+            .take(4)
+            .collect();
+        assert_eq!(order, ["a0", "b0", "a1", "b1"]);
+        // A peer whose connections start waiting comes first.
+        fill(&mut s, C, &["c0"]);
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("c0"));
+        assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("a2"));
     }
 
     #[test]

@@ -185,6 +185,22 @@ impl<C> Registry<C> {
         })
     }
 
+    /// Take back the choice of `id` as a victim (a request has started
+    /// arriving on it since): it counts for its peer again and may be chosen
+    /// again. Its value, for the caller to tell the newcomer it was chosen
+    /// for (whose reservation stays until [`Self::release`]); `None` if it
+    /// is not registered or was not chosen.
+    pub fn spare(&mut self, id: ConnId) -> Option<&mut C> {
+        let peer = self.peers.get_mut(&id.peer)?;
+        let entry = peer.conns.get_mut(&id.n)?;
+        if !entry.evicted {
+            return None;
+        }
+        entry.evicted = false;
+        peer.evicted -= 1;
+        Some(&mut entry.conn)
+    }
+
     /// End a reservation [`Self::choose_victim`] made for a newcomer from
     /// `newcomer` (it got a slot, and is [inserted](Self::insert) now, or
     /// gave up).
@@ -368,6 +384,24 @@ mod tests {
         r.release(ip(B));
         assert_eq!(r.held(ip(B)), 1);
         assert_eq!(victim(&mut r, C), Some(("a2", 2)));
+    }
+
+    #[test]
+    fn a_spared_victim_counts_again_and_may_be_chosen_again() {
+        let t0 = Instant::now();
+        let mut r = Registry::default();
+        let a = add(&mut r, A, &["a0", "a1", "a2"], t0, false);
+        assert_eq!(victim(&mut r, B), Some(("a0", 3)));
+        assert_eq!(r.held(ip(A)), 2);
+        assert_eq!(r.spare(a[0]).map(|c| c.name), Some("a0"));
+        // Not twice; a connection never chosen is not spared.
+        assert!(r.spare(a[0]).is_none());
+        assert!(r.spare(a[1]).is_none());
+        assert_eq!(r.held(ip(A)), 3);
+        // B's reservation stays until released.
+        assert_eq!(r.held(ip(B)), 1);
+        r.release(ip(B));
+        assert_eq!(victim(&mut r, B), Some(("a0", 3)));
     }
 
     #[test]

@@ -11,6 +11,17 @@ pub async fn tls_with_alpn(
     server: &TestServer,
     alpn: &[u8],
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
+    tls_over(server, tcp, alpn).await
+}
+
+/// The TLS handshake on `tcp` (connected to the server's HTTPS port),
+/// offering only `alpn`.
+pub async fn tls_over(
+    server: &TestServer,
+    tcp: tokio::net::TcpStream,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     let ca =
@@ -21,7 +32,6 @@ pub async fn tls_with_alpn(
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(server.https).await.unwrap();
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     connector.connect(name, tcp).await.unwrap()
 }
