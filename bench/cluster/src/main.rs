@@ -615,10 +615,9 @@ async fn burst(
         throttled_ms.sort_by(f64::total_cmp);
         let more_hooks = hook_logs.iter().filter(|(_, l)| hooks(l).is_some_and(|n| n > 1)).count();
         // Late hooks: runs for a container the watcher never saw run.
-        let late = hook_logs
-            .iter()
-            .filter(|(_, l)| l.as_ref().is_some_and(|(_, log)| log.contains(RAN_UNSEEN)))
-            .count();
+        let ran_late =
+            |l: &Option<(usize, String)>| l.as_ref().is_some_and(|(_, log)| log.contains(RAN_UNSEEN));
+        let late = hook_logs.iter().filter(|(_, l)| ran_late(l)).count();
         let no_logs = hook_logs.iter().filter(|(_, l)| l.is_none()).count();
         let recorded = rec.lines("hooks");
         let indexes: BTreeSet<&str> = recorded
@@ -709,13 +708,11 @@ async fn burst(
         out(&mut lines, "burst_api_fail_open", api.fail_open);
         out(&mut lines, "burst_api_rejections", api.rejections);
         out(&mut lines, "burst_api_not_200", api.calls_not_200);
-        // Every sidecar without exactly one hook keeps its whole log, its
-        // restart count and termination message, and its index's records.
+        // Every sidecar without exactly one hook, and every one whose hook
+        // ran late, keeps its whole log, its restart count and termination
+        // message, and its index's records.
         let sidecar = sidecar_name(C);
-        let not_one_hook: Vec<Value> = hook_logs
-            .iter()
-            .filter(|(_, l)| hooks(l) != Some(1))
-            .map(|(pod, l)| {
+        let kept = |(pod, l): &(String, Option<(usize, String)>)| {
                 let p = pods.iter().find(|p| p.metadata.name.as_deref() == Some(pod.as_str()));
                 let st = p.and_then(|p| p.status.as_ref()).and_then(|s| {
                     s.init_container_statuses
@@ -745,10 +742,20 @@ async fn burst(
                         .filter(|r| r.split(' ').next() == Some(i.as_str()))
                         .collect::<Vec<_>>()),
                 })
-            })
+        };
+        let not_one_hook: Vec<Value> = hook_logs
+            .iter()
+            .filter(|(_, l)| hooks(l) != Some(1))
+            .map(kept)
+            .collect();
+        let late_hook: Vec<Value> = hook_logs
+            .iter()
+            .filter(|(_, l)| ran_late(l))
+            .map(kept)
             .collect();
         let raw = json!({
             "pods_not_one_hook": not_one_hook,
+            "pods_late_hook": late_hook,
             "webhook_histogram": wh.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
             "apiserver_histogram": api.duration.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
         });
