@@ -55,14 +55,18 @@ use routes::AppState;
 /// stored, or is not from an API server.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
-/// Default idle timeout of a connection (no request in flight): 90 s,
-/// the API server's own: its webhook client (client-go's transport, through
-/// `k8s.io/apimachinery/pkg/util/net.SetOldTransportDefaults`) keeps an
-/// idle connection for `http.DefaultTransport`'s `IdleConnTimeout`, 90 s,
-/// over HTTP/1.1 and HTTP/2 alike, so a connection it still means to reuse
-/// is not closed under it earlier. (Over HTTP/1.1 the header read timeout
-/// closes an idle keep-alive connection first.)
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Default idle timeout of a connection (no request in flight): 120 s,
+/// longer than the API server's own, so that the client closes an idle
+/// connection first. Its webhook client (client-go's transport, through
+/// `k8s.io/apimachinery/pkg/util/net.SetOldTransportDefaults`, v0.37.2)
+/// keeps an idle connection for `http.DefaultTransport`'s
+/// `IdleConnTimeout`, 90 s, and speaks HTTP/1.1 to webhooks
+/// (`k8s.io/apiserver/pkg/util/webhook/client.go`, v0.37.2). A review it
+/// writes onto a connection the server is closing is lost: Go retries a
+/// POST only when nothing of it was written (`persistConn.shouldRetryRequest`,
+/// `net/http`, Go 1.26), and one admission of 6,000 failed open that way
+/// when idle HTTP/1.1 connections were closed after 10 s.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Connections served at once on the metrics port.
 pub const METRICS_MAX_CONNECTIONS: usize = 32;

@@ -198,6 +198,9 @@ struct Activity {
     /// Request bytes read since the last request started or the last one
     /// ended ([`RequestBytes`]).
     request_arrived: AtomicBool,
+    /// When the first of those bytes arrived: an HTTP/1.1 request's
+    /// headers must be complete within the read timeout from then.
+    arrived_at: Mutex<Option<Instant>>,
     /// The bytes read so far stop inside what may be a request (HTTP/2).
     mid_request: AtomicBool,
     /// Responses produced and not yet taken in whole by the connection, by
@@ -220,6 +223,7 @@ impl Activity {
             evicted: AtomicBool::new(false),
             last: Mutex::new(Instant::now()),
             request_arrived: AtomicBool::new(false),
+            arrived_at: Mutex::new(None),
             mid_request: AtomicBool::new(false),
             unsent: Mutex::new(BTreeMap::new()),
             next_response: AtomicU64::new(0),
@@ -251,6 +255,26 @@ impl Activity {
     /// may be a request.
     fn quiet(&self) -> bool {
         !self.request_arrived.load(Ordering::Acquire) && !self.mid_request.load(Ordering::Acquire)
+    }
+
+    /// Request bytes arrived (`true`) or were taken by a request that
+    /// started or ended (`false`); [`Self::arrived_at`] follows.
+    fn set_request_arrived(&self, arrived: bool) {
+        let was = self.request_arrived.swap(arrived, Ordering::AcqRel);
+        if was != arrived {
+            if let Ok(mut at) = self.arrived_at.lock() {
+                *at = arrived.then(Instant::now);
+            }
+            if arrived {
+                // The connection's watch arms the header deadline.
+                self.changed.notify_one();
+            }
+        }
+    }
+
+    /// When the first request bytes not yet taken by a request arrived.
+    fn arrived_at(&self) -> Option<Instant> {
+        self.arrived_at.lock().ok().and_then(|at| *at)
     }
 
     /// Since when the connection has been idle, if it may be closed for a
@@ -369,7 +393,7 @@ impl InFlight {
     fn enter(activity: Arc<Activity>) -> Self {
         activity.started.store(true, Ordering::Release);
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        activity.request_arrived.store(false, Ordering::Release);
+        activity.set_request_arrived(false);
         activity.touch();
         activity.changed.notify_one();
         Self {
@@ -396,7 +420,7 @@ impl Drop for InFlight {
         if was == 1 {
             // Bytes read while it was in flight were its own (HTTP/1.1
             // body) or a request that has started since.
-            activity.request_arrived.store(false, Ordering::Release);
+            activity.set_request_arrived(false);
         }
         activity.changed.notify_one();
         if was == 1 {
@@ -447,12 +471,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
             let new = buf.filled().get(before..).unwrap_or_default();
             if !new.is_empty() {
                 let me = &mut *self;
-                if me.request_bytes.feed(new) {
-                    me.activity.request_arrived.store(true, Ordering::Release);
+                let arrived = me.request_bytes.feed(new);
+                let mid = me.request_bytes.mid_request();
+                me.activity.mid_request.store(mid, Ordering::Release);
+                if arrived || mid {
+                    me.activity.set_request_arrived(true);
                 }
-                me.activity
-                    .mid_request
-                    .store(me.request_bytes.mid_request(), Ordering::Release);
             }
         }
         polled
@@ -565,7 +589,13 @@ async fn serve_connection<I>(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
+        // Not hyper's header timer: it also runs while a keep-alive
+        // connection waits for its next request (`Conn::poll_read_head`,
+        // hyper 1.12.0), closing it after the read timeout, 10 s, while the
+        // API server keeps an idle connection 90 s and loses a review it
+        // writes onto one as it closes. The loop below times the headers
+        // from their first byte instead.
+        .header_read_timeout(None)
         .keep_alive(true);
     builder
         .http2()
@@ -578,10 +608,10 @@ async fn serve_connection<I>(
         .initial_connection_window_size(HTTP2_WINDOW_BYTES)
         .initial_stream_window_size(HTTP2_WINDOW_BYTES);
     // The protocol comes from ALPN, never from sniffing the first bytes:
-    // the auto builder's sniff has no timer. HTTP/1 then bounds the wait
-    // for each request's headers with header_read_timeout; HTTP/2 has no
-    // such timer (not even for the preface), so the loop below bounds the
-    // wait for its first request.
+    // the auto builder's sniff has no timer. The loop below bounds the
+    // wait for the first request (HTTP/2 has no timer, not even for the
+    // preface) and, over HTTP/1.1, each request's headers from their first
+    // byte.
     let builder = if h2 {
         builder.http2_only()
     } else {
@@ -639,6 +669,16 @@ async fn serve_connection<I>(
         };
         let send_by = activity.send_by(limits.write_timeout);
         let deadline = send_by.map_or(deadline, |at| at.min(deadline));
+        // A request whose first bytes arrived reaches the service within
+        // the read timeout (a request in flight has): over HTTP/1.1 its
+        // headers are then complete; over HTTP/2 a stream that never
+        // reaches it (hyper reset it: no `:method`, say) must not keep the
+        // connection from being idle for good.
+        let headers_by = (!activity.busy())
+            .then(|| activity.arrived_at())
+            .flatten()
+            .map(|at| at + limits.header_read_timeout);
+        let deadline = headers_by.map_or(deadline, |at| at.min(deadline));
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
@@ -656,6 +696,16 @@ async fn serve_connection<I>(
                 if send_by.is_some_and(|at| at <= now) {
                     // A graceful close would wait on the same output.
                     tracing::debug!(%peer, write_timeout = ?limits.write_timeout, "a response not sent within the write timeout (the client does not read, or its flow-control window is closed); dropping the connection");
+                    return;
+                }
+                if headers_by.is_some_and(|at| at <= now) && !activity.busy() {
+                    if h2 {
+                        tracing::debug!(%peer, timeout = ?limits.header_read_timeout, "request bytes that started no request within the read timeout; the connection counts as idle again");
+                        activity.mid_request.store(false, Ordering::Release);
+                        activity.set_request_arrived(false);
+                        continue;
+                    }
+                    tracing::debug!(%peer, timeout = ?limits.header_read_timeout, "a request's headers not read within the read timeout of their first byte; dropping the connection");
                     return;
                 }
                 if close_by.is_some() {
@@ -753,6 +803,10 @@ pub async fn serve_tls(
                         return;
                     }
                 };
+                // Idle (for a newcomer's eviction) from the handshake's
+                // end, not from taking the slot: a handshake slowed by a
+                // starved CPU does not cost the request that follows it.
+                activity.touch();
                 let session = tls.get_ref().1;
                 let h2 = session.alpn_protocol() == Some(b"h2".as_slice());
                 // rustls verified any certificate the client presented.
@@ -1030,7 +1084,7 @@ impl Slots {
     /// The waiting part of [`Self::take`]: the permit, and whether a
     /// reservation made for it is still to be [released](Self::release).
     async fn wait(
-        &self,
+        self: &Arc<Self>,
         port: &'static str,
         limits: ConnLimits,
         stop: &mut Stop,
@@ -1045,6 +1099,14 @@ impl Slots {
             let became_idle = self.idle.notified();
             tokio::pin!(became_idle);
             became_idle.as_mut().enable();
+            // A slot given back to the semaphore while this connection was
+            // being seated (a freed slot's hand-out found no one waiting
+            // yet) is free: take it.
+            if handoff.is_none()
+                && let Ok(permit) = self.try_take()
+            {
+                break Some(permit);
+            }
             if handoff.is_none() {
                 handoff = self.evict_for(port, peer, limits.min_idle_before_eviction);
                 if handoff.is_some() {

@@ -296,3 +296,91 @@ async fn an_http1_client_that_never_reads_is_disconnected_within_the_write_timeo
         "a client that never reads was still connected after {PATIENCE:?}"
     );
 }
+
+/// Reads one HTTP/1.1 response (headers and a `content-length` body) from
+/// `stream`; its status line.
+async fn read_http1_response<S: AsyncRead + Unpin>(stream: &mut S) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let read = async {
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (name, value) = l.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().ok())
+                            .flatten()
+                    })
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + length {
+                    return head.lines().next().unwrap_or_default().to_owned();
+                }
+            }
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the connection closed before a whole response");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    tokio::time::timeout(PATIENCE, read)
+        .await
+        .expect("no whole response within PATIENCE")
+}
+
+#[tokio::test]
+async fn an_http1_keep_alive_connection_idle_past_the_read_timeout_serves_its_next_request() {
+    // Before, hyper's header timer also ran while a keep-alive connection
+    // waited for its next request, and closed it after the read timeout
+    // (10 s by default) though the API server keeps an idle connection
+    // 90 s: a review it wrote onto one as it closed was lost (one
+    // admission of 6,000 failed open, `write: broken pipe`).
+    let server = TestServer::start(short_read_timeout).await;
+    let mut tls = tls_with_alpn(&server, b"http/1.1").await;
+    let get = b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    tls.write_all(get).await.unwrap();
+    assert!(
+        read_http1_response(&mut tls)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    // Idle for three read timeouts: the server must not close it.
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(3 * READ_TIMEOUT, tls.read(&mut byte)).await;
+    assert!(
+        closed.is_err(),
+        "the server ended an idle keep-alive connection within {:?} (read timeout {READ_TIMEOUT:?}, idle timeout 300 s): {closed:?}",
+        3 * READ_TIMEOUT
+    );
+    tls.write_all(get).await.unwrap();
+    assert!(
+        read_http1_response(&mut tls)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+}
+
+#[tokio::test]
+async fn an_http1_request_whose_headers_stall_is_disconnected_within_the_read_timeout() {
+    // The header timer now starts at a request's first byte: headers begun
+    // on a keep-alive connection and never finished still end it.
+    let server = TestServer::start(short_read_timeout).await;
+    let mut tls = tls_with_alpn(&server, b"http/1.1").await;
+    tls.write_all(b"GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        read_http1_response(&mut tls)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    tls.write_all(b"GET /livez HTTP/1.1\r\nHost: loc")
+        .await
+        .unwrap();
+    let took = closed_within(&mut tls).await;
+    assert!(
+        took.is_some(),
+        "a client whose headers stalled was still connected after {PATIENCE:?}"
+    );
+}

@@ -147,10 +147,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
     pub read_timeout: Duration,
     /// A connection with no request in flight for this long is closed
-    /// (HTTP/2: `GOAWAY`; HTTP/1.1 keep-alive connections are closed after
-    /// `--read-timeout` without a new request). Default 90 s, the idle time
-    /// of the API server's own connection pool.
-    #[arg(long, default_value = "90s", value_parser = parse_duration, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
+    /// (HTTP/2: `GOAWAY`; HTTP/1.1 after its last response). Default 120 s,
+    /// longer than the 90 s idle time of the API server's own connection
+    /// pool, so that the API server closes an idle connection first.
+    #[arg(long, default_value = "120s", value_parser = parse_duration, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
     pub idle_timeout: Duration,
     /// The longest time a response may take to be sent: a connection whose
     /// response is not taken in whole within it after the handler produced
