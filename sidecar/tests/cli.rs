@@ -260,11 +260,14 @@ fn wrapper_runs_the_command_even_when_it_cannot_mark() {
     fs::remove_dir_all(&d).unwrap();
 }
 
-#[test]
-fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
-    let d = tmp("rovol");
-    let log = d.join("log");
-    let mut child = Command::new(bin())
+/// `watch --container main` with its root on `/proc` (read-only: it
+/// cannot arm there), `hook` after `--`, a 30 s grace period and its
+/// stderr to `log`.
+fn watch_on_a_read_only_volume(
+    hook: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>,
+    log: &std::path::Path,
+) -> std::process::Child {
+    Command::new(bin())
         .args([
             "watch",
             "--container",
@@ -272,13 +275,20 @@ fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
             "--root",
             "/proc/kube-prestop-vol",
             "--",
-            "true",
         ])
+        .args(hook)
         .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
         .stdin(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
+        .stderr(fs::File::create(log).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn watch_stays_up_on_a_read_only_volume_and_exits_0_on_sigterm() {
+    let d = tmp("rovol");
+    let log = d.join("log");
+    let mut child = watch_on_a_read_only_volume(["true"], &log);
     wait_for("the arming error", T, || {
         fs::read_to_string(&log)
             .unwrap_or_default()
@@ -328,21 +338,13 @@ fn watch_keeps_a_non_utf8_hook_argument() {
     use std::os::unix::ffi::OsStringExt as _;
     let d = tmp("watch-bytes");
     let log = d.join("log");
-    let mut child = Command::new(bin())
-        .args([
-            "watch",
-            "--container",
-            "main",
-            "--root",
-            "/proc/kube-prestop-vol",
-        ])
-        .args(["--", "printf"])
-        .arg(std::ffi::OsString::from_vec(b"caf\xe9".to_vec()))
-        .env("KUBE_PRESTOP_GRACE_PERIOD_SECONDS", "30")
-        .stdin(Stdio::null())
-        .stderr(fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = watch_on_a_read_only_volume(
+        [
+            std::ffi::OsString::from("printf"),
+            std::ffi::OsString::from_vec(b"caf\xe9".to_vec()),
+        ],
+        &log,
+    );
     wait_for("the watcher to start or fail", T, || {
         let text = fs::read_to_string(&log).unwrap_or_default();
         text.contains("cannot arm") || text.contains("error")
