@@ -194,12 +194,33 @@ fn finished(job: &Job) -> Option<JobOutcome> {
 }
 
 /// Creates the Job and waits until it is Complete or Failed.
+///
+/// # Errors
+/// The Job cannot be created, vanishes, or does not finish within `timeout`.
 pub async fn run_job(
     client: &Client,
     ns: &str,
     job: &Job,
     timeout: Duration,
 ) -> Result<JobOutcome> {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    run_job_until(client, ns, job, timeout)
+        .await?
+        .with_context(|| format!("Job {name} did not finish within {timeout:?}"))
+}
+
+/// Creates the Job and waits until it is Complete or Failed, or until
+/// `deadline` passes: `None` then, with the Job left running for the
+/// caller to read what has finished (a benchmark's partial results).
+///
+/// # Errors
+/// The Job cannot be created or vanishes while waited on.
+pub async fn run_job_until(
+    client: &Client,
+    ns: &str,
+    job: &Job,
+    deadline: Duration,
+) -> Result<Option<JobOutcome>> {
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let created = jobs
         .create(&PostParams::default(), job)
@@ -208,15 +229,16 @@ pub async fn run_job(
     let name = created.metadata.name.unwrap_or_default();
     tracing::info!(namespace = ns, job = %name, "job created");
     let cond = move |j: Option<&Job>| j.and_then(finished).is_some();
-    let done = tokio::time::timeout(timeout, await_condition(jobs, &name, cond))
-        .await
-        .with_context(|| format!("Job {name} did not finish within {timeout:?}"))??;
-    let outcome = done
+    let Ok(done) = tokio::time::timeout(deadline, await_condition(jobs, &name, cond)).await else {
+        tracing::info!(namespace = ns, job = %name, ?deadline, "job not finished by the deadline");
+        return Ok(None);
+    };
+    let outcome = done?
         .as_ref()
         .and_then(finished)
         .context("Job vanished while waiting")?;
     tracing::info!(namespace = ns, job = %name, ?outcome, "job finished");
-    Ok(outcome)
+    Ok(Some(outcome))
 }
 
 /// The single pod of a Job that ran once.
@@ -303,6 +325,33 @@ pub async fn wait_for_log_line(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The last `max` lines of a control-plane component's log on the local test
+/// cluster that contain `needle` (case-insensitive), for failure reports of
+/// what a controller did. The harness writes each component's log to
+/// `<state>/logs/<component>.log` (`tests/cluster/lib.sh`, `start_component`);
+/// `<state>` is the parent of `KUBE_PRESTOP_NODE_HOSTPATH`. Never fails: a log
+/// that cannot be read gives one line saying why.
+pub fn component_log_lines(component: &str, needle: &str, max: usize) -> String {
+    let hostpath = records::node_hostpath();
+    let Some(state) = hostpath.parent() else {
+        return format!("<no cluster state directory above {}>", hostpath.display());
+    };
+    let path = state.join("logs").join(format!("{component}.log"));
+    let text = match std::fs::read(&path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(e) => return format!("<{}: {e}>", path.display()),
+    };
+    let needle = needle.to_lowercase();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.to_lowercase().contains(&needle))
+        .collect();
+    if lines.is_empty() {
+        return format!("<no line of {} contains {needle:?}>", path.display());
+    }
+    lines[lines.len().saturating_sub(max)..].join("\n")
 }
 
 /// Events and the logs of every container of every pod in the namespace, for

@@ -22,11 +22,13 @@
 //! container's image reference.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Pod, ResourceQuota, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
@@ -40,20 +42,25 @@ use kube_prestop_e2e::nodes::FakeNode;
 use kube_prestop_e2e::records::{RECORD_HOOK, Records, ensure_records};
 use kube_prestop_e2e::scenario::{Scenario, run_scenarios, with_scenario, with_scenario_in};
 use kube_prestop_e2e::waits::{
-    job_pods, poll_until, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
+    job_pods, poll_until, poll_until_none, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
 };
 use kube_prestop_e2e::webhook::{
     binary_config_maps, probe_pod_with, scale_webhook, wait_delivery, wait_injects_from_config_map,
     wait_webhook_serving, webhook_log_lines, webhook_replicas,
 };
 use kube_prestop_e2e::{
-    JobOutcome, TestNamespace, client, container_logs, init_tracing, kubectl, run_job,
-    sidecar_name, test_image, unique_suffix, wait_for_log_line,
+    JobOutcome, TestNamespace, client, component_log_lines, container_logs, init_tracing, kubectl,
+    run_job, sidecar_name, test_image, unique_suffix, wait_for_log_line,
 };
 use serde_json::json;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 const POD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the quota controller may take to publish a new ResourceQuota's
+/// usage: one full resync of every quota (kube-controller-manager
+/// `--resource-quota-sync-period`, default 5m0s in v1.37) and 30 s more, for
+/// when the event of the quota's creation was not acted on at once.
+const QUOTA_TIMEOUT: Duration = Duration::from_secs(330);
 const C: &str = "main";
 /// Scenarios running at the same time (2 shared cores).
 const CONCURRENCY: usize = 6;
@@ -1154,20 +1161,44 @@ async fn config_map_refused_falls_back_to_install_container(client: Client) -> R
             }))?;
             let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
             quotas.create(&PostParams::default(), &quota).await?;
-            poll_until(POD_TIMEOUT, Duration::from_millis(200), || {
-                let quotas = quotas.clone();
+            // Full means: the quota controller has published the hard limit
+            // (until then the API server's quota admission ignores the quota
+            // and would admit a ConfigMap) and a usage at or over it. Not
+            // "used == 1": any other ConfigMap in the namespace also fills it.
+            poll_until_none(QUOTA_TIMEOUT, Duration::from_millis(200), || {
+                let (quotas, config_maps) = (quotas.clone(), config_maps.clone());
                 async move {
-                    let used = quotas
-                        .get("no-more-config-maps")
+                    let status = quotas.get("no-more-config-maps").await?.status;
+                    let count = |m: Option<&BTreeMap<String, Quantity>>| {
+                        m.and_then(|m| m.get("count/configmaps"))
+                            .and_then(|q| q.0.parse::<u64>().ok())
+                    };
+                    let hard = count(status.as_ref().and_then(|s| s.hard.as_ref()));
+                    let used = count(status.as_ref().and_then(|s| s.used.as_ref()));
+                    if hard.zip(used).is_some_and(|(hard, used)| used >= hard) {
+                        return Ok(None);
+                    }
+                    let names: Vec<String> = config_maps
+                        .list(&ListParams::default())
                         .await?
-                        .status
-                        .and_then(|s| s.used)
-                        .and_then(|u| u.get("count/configmaps").cloned());
-                    Ok(used.is_some_and(|q| q.0 == "1"))
+                        .items
+                        .into_iter()
+                        .filter_map(|c| c.metadata.name)
+                        .collect();
+                    Ok(Some(format!(
+                        "status.hard count/configmaps {hard:?}, status.used {used:?}; \
+                         ConfigMaps in the namespace: {names:?}"
+                    )))
                 }
             })
             .await
-            .context("the quota's usage was never computed")?;
+            .with_context(|| {
+                format!(
+                    "the quota controller never showed the ConfigMap quota full; \
+                     its last log lines about quotas:\n{}",
+                    component_log_lines("kube-controller-manager", "quota", 20)
+                )
+            })?;
             label_namespace(
                 &client,
                 &ns,
