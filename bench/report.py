@@ -324,7 +324,9 @@ def burst_rows(fig, rows, notes):
         + (f", beside {b['burst_busy_pods']} busy pods of {b['burst_busy_cpu']} CPU" if int(b.get('burst_busy_pods', '0')) else "")
         + ": Job created → Complete",
         f"{secs:.1f} s ({comp / secs:.1f} completions/s)", "—",
-        f"Job {b['burst_outcome']}; {pods} pods, {b['burst_succeeded']} Succeeded"))
+        f"Job {b['burst_outcome']}; {pods} pods finished, {b['burst_succeeded']} Succeeded"
+        + (f", **{b['burst_unfinished']} not finished at the deadline (not counted)**"
+           if int(b.get("burst_unfinished", "0")) else "")))
     same = b["burst_wh_replicas_same"] == "1"
     rows.append((
         "burst: admission latency p50 / p90 / p99 / max, this namespace's reviews (webhook's log lines, exact)",

@@ -17,7 +17,8 @@
 //! busy pods (as for `burst`) load the node's CPUs through the run.
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
-//! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q]`:
+//! [--busy-pods N --busy-cpu Q] [--sidecar-cpu-request Q] [--sidecar-cpu-limit Q]
+//! [--deadline 1800]`:
 //! an Indexed Job in a labelled namespace, optionally beside N pods that
 //! each spin a CPU at `Q` (request = limit, e.g. `400m`): issue 24's
 //! saturated node; the pods may ask for another sidecar CPU request or
@@ -28,6 +29,9 @@
 //! server's histogram for our webhook (what the call cost the API server);
 //! pods injected (sidecar and status annotation); hooks that ran (a line per
 //! run in a hostPath record, and the sidecars' `hook finished` log lines).
+//! A Job still running at `--deadline` (seconds) is reported over the pods
+//! that have finished, the others counted (`burst_unfinished`) and named in
+//! the raw file.
 //!
 //! `outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] [--concurrency
 //! 32] [--exporter PATH]`: the outcome exporter's memory at that many
@@ -65,7 +69,7 @@ use kube_prestop_e2e::metrics::{
 use kube_prestop_e2e::records::Records;
 use kube_prestop_e2e::waits::poll_until;
 use kube_prestop_e2e::webhook::{WEBHOOK_NAMESPACE, webhook_pods};
-use kube_prestop_e2e::{JOB_NAME_LABEL, TestNamespace, run_job, sidecar_name, unique_suffix};
+use kube_prestop_e2e::{JOB_NAME_LABEL, TestNamespace, run_job_until, sidecar_name, unique_suffix};
 use serde_json::{Value, json};
 
 /// The watched container of every bench Job.
@@ -181,6 +185,11 @@ enum Part {
         /// webhook's).
         #[arg(long, value_name = "Q")]
         sidecar_cpu_limit: Option<String>,
+        /// How long to wait for the Job, in seconds; past it the results
+        /// cover the pods that have finished (`burst_outcome=DeadlinePassed`,
+        /// the others counted in `burst_unfinished`).
+        #[arg(long, value_name = "SECONDS", default_value_t = 1800)]
+        deadline: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -279,6 +288,7 @@ async fn main() -> Result<()> {
             busy,
             sidecar_cpu_request,
             sidecar_cpu_limit,
+            deadline,
             common,
         } => {
             let out = burst(
@@ -292,6 +302,7 @@ async fn main() -> Result<()> {
                     sidecar_cpu_request,
                     sidecar_cpu_limit,
                 },
+                Duration::from_secs(deadline),
             )
             .await?;
             (common, out)
@@ -490,6 +501,7 @@ async fn burst(
     parallelism: u32,
     command: &str,
     busy: Busy,
+    deadline: Duration,
 ) -> Result<(String, Value)> {
     let ns = TestNamespace::create(client, &format!("{prefix}-burst"), true).await?;
     let records = Records::create(&format!("{prefix}-burst"))?;
@@ -514,20 +526,36 @@ async fn burst(
             "burst: Indexed Job, {completions} completions, parallelism {parallelism}, in {ns}"
         ));
         let t = Instant::now();
-        let outcome = run_job(&client, &ns, &job, Duration::from_secs(1800)).await?;
+        let outcome = run_job_until(&client, &ns, &job, deadline).await?;
         let took = t.elapsed();
-        log(&format!("burst: Job {outcome:?} after {:.1} s", took.as_secs_f64()));
         let pods_api = Api::<Pod>::namespaced(client.clone(), &ns);
         let lp = ListParams::default().labels(&format!("{JOB_NAME_LABEL}=burst"));
-        poll_until(POD_TIMEOUT, Duration::from_secs(1), || {
-            let (pods_api, lp) = (pods_api.clone(), lp.clone());
-            async move { Ok(pods_api.list(&lp).await?.items.iter().all(pod_finished)) }
-        })
-        .await
-        .context("burst pods did not all finish")?;
+        let outcome = match outcome {
+            Some(outcome) => {
+                log(&format!("burst: Job {outcome:?} after {:.1} s", took.as_secs_f64()));
+                poll_until(POD_TIMEOUT, Duration::from_secs(1), || {
+                    let (pods_api, lp) = (pods_api.clone(), lp.clone());
+                    async move { Ok(pods_api.list(&lp).await?.items.iter().all(pod_finished)) }
+                })
+                .await
+                .context("burst pods did not all finish")?;
+                format!("{outcome:?}")
+            }
+            // Past the deadline: what has finished is counted, what has not
+            // is named (burst_unfinished) and left to the namespace's
+            // deletion; nothing measured so far is thrown away.
+            None => {
+                log(&format!(
+                    "burst: the Job did not finish within {} s: results over the pods that have finished",
+                    deadline.as_secs()
+                ));
+                "DeadlinePassed".to_owned()
+            }
+        };
         let (wh_after, replicas_after) = webhook_histogram(&client).await?;
         let api_after = ApiserverWebhookStats::scrape(&client).await?;
-        let pods = pods_api.list(&lp).await?.items;
+        let (pods, unfinished): (Vec<Pod>, Vec<Pod>) =
+            pods_api.list(&lp).await?.items.into_iter().partition(pod_finished);
         let logged = admission_log(&client, &ns, t.elapsed()).await?;
         let mut log_ms: Vec<f64> = logged.iter().map(|(ms, _)| *ms).collect();
         log_ms.sort_by(f64::total_cmp);
@@ -640,9 +668,10 @@ async fn burst(
             "burst_sidecar_cpu_limit",
             busy.sidecar_cpu_limit.as_deref().unwrap_or("default"),
         );
-        out(&mut lines, "burst_outcome", format!("{outcome:?}"));
+        out(&mut lines, "burst_outcome", &outcome);
         out(&mut lines, "burst_seconds", format!("{:.1}", took.as_secs_f64()));
         out(&mut lines, "burst_pods", pods.len());
+        out(&mut lines, "burst_unfinished", unfinished.len());
         out(&mut lines, "burst_succeeded", succeeded);
         out(&mut lines, "burst_injected", n_injected);
         out(&mut lines, "burst_hook_record_lines", recorded.len());
@@ -754,6 +783,7 @@ async fn burst(
             .map(kept)
             .collect();
         let raw = json!({
+            "pods_unfinished": unfinished.iter().filter_map(|p| p.metadata.name.as_deref()).collect::<Vec<_>>(),
             "pods_not_one_hook": not_one_hook,
             "pods_late_hook": late_hook,
             "webhook_histogram": wh.buckets.iter().map(|(le, c)| json!([le.to_string(), c])).collect::<Vec<_>>(),
@@ -868,9 +898,12 @@ mod tests {
         .unwrap();
         assert!(matches!(
             cli.part,
-            Part::Burst { completions: 200, parallelism: 10, ref command, sidecar_cpu_request: None, .. }
+            Part::Burst { completions: 200, parallelism: 10, ref command, sidecar_cpu_request: None, deadline: 1800, .. }
                 if command == "echo index $JOB_COMPLETION_INDEX"
         ));
+        let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "burst", "--deadline", "3600"])
+            .unwrap();
+        assert!(matches!(cli.part, Part::Burst { deadline: 3600, .. }));
 
         let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "outcomes-memory"]).unwrap();
         assert!(matches!(
