@@ -901,8 +901,9 @@ mod tests {
             Part::Burst { completions: 200, parallelism: 10, ref command, sidecar_cpu_request: None, deadline: 1800, .. }
                 if command == "echo index $JOB_COMPLETION_INDEX"
         ));
-        let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "burst", "--deadline", "3600"])
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(["kube-prestop-cluster-bench", "burst", "--deadline", "3600"])
+                .unwrap();
         assert!(matches!(cli.part, Part::Burst { deadline: 3600, .. }));
 
         let cli = Cli::try_parse_from(["kube-prestop-cluster-bench", "outcomes-memory"]).unwrap();

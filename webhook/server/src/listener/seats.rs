@@ -70,9 +70,10 @@ pub struct Seats<C> {
     /// Each peer's waiting connections by number, oldest first; a peer with
     /// none is not in the map.
     peers: HashMap<IpAddr, BTreeMap<u64, C>>,
-    /// When each peer with connections waiting was last handed a slot
-    /// ([`Seats::next_for_slot`]'s turn number); not there: not since its
-    /// connections started waiting.
+    /// When each peer was last handed a slot ([`Seats::next_for_slot`]'s
+    /// turn number), kept after its queue empties so that a peer re-opening
+    /// one connection as soon as it is served does not count as new; not
+    /// there: never, or more than [`Seats::remembered`] turns ago.
     served: HashMap<IpAddr, u64>,
     turn: u64,
 }
@@ -149,8 +150,9 @@ impl<C> Seats<C> {
 
     /// The waiting connection a freed slot goes to, taken from its seat:
     /// the oldest waiting connection of a peer with one waiting, the peers
-    /// taking turns: first a peer not handed a slot since its connections
-    /// started waiting, else the one handed one longest ago; among those
+    /// taking turns: first a peer never handed a slot (as far as
+    /// [`Seats::served`] remembers), else the one handed one longest ago,
+    /// whether or not its queue emptied in between; among those
     /// tied, the peer holding the fewest slots (`held`, as
     /// [`super::slots::Registry::held`] counts them), then the one whose
     /// oldest waiting connection is the oldest. `None` if none waits.
@@ -172,11 +174,36 @@ impl<C> Seats<C> {
             .min_by_key(|(ip, n)| (served.get(ip).copied(), held(*ip), *n))?;
         let id = SeatId { peer, n };
         let conn = self.remove(id)?;
-        if self.peers.contains_key(&peer) {
-            self.turn += 1;
-            self.served.insert(peer, self.turn);
-        }
+        self.turn += 1;
+        self.served.insert(peer, self.turn);
+        self.forget_long_served();
         Some((id, conn))
+    }
+
+    /// How many turns a peer's last slot is remembered for: four times the
+    /// capacity, at least 64. Past that, a peer counts as never served,
+    /// which ranks it where it would rank anyway (served longest ago).
+    fn remembered(&self) -> u64 {
+        u64::try_from(self.capacity.max(16)).unwrap_or(u64::MAX / 8) * 4
+    }
+
+    /// Bounds [`Seats::served`]: once it holds twice [`Seats::remembered`]
+    /// entries more than there are peers waiting, the peers without
+    /// connections waiting served more than `remembered` turns ago are
+    /// forgotten. At most `remembered` entries of peers not waiting remain
+    /// (one per turn), so the next pass is `remembered` turns away: O(1)
+    /// amortized per slot handed out, and memory bounded by the seats and
+    /// the turns remembered, not by how many addresses ever connected.
+    fn forget_long_served(&mut self) {
+        let remembered = self.remembered();
+        let limit = usize::try_from(remembered.saturating_mul(2)).unwrap_or(usize::MAX);
+        if self.served.len() <= limit.saturating_add(self.peers.len()) {
+            return;
+        }
+        let since = self.turn.saturating_sub(remembered);
+        let peers = &self.peers;
+        self.served
+            .retain(|ip, turn| *turn > since || peers.contains_key(ip));
     }
 
     /// Forget a connection that left its seat; its value, or `None` if it
@@ -186,7 +213,6 @@ impl<C> Seats<C> {
         let conn = waiting.remove(&id.n)?;
         if waiting.is_empty() {
             self.peers.remove(&id.peer);
-            self.served.remove(&id.peer);
         }
         self.len -= 1;
         Some(conn)
@@ -362,6 +388,46 @@ mod tests {
         fill(&mut s, C, &["c0"]);
         assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("c0"));
         assert_eq!(s.next_for_slot(held).map(|(_, c)| c), Some("a2"));
+    }
+
+    #[test]
+    fn a_peer_re_opening_one_connection_as_it_is_served_takes_its_turn_too() {
+        let mut s = Seats::new(8);
+        fill(&mut s, A, &["a0"]);
+        fill(&mut s, B, &["b0", "b1", "b2"]);
+        let none_held = |_: IpAddr| 0;
+        let mut order = Vec::new();
+        let mut a_next = ["a1", "a2", "a3"].into_iter();
+        while let Some((_, served)) = s.next_for_slot(none_held) {
+            order.push(served);
+            // A's queue empties each time its one connection is served: it
+            // re-opens one at once.
+            if served.starts_with('a')
+                && let Some(next) = a_next.next()
+            {
+                fill(&mut s, A, &[next]);
+            }
+        }
+        // Not a0, a1, a2, a3 ahead of B's whole queue.
+        assert_eq!(order, ["a0", "b0", "a1", "b1", "a2", "b2", "a3"]);
+    }
+
+    #[test]
+    fn the_last_slot_of_long_gone_peers_is_forgotten() {
+        let mut s = Seats::new(1);
+        let remembered = usize::try_from(s.remembered()).unwrap();
+        for i in 0..remembered * 10 {
+            let peer = IpAddr::from([10, 1, (i >> 8) as u8, i as u8]);
+            s.seat(peer, "x").unwrap();
+            s.next_for_slot(|_| 0).unwrap();
+        }
+        assert!(
+            s.served.len() <= 2 * remembered + 1,
+            "{} peers remembered, at most {} expected",
+            s.served.len(),
+            2 * remembered + 1
+        );
+        assert_eq!(s.len, 0);
     }
 
     #[test]
