@@ -166,14 +166,14 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
             .collect::<Result<Vec<_>, _>>()?;
         return match &rest[..] {
             [n] if n == "--help" || n == "-h" => Ok(Cli::Help),
-            [n] => n
-                .parse::<i32>()
-                .ok()
-                .and_then(|n| nix::sys::signal::Signal::try_from(n).ok())
-                .map(Cli::Signal)
-                .ok_or_else(|| {
-                    UsageError(format!("{sub}: {n:?} is not a signal number (1 to 31)"))
-                }),
+            [n] => decimal(sub, n, "a signal number (1 to 31)", |n: &i32| {
+                nix::sys::signal::Signal::try_from(*n).is_ok()
+            })
+            .and_then(|n| {
+                nix::sys::signal::Signal::try_from(n)
+                    .map(Cli::Signal)
+                    .map_err(|e| UsageError(format!("{sub} {n}: {e}")))
+            }),
             _ => err(format!("{sub} takes one argument, the signal number")),
         };
     }
@@ -466,6 +466,10 @@ mod tests {
             &["signal"][..],
             &["signal", "TERM"],
             &["signal", "0"],
+            &["signal", "+15"],
+            &["signal", "-9"],
+            &["signal", " 9"],
+            &["signal", "32"],
             &["signal", "15", "1"],
         ] {
             let e = parse(&s(bad)).unwrap_err().0;
