@@ -1,11 +1,12 @@
 //! Waits on conditions with deadlines (never fixed sleeps): a generic poll,
-//! and the pods of a Job appearing, reaching a state or going away.
+//! the pods of a Job appearing, reaching a state or going away, and a
+//! ResourceQuota's usage published by the quota controller.
 
 use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
@@ -139,4 +140,65 @@ pub async fn wait_pod_finished(
     timeout: Duration,
 ) -> Result<Pod> {
     wait_pod(client, ns, name, "finished", timeout, pod_finished).await
+}
+
+/// How long the quota controller may take to publish a new ResourceQuota's
+/// usage: one full resync of every quota (kube-controller-manager
+/// `--resource-quota-sync-period`, default 5m0s in v1.37) and 30 s more, for
+/// when the event of the quota's creation was not acted on at once.
+pub const QUOTA_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// Waits until the quota controller has published ResourceQuota `name`'s
+/// hard limits and usage for every resource its spec limits, and `full`
+/// holds of them (`resource -> (hard, used)`, both as the API server prints
+/// them). Until the hard limits are published the API server's quota
+/// admission ignores the quota, so a test of what it refuses waits here
+/// first.
+///
+/// # Errors
+/// Not so within [`QUOTA_TIMEOUT`]: names the status last seen and ends with
+/// the controller manager's last log lines about quotas.
+pub async fn wait_quota_usage<F>(client: &Client, ns: &str, name: &str, full: F) -> Result<()>
+where
+    F: Fn(&std::collections::BTreeMap<String, (String, String)>) -> bool,
+{
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), ns);
+    let full = &full;
+    poll_until_none(QUOTA_TIMEOUT, Duration::from_millis(300), || {
+        let quotas = quotas.clone();
+        async move {
+            let quota = quotas.get(name).await?;
+            let limited = quota.spec.and_then(|s| s.hard).unwrap_or_default();
+            let status = quota.status.unwrap_or_default();
+            let (hard, used) = (
+                status.hard.unwrap_or_default(),
+                status.used.unwrap_or_default(),
+            );
+            let seen: std::collections::BTreeMap<String, (String, String)> = limited
+                .keys()
+                .filter_map(|r| Some((r.clone(), (hard.get(r)?.0.clone(), used.get(r)?.0.clone()))))
+                .collect();
+            if seen.len() == limited.len() && full(&seen) {
+                return Ok(None);
+            }
+            Ok(Some(format!(
+                "spec.hard {:?}; status.hard {:?}; status.used {:?}",
+                limited.keys().collect::<Vec<_>>(),
+                hard.iter()
+                    .map(|(k, v)| format!("{k}={}", v.0))
+                    .collect::<Vec<_>>(),
+                used.iter()
+                    .map(|(k, v)| format!("{k}={}", v.0))
+                    .collect::<Vec<_>>(),
+            )))
+        }
+    })
+    .await
+    .with_context(|| {
+        format!(
+            "the quota controller never published the usage of ResourceQuota {ns}/{name} as \
+             expected; its last log lines about quotas:\n{}",
+            crate::component_log_lines("kube-controller-manager", "quota", 20)
+        )
+    })
 }

@@ -22,13 +22,11 @@
 //! container's image reference.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Pod, ResourceQuota, Secret};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use kube_prestop_e2e::checks::{
@@ -42,25 +40,21 @@ use kube_prestop_e2e::nodes::FakeNode;
 use kube_prestop_e2e::records::{RECORD_HOOK, Records, ensure_records};
 use kube_prestop_e2e::scenario::{Scenario, run_scenarios, with_scenario, with_scenario_in};
 use kube_prestop_e2e::waits::{
-    job_pods, poll_until, poll_until_none, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
+    job_pods, poll_until, wait_job_pod, wait_pod, wait_pod_finished, wait_pod_gone,
+    wait_quota_usage,
 };
 use kube_prestop_e2e::webhook::{
     binary_config_maps, probe_pod_with, scale_webhook, wait_delivery, wait_injects_from_config_map,
     wait_webhook_serving, webhook_log_lines, webhook_replicas,
 };
 use kube_prestop_e2e::{
-    JobOutcome, TestNamespace, client, component_log_lines, container_logs, init_tracing, kubectl,
-    run_job, sidecar_name, test_image, unique_suffix, wait_for_log_line,
+    JobOutcome, TestNamespace, client, container_logs, init_tracing, kubectl, run_job,
+    sidecar_name, test_image, unique_suffix, wait_for_log_line,
 };
 use serde_json::json;
 
 const JOB_TIMEOUT: Duration = Duration::from_secs(240);
 const POD_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long the quota controller may take to publish a new ResourceQuota's
-/// usage: one full resync of every quota (kube-controller-manager
-/// `--resource-quota-sync-period`, default 5m0s in v1.37) and 30 s more, for
-/// when the event of the quota's creation was not acted on at once.
-const QUOTA_TIMEOUT: Duration = Duration::from_secs(330);
 const C: &str = "main";
 /// Scenarios running at the same time (2 shared cores).
 const CONCURRENCY: usize = 6;
@@ -686,19 +680,7 @@ async fn limit_range_and_quota_admit_and_run_hook(client: Client) -> Result<()> 
             .create(&PostParams::default(), &quota)
             .await?;
         // The quota controller must have computed usage before pods are admitted.
-        let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
-        poll_until(Duration::from_secs(60), Duration::from_millis(300), || {
-            let quotas = quotas.clone();
-            async move {
-                Ok(quotas
-                    .get("quota")
-                    .await?
-                    .status
-                    .and_then(|s| s.used)
-                    .is_some())
-            }
-        })
-        .await?;
+        wait_quota_usage(&client, &ns, "quota", |_| true).await?;
         let mut c = container(C, "sleep 2; echo body", RECORD_HOOK);
         set(&mut c, "resources", json!({}));
         let j = job("limited", pod_spec(&rec, vec![c]), json!({}))?;
@@ -1161,44 +1143,14 @@ async fn config_map_refused_falls_back_to_install_container(client: Client) -> R
             }))?;
             let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns);
             quotas.create(&PostParams::default(), &quota).await?;
-            // Full means: the quota controller has published the hard limit
-            // (until then the API server's quota admission ignores the quota
-            // and would admit a ConfigMap) and a usage at or over it. Not
-            // "used == 1": any other ConfigMap in the namespace also fills it.
-            poll_until_none(QUOTA_TIMEOUT, Duration::from_millis(200), || {
-                let (quotas, config_maps) = (quotas.clone(), config_maps.clone());
-                async move {
-                    let status = quotas.get("no-more-config-maps").await?.status;
-                    let count = |m: Option<&BTreeMap<String, Quantity>>| {
-                        m.and_then(|m| m.get("count/configmaps"))
-                            .and_then(|q| q.0.parse::<u64>().ok())
-                    };
-                    let hard = count(status.as_ref().and_then(|s| s.hard.as_ref()));
-                    let used = count(status.as_ref().and_then(|s| s.used.as_ref()));
-                    if hard.zip(used).is_some_and(|(hard, used)| used >= hard) {
-                        return Ok(None);
-                    }
-                    let names: Vec<String> = config_maps
-                        .list(&ListParams::default())
-                        .await?
-                        .items
-                        .into_iter()
-                        .filter_map(|c| c.metadata.name)
-                        .collect();
-                    Ok(Some(format!(
-                        "status.hard count/configmaps {hard:?}, status.used {used:?}; \
-                         ConfigMaps in the namespace: {names:?}"
-                    )))
-                }
+            // Full: used at or over hard (not "used == 1": any other
+            // ConfigMap in the namespace fills it too).
+            wait_quota_usage(&client, &ns, "no-more-config-maps", |seen| {
+                seen.values().all(|(hard, used)| {
+                    matches!((hard.parse::<u64>(), used.parse::<u64>()), (Ok(h), Ok(u)) if u >= h)
+                })
             })
-            .await
-            .with_context(|| {
-                format!(
-                    "the quota controller never showed the ConfigMap quota full; \
-                     its last log lines about quotas:\n{}",
-                    component_log_lines("kube-controller-manager", "quota", 20)
-                )
-            })?;
+            .await?;
             label_namespace(
                 &client,
                 &ns,
