@@ -4,7 +4,7 @@
 //! kube-prestop install --dest PATH | --dest-dir DIR
 //! kube-prestop watch   --container X [--started-after A,B] [--run-on always|success|failure]
 //!                      [--hook-root sidecar|container] [--termination-message PATH]
-//!                      [--root DIR] -- HOOK [ARG...]
+//!                      [--pod-containers N] [--gate-port PORT] [--root DIR] -- HOOK [ARG...]
 //! kube-prestop prestop --container X [--root DIR] -- HOOK [ARG...]
 //! kube-prestop probe   --container X [--root DIR]
 //! kube-prestop post-start --container X [--timeout SECONDS] [--root DIR]
@@ -37,7 +37,7 @@ pub const USAGE: &str = "usage:
   kube-prestop install --dest PATH | --dest-dir DIR
   kube-prestop watch   --container NAME [--started-after NAME,...] [--run-on always|success|failure]
                        [--hook-root sidecar|container] [--termination-message PATH] [--pod-containers N]
-                       [--root DIR] -- HOOK [ARG...]
+                       [--gate-port PORT] [--root DIR] -- HOOK [ARG...]
   kube-prestop prestop --container NAME [--root DIR] -- HOOK [ARG...]
   kube-prestop probe   --container NAME [--root DIR]
   kube-prestop post-start --container NAME [--timeout SECONDS] [--root DIR]
