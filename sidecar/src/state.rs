@@ -21,8 +21,14 @@
 //!   regular file only (a rename replaces a link, never follows it; a link
 //!   or another kind of file there is refused). Either way a reader (the
 //!   probe, a restarted sidecar) sees no record or a whole one;
-//! - records are read with `O_NOFOLLOW | O_NONBLOCK` and only when they are
-//!   regular files, at most [`MAX_RECORD_BYTES`].
+//! - records are read only when they are regular files: the name is first
+//!   looked at with `fstatat(AT_SYMLINK_NOFOLLOW)`, so a FIFO, socket or
+//!   device is never even opened, then opened with `O_NOFOLLOW | O_NONBLOCK
+//!   | O_NOCTTY | O_CLOEXEC` (a FIFO swapped in meanwhile cannot block the
+//!   open) and checked again with `fstat(2)`; at most [`MAX_RECORD_BYTES`]
+//!   are read. Anything else is refused ([`StateError::Refused`], naming
+//!   the path and what is there), which each reader treats as it treats a
+//!   malformed record ([`StateStore::read_checked`]).
 //!
 //! A refusal is a [`StateError::Refused`] naming the path and what was
 //! found; the callers log it on the sidecar's (or the preStop wrapper's)
@@ -71,6 +77,14 @@ pub enum StateError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A record could not be read (other than absent or refused).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The record's path.
+        path: PathBuf,
+        /// The underlying error (`InvalidData` for text that is not UTF-8).
+        source: io::Error,
+    },
     /// A record could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -111,17 +125,77 @@ pub enum Found {
     Exists,
     /// Neither a directory nor, for a record, a regular file (a FIFO, a
     /// device, a socket, a directory where a record belongs, a file where a
-    /// directory belongs).
-    OtherKind,
+    /// directory belongs); what it is.
+    OtherKind(FileKind),
 }
 
 impl std::fmt::Display for Found {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Found::Symlink => f.write_str("it is a symbolic link"),
+            Found::Exists => f.write_str("a record of that name already exists"),
+            Found::OtherKind(kind) => write!(f, "it is {kind}, not of the expected kind"),
+        }
+    }
+}
+
+/// The type of a file found in the state directory (`st_mode & S_IFMT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    Regular,
+    /// A directory.
+    Directory,
+    /// A symbolic link.
+    Symlink,
+    /// A FIFO (named pipe): opening it for reading without `O_NONBLOCK`
+    /// blocks until a writer opens it.
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A type bit pattern none of the above (or the type could not be read).
+    Unknown,
+}
+
+impl FileKind {
+    fn of(kind: SFlag) -> Self {
+        match kind {
+            SFlag::S_IFREG => Self::Regular,
+            SFlag::S_IFDIR => Self::Directory,
+            SFlag::S_IFLNK => Self::Symlink,
+            SFlag::S_IFIFO => Self::Fifo,
+            SFlag::S_IFSOCK => Self::Socket,
+            SFlag::S_IFCHR => Self::CharDevice,
+            SFlag::S_IFBLK => Self::BlockDevice,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Found::Symlink => "it is a symbolic link",
-            Found::Exists => "a record of that name already exists",
-            Found::OtherKind => "it is not of the expected kind",
+            Self::Regular => "a regular file",
+            Self::Directory => "a directory",
+            Self::Symlink => "a symbolic link",
+            Self::Fifo => "a FIFO",
+            Self::Socket => "a socket",
+            Self::CharDevice => "a character device",
+            Self::BlockDevice => "a block device",
+            Self::Unknown => "a file of unknown type",
         })
+    }
+}
+
+/// [`Found`] for a file of type `kind` where a regular file belongs.
+fn found_for(kind: SFlag) -> Found {
+    match kind {
+        SFlag::S_IFLNK => Found::Symlink,
+        k => Found::OtherKind(FileKind::of(k)),
     }
 }
 
@@ -186,8 +260,7 @@ impl StateStore {
             // O_NOFOLLOW on a link gives ELOOP; O_DIRECTORY on a file ENOTDIR.
             (Errno::ELOOP | Errno::ENOTDIR, Some(p)) => {
                 match lstat_at(p, &name.to_string_lossy()) {
-                    Ok(Some(SFlag::S_IFLNK)) => Refusal::Found(Found::Symlink),
-                    Ok(Some(_)) => Refusal::Found(Found::OtherKind),
+                    Ok(Some(k)) => Refusal::Found(found_for(k)),
                     _ => Refusal::Io(io::Error::from(e)),
                 }
             }
@@ -261,7 +334,12 @@ impl StateStore {
         res.map_err(|r| r.into_error(path, write_err))
     }
 
-    /// Whether record `name` exists (in any form: a link counts, unfollowed).
+    /// Whether record `name` exists (in any form: a link, a FIFO, a socket
+    /// count, unfollowed and unopened: only `fstatat(AT_SYMLINK_NOFOLLOW)`).
+    /// The records checked only for existence (`prestop-ended-<id>`, and
+    /// `prestop-<id>` that cannot be read) carry no content the watcher
+    /// uses, and whoever can plant another kind of file there (X's
+    /// processes) could as well write a regular one, so any kind counts.
     pub fn exists(&self, name: &str) -> bool {
         self.open_dir()
             .ok()
@@ -270,25 +348,86 @@ impl StateStore {
 
     /// Reads record `name`'s text (parse it with the record's type in
     /// [`kube_prestop_contract::record`]); `None` if absent, unreadable, a
-    /// link or not a regular file. At most [`MAX_RECORD_BYTES`] are read.
+    /// link or not a regular file ([`Self::read_checked`] says which).
     pub fn read(&self, name: &str) -> Option<String> {
-        let dir = self.open_dir().ok()?;
-        let fd = openat(
+        self.read_checked(name).ok().flatten()
+    }
+
+    /// Reads record `name`'s text, at most [`MAX_RECORD_BYTES`] bytes,
+    /// never blocking and never following a link: the name is looked at
+    /// first (`fstatat(AT_SYMLINK_NOFOLLOW)`) and only a regular file is
+    /// opened, with `O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+    /// O_CLOEXEC`, then checked again with `fstat(2)` (a FIFO put there in
+    /// between is opened without blocking, and refused). A FIFO, socket or
+    /// device is never opened (opening a device can have side effects).
+    ///
+    /// `Ok(None)` when the record, or the state directory, does not exist.
+    /// Errors: [`StateError::Refused`] naming the path when it is a link
+    /// ([`Found::Symlink`]) or not a regular file ([`Found::OtherKind`]
+    /// with its type), also for `state/` or the container's directory;
+    /// [`StateError::Read`] when it cannot be opened or read otherwise
+    /// (text that is not UTF-8: `InvalidData`); [`StateError::OpenDir`]
+    /// when the directory cannot be opened. Callers treat a refused or
+    /// unreadable record as a malformed one.
+    pub fn read_checked(&self, name: &str) -> Result<Option<String>, StateError> {
+        let path = self.path(name);
+        let read_err = |path: PathBuf, source| StateError::Read { path, source };
+        let dir = match self.open_dir() {
+            Ok(dir) => dir,
+            Err((_, Refusal::Io(e))) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err((p, r)) => {
+                return Err(r.into_error(p, |path, source| StateError::OpenDir { path, source }));
+            }
+        };
+        match lstat_at(&dir, name) {
+            Ok(None) => return Ok(None),
+            Ok(Some(SFlag::S_IFREG)) => {}
+            Ok(Some(k)) => {
+                return Err(StateError::Refused {
+                    path,
+                    found: found_for(k),
+                });
+            }
+            Err(e) => return Err(read_err(path, e.into())),
+        }
+        let fd = match openat(
             dir.as_fd(),
             name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
             Mode::empty(),
-        )
-        .ok()?;
-        if kind_of(&fstat(fd.as_fd()).ok()?) != SFlag::S_IFREG {
-            return None;
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            // Replaced by a link since the look (O_NOFOLLOW: ELOOP), or by
+            // a socket (ENXIO): refused, naming what is there now.
+            Err(e @ (Errno::ELOOP | Errno::ENXIO)) => {
+                return Err(match lstat_at(&dir, name) {
+                    Ok(Some(k)) if k != SFlag::S_IFREG => StateError::Refused {
+                        path,
+                        found: found_for(k),
+                    },
+                    _ => read_err(path, e.into()),
+                });
+            }
+            Err(e) => return Err(read_err(path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).map_err(|e| read_err(path.clone(), e.into()))?;
+        if kind_of(&st) != SFlag::S_IFREG {
+            return Err(StateError::Refused {
+                path,
+                found: found_for(kind_of(&st)),
+            });
         }
         let mut text = String::new();
         File::from(fd)
             .take(MAX_RECORD_BYTES)
             .read_to_string(&mut text)
-            .ok()?;
-        Some(text)
+            .map_err(|e| read_err(path, e))?;
+        Ok(Some(text))
     }
 
     /// Removes record `name` (the entry itself, never what a link points
@@ -400,8 +539,7 @@ fn place(dir: &OwnedFd, tmp: &str, name: &str) -> Result<(), Refusal> {
     if replaceable(name) {
         match lstat_at(dir, name).map_err(io_err)? {
             None | Some(SFlag::S_IFREG) => {}
-            Some(SFlag::S_IFLNK) => return Err(Refusal::Found(Found::Symlink)),
-            Some(_) => return Err(Refusal::Found(Found::OtherKind)),
+            Some(k) => return Err(Refusal::Found(found_for(k))),
         }
         return renameat(dir.as_fd(), tmp, dir.as_fd(), name).map_err(io_err);
     }
@@ -409,9 +547,9 @@ fn place(dir: &OwnedFd, tmp: &str, name: &str) -> Result<(), Refusal> {
     match linkat(dir.as_fd(), tmp, dir.as_fd(), name, AtFlags::empty()) {
         Ok(()) => Ok(()),
         Err(Errno::EEXIST) => Err(Refusal::Found(match lstat_at(dir, name) {
-            Ok(Some(SFlag::S_IFLNK)) => Found::Symlink,
             Ok(Some(SFlag::S_IFREG)) => Found::Exists,
-            _ => Found::OtherKind,
+            Ok(Some(k)) => found_for(k),
+            _ => Found::OtherKind(FileKind::Unknown),
         })),
         Err(e) => Err(io_err(e)),
     }
@@ -661,7 +799,8 @@ mod tests {
         }
     }
 
-    /// A FIFO planted as a record neither blocks the reader nor is read.
+    /// A FIFO planted as a record neither blocks the reader nor is read;
+    /// `read_checked` names the path and what is there.
     #[test]
     fn planted_fifo_is_not_read() {
         let root = tmpdir("fifo");
@@ -669,10 +808,45 @@ mod tests {
         made(&s);
         nix::unistd::mkfifo(&s.path("running-1-2"), Mode::from_bits_truncate(0o666)).unwrap();
         assert_eq!(s.read("running-1-2"), None);
+        let err = s.read_checked("running-1-2").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::Refused {
+                    found: Found::OtherKind(FileKind::Fifo),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&s.path("running-1-2").display().to_string()) && msg.contains("a FIFO"),
+            "{msg}"
+        );
+        // A socket and a link are refused the same way, never opened or
+        // followed; an absent record is no error.
+        let _socket = std::os::unix::net::UnixListener::bind(s.path("seen-1-2")).unwrap();
+        assert!(matches!(
+            s.read_checked("seen-1-2"),
+            Err(StateError::Refused {
+                found: Found::OtherKind(FileKind::Socket),
+                ..
+            })
+        ));
+        std::os::unix::fs::symlink(s.path("running-1-2"), s.path("done-1-2")).unwrap();
+        assert!(matches!(
+            s.read_checked("done-1-2"),
+            Err(StateError::Refused {
+                found: Found::Symlink,
+                ..
+            })
+        ));
+        assert!(s.read_checked("done-9-9").unwrap().is_none());
         assert!(matches!(
             s.write("running-1-2", "attempt=1\n"),
             Err(StateError::Refused {
-                found: Found::OtherKind,
+                found: Found::OtherKind(FileKind::Fifo),
                 ..
             })
         ));
