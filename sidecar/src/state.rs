@@ -312,7 +312,7 @@ impl StateStore {
     }
 
     /// Writes record `name` (see the module's documentation for how): a new
-    /// file, mode 0666, never through a link.
+    /// file, mode [`RECORD_MODE`] (0444), never through a link.
     ///
     /// Errors: [`StateError::Refused`] when the directory or the record's
     /// name is a link, when a record written once per instance exists
@@ -500,7 +500,23 @@ impl Refusal {
     }
 }
 
-/// Creates `name` in `dir` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0666.
+/// Mode of every record (and of its temporary file): read-only for all.
+///
+/// Readable by all so that the wrapper (X's user) and the watcher (the
+/// sidecar's user, possibly another) can each read what the other wrote.
+/// Writable by none: no side ever opens an existing record for writing. A
+/// record is written once, through the descriptor that created its
+/// temporary file (`O_CREAT | O_EXCL` hands back a writable descriptor
+/// whatever the mode), then linked or renamed into place; a rewrite of a
+/// replaceable record is a new temporary file renamed over the old one,
+/// and removal is an `unlinkat(2)`: both need write permission on the
+/// directory (the `emptyDir`'s 0777), none on the file. (Earlier builds made
+/// it 0666, which let any user of the pod rewrite another's record in
+/// place.)
+pub const RECORD_MODE: u32 = 0o444;
+
+/// Creates `name` in `dir` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode
+/// [`RECORD_MODE`] whatever the umask.
 /// A leftover of ours (same name: this PID wrote it before and died, or the
 /// PID was reused) is unlinked once, never followed, and the create retried.
 fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
@@ -509,7 +525,7 @@ fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
             dir.as_fd(),
             name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o666),
+            Mode::from_bits_truncate(RECORD_MODE),
         )
     };
     let fd = match open() {
@@ -521,9 +537,10 @@ fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
         other => other,
     }
     .map_err(|e| Refusal::Io(e.into()))?;
-    // Against the umask, so that the wrapper (X's user) and the watcher
-    // (the sidecar's) can both read what the other wrote.
-    let _ = fchmod(fd.as_fd(), Mode::from_bits_truncate(0o666));
+    // Against the umask (a umask of 077 would leave 0400), so that the
+    // wrapper (X's user) and the watcher (the sidecar's) can both read
+    // what the other wrote; see [`RECORD_MODE`].
+    let _ = fchmod(fd.as_fd(), Mode::from_bits_truncate(RECORD_MODE));
     Ok(File::from(fd))
 }
 
@@ -878,6 +895,63 @@ mod tests {
         fs::create_dir_all(s.dir()).unwrap();
         s.check_dir().unwrap();
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Every record is mode 0444 ([`RECORD_MODE`]): readable by the other
+    /// side's user, writable by none (nothing rewrites a record in place),
+    /// also under a umask of 077. The umask is process-wide, so that part
+    /// runs in a child: this test binary again, running only this test,
+    /// with `umask(077)` set before its `exec`.
+    #[test]
+    fn records_are_mode_0444_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::os::unix::process::CommandExt as _;
+        const CHILD: &str = "KPS_STATE_MODE_CHILD";
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        let root = match std::env::var_os(CHILD) {
+            Some(root) => PathBuf::from(root),
+            None => tmpdir("mode"),
+        };
+        let s = StateStore::new(&root, "main");
+        made(&s);
+        for name in ["done-1-2", "seen-1-2", "armed"] {
+            s.write(name, "x=1\n").unwrap();
+            assert_eq!(mode(&s.path(name)), 0o444, "{name}");
+        }
+        // A replaceable record is rewritten (a new file renamed over it),
+        // still 0444.
+        s.write("seen-1-2", "x=2\n").unwrap();
+        assert_eq!(mode(&s.path("seen-1-2")), 0o444);
+        assert_eq!(s.read("seen-1-2").as_deref(), Some("x=2\n"));
+        if std::env::var_os(CHILD).is_some() {
+            return;
+        }
+        let child_root = tmpdir("mode-umask");
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "state::tests::records_are_mode_0444_whatever_the_umask",
+            "--test-threads=1",
+        ])
+        .env(CHILD, &child_root);
+        // SAFETY: umask(2) is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::stat::umask(Mode::from_bits_truncate(0o077));
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The child's umask was in effect: its directory is 0700.
+        assert_eq!(mode(&StateStore::new(&child_root, "main").dir()) & 0o077, 0);
+        fs::remove_dir_all(&root).unwrap();
+        fs::remove_dir_all(&child_root).unwrap();
     }
 
     #[test]
