@@ -699,11 +699,24 @@ mod tests {
             serde_json::from_slice(&review_of(&pod, false)).unwrap();
         let r = &review_value["request"];
         let request_array = json!([
-            r["uid"], r["kind"], r["resource"], null, null, null, null, "", r["namespace"],
-            r["operation"], r["userInfo"], r["object"], null, false, null
+            r["uid"],
+            r["kind"],
+            r["resource"],
+            null,
+            null,
+            null,
+            null,
+            "",
+            r["namespace"],
+            r["operation"],
+            r["userInfo"],
+            r["object"],
+            null,
+            false,
+            null
         ]);
-        let top = serde_json::to_vec(&json!(["admission.k8s.io/v1", "AdmissionReview", r]))
-            .unwrap();
+        let top =
+            serde_json::to_vec(&json!(["admission.k8s.io/v1", "AdmissionReview", r])).unwrap();
         let top_of_array = serde_json::to_vec(&json!([
             "admission.k8s.io/v1",
             "AdmissionReview",
@@ -723,7 +736,10 @@ mod tests {
             let out = allow(&body);
             assert_eq!(out.status().as_u16(), 400, "{what}");
             let text = String::from_utf8_lossy(&out.body()).into_owned();
-            assert!(text.contains("not a JSON AdmissionReview"), "{what}: {text}");
+            assert!(
+                text.contains("not a JSON AdmissionReview"),
+                "{what}: {text}"
+            );
             assert!(text.contains("a JSON object"), "{what}: {text}");
         }
         // The same review as an object: injected.

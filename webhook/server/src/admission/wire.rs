@@ -409,14 +409,18 @@ mod tests {
         }
         for body in bodies {
             let old = kube_parse(&body);
-            let new = parse(&body).ok().map(|Parsed { request, object, .. }| {
-                let object = match object {
-                    Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
-                    Object::Invalid(_) => Some(Value::Null),
-                    Object::Absent => None,
-                };
-                (request.uid, object)
-            });
+            let new = parse(&body).ok().map(
+                |Parsed {
+                     request, object, ..
+                 }| {
+                    let object = match object {
+                        Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
+                        Object::Invalid(_) => Some(Value::Null),
+                        Object::Absent => None,
+                    };
+                    (request.uid, object)
+                },
+            );
             assert_eq!(new, old, "{}", String::from_utf8_lossy(&body));
         }
     }
