@@ -949,7 +949,7 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         // The child's umask was in effect: its directory is 0700.
-        assert_eq!(mode(&StateStore::new(&child_root, "main").dir()) & 0o077, 0);
+        assert_eq!(mode(StateStore::new(&child_root, "main").dir()) & 0o077, 0);
         fs::remove_dir_all(&root).unwrap();
         fs::remove_dir_all(&child_root).unwrap();
     }
