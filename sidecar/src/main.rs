@@ -6,6 +6,7 @@ use std::process::exit;
 
 use kube_prestop_contract as contract;
 use kube_prestop_sidecar::cli::{self, Cli, Invocation, USAGE};
+use kube_prestop_sidecar::state::StateStore;
 use kube_prestop_sidecar::{gate, install, log, poststart, procfs, signal, watch, wrapper};
 
 fn main() {
@@ -62,7 +63,8 @@ fn main() {
         },
         Cli::Probe(t) => {
             let armed = contract::armed_mark(&t.root, &t.container);
-            match poststart::check_mark(&armed, Path::new(procfs::PROC_ROOT)) {
+            let store = StateStore::new(&t.root, &t.container);
+            match poststart::check_mark(&store, Path::new(procfs::PROC_ROOT)) {
                 poststart::Mark::Live { .. } => 0,
                 mark => {
                     log!(
@@ -76,7 +78,8 @@ fn main() {
         }
         Cli::PostStart { target, timeout } => {
             let armed = contract::armed_mark(&target.root, &target.container);
-            match poststart::wait_armed(&armed, Path::new(procfs::PROC_ROOT), timeout) {
+            let store = StateStore::new(&target.root, &target.container);
+            match poststart::wait_armed(&store, Path::new(procfs::PROC_ROOT), timeout) {
                 poststart::Outcome::Armed { waited, pid } => {
                     // Into the sidecar's log (the kubelet drops a
                     // successful handler's output); on our own stderr if

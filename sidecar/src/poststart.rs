@@ -26,6 +26,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::finder::Instance;
+use crate::state::{Found, StateError, StateStore};
 use kube_prestop_contract as contract;
 
 /// How often the handler looks for the `armed` mark: the watcher normally
@@ -36,10 +37,19 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
 /// What the `armed` mark says, as the postStart handler (or `probe`) sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mark {
-    /// No mark (or it could not be read).
+    /// No mark (nor state directory).
     Missing,
     /// A mark whose content is not an [`ArmedRecord`](contract::ArmedRecord).
     Malformed,
+    /// Something other than a regular file at the mark's name, or at
+    /// `state/` or the container's directory (planted: X mounts its state
+    /// volume read-write): a FIFO, a socket, a device, a link. It is
+    /// neither opened (but for a regular file swapped for it) nor followed,
+    /// and counts as a malformed mark.
+    Refused(Found),
+    /// The mark exists but could not be read (permissions, I/O, not
+    /// UTF-8): counts as a malformed mark.
+    Unreadable(std::io::ErrorKind),
     /// A mark naming a watcher process that no longer runs: left by a
     /// watcher that was killed (SIGKILL, OOM) before it could remove it.
     Stale {
@@ -58,20 +68,30 @@ impl std::fmt::Display for Mark {
         match self {
             Mark::Missing => f.write_str("missing"),
             Mark::Malformed => f.write_str("malformed"),
+            Mark::Refused(found) => write!(f, "refused, not read: {found}"),
+            Mark::Unreadable(kind) => write!(f, "unreadable: {kind}"),
             Mark::Stale { pid } => write!(f, "left by watcher pid {pid}, which is not running"),
             Mark::Live { pid } => write!(f, "written by running watcher pid {pid}"),
         }
     }
 }
 
-/// Reads the `armed` mark at `mark` and checks that the watcher it names
-/// runs: same PID *and* start time in the procfs at `proc_root` (a reused
-/// PID does not count, nor does a zombie). The handler runs in the
-/// watcher's own container, so it sees the watcher in the same PID
-/// namespace and `/proc`.
-pub fn check_mark(mark: &Path, proc_root: &Path) -> Mark {
-    let Ok(content) = crate::procfs::read_small(mark) else {
-        return Mark::Missing;
+/// Reads the `armed` mark in `store` ([`contract::ARMED_FILE`], with
+/// [`StateStore::read_checked`]: never blocking on a planted FIFO, never
+/// following a link, at most [`crate::state::MAX_RECORD_BYTES`]) and checks
+/// that the watcher it names runs: same PID *and* start time in the procfs
+/// at `proc_root` (a reused PID does not count, nor does a zombie). The
+/// handler runs in the watcher's own container, so it sees the watcher in
+/// the same PID namespace and `/proc`. Only [`Mark::Live`] means armed.
+pub fn check_mark(store: &StateStore, proc_root: &Path) -> Mark {
+    let content = match store.read_checked(contract::ARMED_FILE) {
+        Ok(Some(content)) => content,
+        Ok(None) => return Mark::Missing,
+        Err(StateError::Refused { found, .. }) => return Mark::Refused(found),
+        Err(StateError::Read { source, .. } | StateError::OpenDir { source, .. }) => {
+            return Mark::Unreadable(source.kind());
+        }
+        Err(_) => return Mark::Unreadable(std::io::ErrorKind::Other),
     };
     let Some(armed) = contract::ArmedRecord::parse(&content) else {
         return Mark::Malformed;
@@ -106,16 +126,17 @@ pub enum Outcome {
     },
 }
 
-/// Waits until `mark` names a running watcher ([`check_mark`]), looking
+/// Waits until the `armed` mark in `store` names a running watcher
+/// ([`check_mark`]; a refused or malformed mark never ends it), looking
 /// every [`POLL_INTERVAL`], for at most `timeout`. The watcher removes its
 /// mark when it starts and when it exits, but a watcher killed with SIGKILL
 /// leaves it behind, and the restarted sidecar's handler may look before the
 /// new watcher removed it: such a stale mark names a process that is gone,
 /// so it never ends the wait.
-pub fn wait_armed(mark: &Path, proc_root: &Path, timeout: Duration) -> Outcome {
+pub fn wait_armed(store: &StateStore, proc_root: &Path, timeout: Duration) -> Outcome {
     let start = Instant::now();
     loop {
-        let seen = check_mark(mark, proc_root);
+        let seen = check_mark(store, proc_root);
         if let Mark::Live { pid } = seen {
             return Outcome::Armed {
                 waited: start.elapsed(),
@@ -184,6 +205,15 @@ mod tests {
         Path::new(PROC_ROOT)
     }
 
+    /// The store of container `x` under `d`, its directory made (as the
+    /// runtime makes the state volume's mount point), and its mark's path.
+    fn store(d: &Path) -> (StateStore, std::path::PathBuf) {
+        let s = StateStore::new(d, "x");
+        std::fs::create_dir_all(s.dir()).unwrap();
+        let mark = s.path(contract::ARMED_FILE);
+        (s, mark)
+    }
+
     /// A mark naming this (running) test process, as a watcher writes it.
     fn live_record() -> String {
         let pid = std::process::id() as i32;
@@ -198,10 +228,10 @@ mod tests {
     #[test]
     fn a_live_watchers_mark_returns_at_once() {
         let d = tmp("exists");
-        let mark = d.join("armed");
+        let (s, mark) = store(&d);
         std::fs::write(&mark, live_record()).unwrap();
         assert!(matches!(
-            wait_armed(&mark, proc_root(), Duration::ZERO),
+            wait_armed(&s, proc_root(), Duration::ZERO),
             Outcome::Armed { .. }
         ));
         std::fs::remove_dir_all(&d).unwrap();
@@ -212,7 +242,7 @@ mod tests {
         let d = tmp("missing");
         assert_eq!(
             wait_armed(
-                &d.join("state/x/armed"),
+                &StateStore::new(&d, "x"),
                 proc_root(),
                 Duration::from_millis(20)
             ),
@@ -226,7 +256,7 @@ mod tests {
     #[test]
     fn a_stale_or_malformed_mark_does_not_count() {
         let d = tmp("stale");
-        let mark = d.join("armed");
+        let (s, mark) = store(&d);
         let pid = std::process::id() as i32;
         let start = procfs::read_stat(proc_root(), pid).unwrap().start_time;
         // Same PID, another start time: a reused PID, not our watcher.
@@ -239,7 +269,7 @@ mod tests {
             .to_string(),
         )
         .unwrap();
-        assert_eq!(check_mark(&mark, proc_root()), Mark::Stale { pid });
+        assert_eq!(check_mark(&s, proc_root()), Mark::Stale { pid });
         // A PID no process has.
         std::fs::write(
             &mark,
@@ -251,23 +281,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            wait_armed(&mark, proc_root(), Duration::from_millis(20)),
+            wait_armed(&s, proc_root(), Duration::from_millis(20)),
             Outcome::TimedOut {
                 last: Mark::Stale { pid: i32::MAX }
             }
         );
         // An empty mark, as earlier versions of the watcher could leave.
         std::fs::write(&mark, "").unwrap();
-        assert_eq!(check_mark(&mark, proc_root()), Mark::Malformed);
+        assert_eq!(check_mark(&s, proc_root()), Mark::Malformed);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn a_mark_written_during_the_wait_ends_it() {
         let d = tmp("later");
-        let mark = d.join("state/x/armed");
+        let (s, mark) = store(&d);
         // A stale mark first, then the new watcher's own.
-        std::fs::create_dir_all(mark.parent().unwrap()).unwrap();
         std::fs::write(
             &mark,
             contract::ArmedRecord {
@@ -285,11 +314,50 @@ mod tests {
                 std::fs::write(&mark, live_record()).unwrap();
             })
         };
-        let outcome = wait_armed(&mark, proc_root(), Duration::from_secs(60));
+        let outcome = wait_armed(&s, proc_root(), Duration::from_secs(60));
         writer.join().unwrap();
         assert!(
             matches!(outcome, Outcome::Armed { waited, pid } if waited >= Duration::from_millis(30) && pid == std::process::id() as i32),
             "{outcome:?}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A FIFO, a socket or a link planted at the mark (X mounts its state
+    /// volume read-write) is refused at once, never opened for a read that
+    /// blocks nor followed, and counts as a malformed mark: the wait runs
+    /// to its timeout (post-start's fail-open) instead of for ever.
+    #[test]
+    fn a_planted_non_regular_mark_is_refused_without_blocking() {
+        use crate::state::FileKind;
+        let d = tmp("planted");
+        let (s, mark) = store(&d);
+        let target = d.join("live");
+        std::fs::write(&target, live_record()).unwrap();
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
+        nix::unistd::mkfifo(&mark, mode).unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            wait_armed(&s, proc_root(), Duration::from_millis(50)),
+            Outcome::TimedOut {
+                last: Mark::Refused(Found::OtherKind(FileKind::Fifo))
+            }
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        std::fs::remove_file(&mark).unwrap();
+        let _socket = std::os::unix::net::UnixListener::bind(&mark).unwrap();
+        assert_eq!(
+            check_mark(&s, proc_root()),
+            Mark::Refused(Found::OtherKind(FileKind::Socket))
+        );
+        std::fs::remove_file(&mark).unwrap();
+        // A link to a live mark is not followed either.
+        std::os::unix::fs::symlink(&target, &mark).unwrap();
+        assert_eq!(check_mark(&s, proc_root()), Mark::Refused(Found::Symlink));
+        assert!(
+            Mark::Refused(Found::OtherKind(FileKind::Fifo))
+                .to_string()
+                .contains("a FIFO")
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

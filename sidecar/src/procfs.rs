@@ -567,7 +567,9 @@ pub fn now_ticks() -> u64 {
     (ts.tv_sec as u64) * hz + (ts.tv_nsec as u64) * hz / 1_000_000_000
 }
 
-/// Reads all of a small file into a string (used for state records).
+/// Reads all of a small procfs file into a string. Not for the state
+/// directory: it follows links and blocks on a FIFO (records are read with
+/// [`crate::state::StateStore::read_checked`]).
 pub fn read_small(path: &Path) -> io::Result<String> {
     let mut s = String::new();
     File::open(path)?.read_to_string(&mut s)?;

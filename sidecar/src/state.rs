@@ -21,8 +21,14 @@
 //!   regular file only (a rename replaces a link, never follows it; a link
 //!   or another kind of file there is refused). Either way a reader (the
 //!   probe, a restarted sidecar) sees no record or a whole one;
-//! - records are read with `O_NOFOLLOW | O_NONBLOCK` and only when they are
-//!   regular files, at most [`MAX_RECORD_BYTES`].
+//! - records are read only when they are regular files: the name is first
+//!   looked at with `fstatat(AT_SYMLINK_NOFOLLOW)`, so a FIFO, socket or
+//!   device is never even opened, then opened with `O_NOFOLLOW | O_NONBLOCK
+//!   | O_NOCTTY | O_CLOEXEC` (a FIFO swapped in meanwhile cannot block the
+//!   open) and checked again with `fstat(2)`; at most [`MAX_RECORD_BYTES`]
+//!   are read. Anything else is refused ([`StateError::Refused`], naming
+//!   the path and what is there), which each reader treats as it treats a
+//!   malformed record ([`StateStore::read_checked`]).
 //!
 //! A refusal is a [`StateError::Refused`] naming the path and what was
 //! found; the callers log it on the sidecar's (or the preStop wrapper's)
@@ -71,6 +77,14 @@ pub enum StateError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A record could not be read (other than absent or refused).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The record's path.
+        path: PathBuf,
+        /// The underlying error (`InvalidData` for text that is not UTF-8).
+        source: io::Error,
+    },
     /// A record could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
@@ -111,17 +125,77 @@ pub enum Found {
     Exists,
     /// Neither a directory nor, for a record, a regular file (a FIFO, a
     /// device, a socket, a directory where a record belongs, a file where a
-    /// directory belongs).
-    OtherKind,
+    /// directory belongs); what it is.
+    OtherKind(FileKind),
 }
 
 impl std::fmt::Display for Found {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Found::Symlink => f.write_str("it is a symbolic link"),
+            Found::Exists => f.write_str("a record of that name already exists"),
+            Found::OtherKind(kind) => write!(f, "it is {kind}, not of the expected kind"),
+        }
+    }
+}
+
+/// The type of a file found in the state directory (`st_mode & S_IFMT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    /// A regular file.
+    Regular,
+    /// A directory.
+    Directory,
+    /// A symbolic link.
+    Symlink,
+    /// A FIFO (named pipe): opening it for reading without `O_NONBLOCK`
+    /// blocks until a writer opens it.
+    Fifo,
+    /// A Unix domain socket.
+    Socket,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A type bit pattern none of the above (or the type could not be read).
+    Unknown,
+}
+
+impl FileKind {
+    fn of(kind: SFlag) -> Self {
+        match kind {
+            SFlag::S_IFREG => Self::Regular,
+            SFlag::S_IFDIR => Self::Directory,
+            SFlag::S_IFLNK => Self::Symlink,
+            SFlag::S_IFIFO => Self::Fifo,
+            SFlag::S_IFSOCK => Self::Socket,
+            SFlag::S_IFCHR => Self::CharDevice,
+            SFlag::S_IFBLK => Self::BlockDevice,
+            _ => Self::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Found::Symlink => "it is a symbolic link",
-            Found::Exists => "a record of that name already exists",
-            Found::OtherKind => "it is not of the expected kind",
+            Self::Regular => "a regular file",
+            Self::Directory => "a directory",
+            Self::Symlink => "a symbolic link",
+            Self::Fifo => "a FIFO",
+            Self::Socket => "a socket",
+            Self::CharDevice => "a character device",
+            Self::BlockDevice => "a block device",
+            Self::Unknown => "a file of unknown type",
         })
+    }
+}
+
+/// [`Found`] for a file of type `kind` where a regular file belongs.
+fn found_for(kind: SFlag) -> Found {
+    match kind {
+        SFlag::S_IFLNK => Found::Symlink,
+        k => Found::OtherKind(FileKind::of(k)),
     }
 }
 
@@ -186,8 +260,7 @@ impl StateStore {
             // O_NOFOLLOW on a link gives ELOOP; O_DIRECTORY on a file ENOTDIR.
             (Errno::ELOOP | Errno::ENOTDIR, Some(p)) => {
                 match lstat_at(p, &name.to_string_lossy()) {
-                    Ok(Some(SFlag::S_IFLNK)) => Refusal::Found(Found::Symlink),
-                    Ok(Some(_)) => Refusal::Found(Found::OtherKind),
+                    Ok(Some(k)) => Refusal::Found(found_for(k)),
                     _ => Refusal::Io(io::Error::from(e)),
                 }
             }
@@ -239,7 +312,7 @@ impl StateStore {
     }
 
     /// Writes record `name` (see the module's documentation for how): a new
-    /// file, mode 0666, never through a link.
+    /// file, mode [`RECORD_MODE`] (0444), never through a link.
     ///
     /// Errors: [`StateError::Refused`] when the directory or the record's
     /// name is a link, when a record written once per instance exists
@@ -261,7 +334,12 @@ impl StateStore {
         res.map_err(|r| r.into_error(path, write_err))
     }
 
-    /// Whether record `name` exists (in any form: a link counts, unfollowed).
+    /// Whether record `name` exists (in any form: a link, a FIFO, a socket
+    /// count, unfollowed and unopened: only `fstatat(AT_SYMLINK_NOFOLLOW)`).
+    /// The records checked only for existence (`prestop-ended-<id>`, and
+    /// `prestop-<id>` that cannot be read) carry no content the watcher
+    /// uses, and whoever can plant another kind of file there (X's
+    /// processes) could as well write a regular one, so any kind counts.
     pub fn exists(&self, name: &str) -> bool {
         self.open_dir()
             .ok()
@@ -270,25 +348,86 @@ impl StateStore {
 
     /// Reads record `name`'s text (parse it with the record's type in
     /// [`kube_prestop_contract::record`]); `None` if absent, unreadable, a
-    /// link or not a regular file. At most [`MAX_RECORD_BYTES`] are read.
+    /// link or not a regular file ([`Self::read_checked`] says which).
     pub fn read(&self, name: &str) -> Option<String> {
-        let dir = self.open_dir().ok()?;
-        let fd = openat(
+        self.read_checked(name).ok().flatten()
+    }
+
+    /// Reads record `name`'s text, at most [`MAX_RECORD_BYTES`] bytes,
+    /// never blocking and never following a link: the name is looked at
+    /// first (`fstatat(AT_SYMLINK_NOFOLLOW)`) and only a regular file is
+    /// opened, with `O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY |
+    /// O_CLOEXEC`, then checked again with `fstat(2)` (a FIFO put there in
+    /// between is opened without blocking, and refused). A FIFO, socket or
+    /// device is never opened (opening a device can have side effects).
+    ///
+    /// `Ok(None)` when the record, or the state directory, does not exist.
+    /// Errors: [`StateError::Refused`] naming the path when it is a link
+    /// ([`Found::Symlink`]) or not a regular file ([`Found::OtherKind`]
+    /// with its type), also for `state/` or the container's directory;
+    /// [`StateError::Read`] when it cannot be opened or read otherwise
+    /// (text that is not UTF-8: `InvalidData`); [`StateError::OpenDir`]
+    /// when the directory cannot be opened. Callers treat a refused or
+    /// unreadable record as a malformed one.
+    pub fn read_checked(&self, name: &str) -> Result<Option<String>, StateError> {
+        let path = self.path(name);
+        let read_err = |path: PathBuf, source| StateError::Read { path, source };
+        let dir = match self.open_dir() {
+            Ok(dir) => dir,
+            Err((_, Refusal::Io(e))) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err((p, r)) => {
+                return Err(r.into_error(p, |path, source| StateError::OpenDir { path, source }));
+            }
+        };
+        match lstat_at(&dir, name) {
+            Ok(None) => return Ok(None),
+            Ok(Some(SFlag::S_IFREG)) => {}
+            Ok(Some(k)) => {
+                return Err(StateError::Refused {
+                    path,
+                    found: found_for(k),
+                });
+            }
+            Err(e) => return Err(read_err(path, e.into())),
+        }
+        let fd = match openat(
             dir.as_fd(),
             name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_NOCTTY
+                | OFlag::O_CLOEXEC,
             Mode::empty(),
-        )
-        .ok()?;
-        if kind_of(&fstat(fd.as_fd()).ok()?) != SFlag::S_IFREG {
-            return None;
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            // Replaced by a link since the look (O_NOFOLLOW: ELOOP), or by
+            // a socket (ENXIO): refused, naming what is there now.
+            Err(e @ (Errno::ELOOP | Errno::ENXIO)) => {
+                return Err(match lstat_at(&dir, name) {
+                    Ok(Some(k)) if k != SFlag::S_IFREG => StateError::Refused {
+                        path,
+                        found: found_for(k),
+                    },
+                    _ => read_err(path, e.into()),
+                });
+            }
+            Err(e) => return Err(read_err(path, e.into())),
+        };
+        let st = fstat(fd.as_fd()).map_err(|e| read_err(path.clone(), e.into()))?;
+        if kind_of(&st) != SFlag::S_IFREG {
+            return Err(StateError::Refused {
+                path,
+                found: found_for(kind_of(&st)),
+            });
         }
         let mut text = String::new();
         File::from(fd)
             .take(MAX_RECORD_BYTES)
             .read_to_string(&mut text)
-            .ok()?;
-        Some(text)
+            .map_err(|e| read_err(path, e))?;
+        Ok(Some(text))
     }
 
     /// Removes record `name` (the entry itself, never what a link points
@@ -361,7 +500,23 @@ impl Refusal {
     }
 }
 
-/// Creates `name` in `dir` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0666.
+/// Mode of every record (and of its temporary file): read-only for all.
+///
+/// Readable by all so that the wrapper (X's user) and the watcher (the
+/// sidecar's user, possibly another) can each read what the other wrote.
+/// Writable by none: no side ever opens an existing record for writing. A
+/// record is written once, through the descriptor that created its
+/// temporary file (`O_CREAT | O_EXCL` hands back a writable descriptor
+/// whatever the mode), then linked or renamed into place; a rewrite of a
+/// replaceable record is a new temporary file renamed over the old one,
+/// and removal is an `unlinkat(2)`: both need write permission on the
+/// directory (the `emptyDir`'s 0777), none on the file. (Earlier builds made
+/// it 0666, which let any user of the pod rewrite another's record in
+/// place.)
+pub const RECORD_MODE: u32 = 0o444;
+
+/// Creates `name` in `dir` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode
+/// [`RECORD_MODE`] whatever the umask.
 /// A leftover of ours (same name: this PID wrote it before and died, or the
 /// PID was reused) is unlinked once, never followed, and the create retried.
 fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
@@ -370,7 +525,7 @@ fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
             dir.as_fd(),
             name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(0o666),
+            Mode::from_bits_truncate(RECORD_MODE),
         )
     };
     let fd = match open() {
@@ -382,9 +537,10 @@ fn create_new(dir: &OwnedFd, name: &str) -> Result<File, Refusal> {
         other => other,
     }
     .map_err(|e| Refusal::Io(e.into()))?;
-    // Against the umask, so that the wrapper (X's user) and the watcher
-    // (the sidecar's) can both read what the other wrote.
-    let _ = fchmod(fd.as_fd(), Mode::from_bits_truncate(0o666));
+    // Against the umask (a umask of 077 would leave 0400), so that the
+    // wrapper (X's user) and the watcher (the sidecar's) can both read
+    // what the other wrote; see [`RECORD_MODE`].
+    let _ = fchmod(fd.as_fd(), Mode::from_bits_truncate(RECORD_MODE));
     Ok(File::from(fd))
 }
 
@@ -400,8 +556,7 @@ fn place(dir: &OwnedFd, tmp: &str, name: &str) -> Result<(), Refusal> {
     if replaceable(name) {
         match lstat_at(dir, name).map_err(io_err)? {
             None | Some(SFlag::S_IFREG) => {}
-            Some(SFlag::S_IFLNK) => return Err(Refusal::Found(Found::Symlink)),
-            Some(_) => return Err(Refusal::Found(Found::OtherKind)),
+            Some(k) => return Err(Refusal::Found(found_for(k))),
         }
         return renameat(dir.as_fd(), tmp, dir.as_fd(), name).map_err(io_err);
     }
@@ -409,9 +564,9 @@ fn place(dir: &OwnedFd, tmp: &str, name: &str) -> Result<(), Refusal> {
     match linkat(dir.as_fd(), tmp, dir.as_fd(), name, AtFlags::empty()) {
         Ok(()) => Ok(()),
         Err(Errno::EEXIST) => Err(Refusal::Found(match lstat_at(dir, name) {
-            Ok(Some(SFlag::S_IFLNK)) => Found::Symlink,
             Ok(Some(SFlag::S_IFREG)) => Found::Exists,
-            _ => Found::OtherKind,
+            Ok(Some(k)) => found_for(k),
+            _ => Found::OtherKind(FileKind::Unknown),
         })),
         Err(e) => Err(io_err(e)),
     }
@@ -661,7 +816,8 @@ mod tests {
         }
     }
 
-    /// A FIFO planted as a record neither blocks the reader nor is read.
+    /// A FIFO planted as a record neither blocks the reader nor is read;
+    /// `read_checked` names the path and what is there.
     #[test]
     fn planted_fifo_is_not_read() {
         let root = tmpdir("fifo");
@@ -669,10 +825,45 @@ mod tests {
         made(&s);
         nix::unistd::mkfifo(&s.path("running-1-2"), Mode::from_bits_truncate(0o666)).unwrap();
         assert_eq!(s.read("running-1-2"), None);
+        let err = s.read_checked("running-1-2").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                StateError::Refused {
+                    found: Found::OtherKind(FileKind::Fifo),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&s.path("running-1-2").display().to_string()) && msg.contains("a FIFO"),
+            "{msg}"
+        );
+        // A socket and a link are refused the same way, never opened or
+        // followed; an absent record is no error.
+        let _socket = std::os::unix::net::UnixListener::bind(s.path("seen-1-2")).unwrap();
+        assert!(matches!(
+            s.read_checked("seen-1-2"),
+            Err(StateError::Refused {
+                found: Found::OtherKind(FileKind::Socket),
+                ..
+            })
+        ));
+        std::os::unix::fs::symlink(s.path("running-1-2"), s.path("done-1-2")).unwrap();
+        assert!(matches!(
+            s.read_checked("done-1-2"),
+            Err(StateError::Refused {
+                found: Found::Symlink,
+                ..
+            })
+        ));
+        assert!(s.read_checked("done-9-9").unwrap().is_none());
         assert!(matches!(
             s.write("running-1-2", "attempt=1\n"),
             Err(StateError::Refused {
-                found: Found::OtherKind,
+                found: Found::OtherKind(FileKind::Fifo),
                 ..
             })
         ));
@@ -704,6 +895,63 @@ mod tests {
         fs::create_dir_all(s.dir()).unwrap();
         s.check_dir().unwrap();
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Every record is mode 0444 ([`RECORD_MODE`]): readable by the other
+    /// side's user, writable by none (nothing rewrites a record in place),
+    /// also under a umask of 077. The umask is process-wide, so that part
+    /// runs in a child: this test binary again, running only this test,
+    /// with `umask(077)` set before its `exec`.
+    #[test]
+    fn records_are_mode_0444_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::os::unix::process::CommandExt as _;
+        const CHILD: &str = "KPS_STATE_MODE_CHILD";
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        let root = match std::env::var_os(CHILD) {
+            Some(root) => PathBuf::from(root),
+            None => tmpdir("mode"),
+        };
+        let s = StateStore::new(&root, "main");
+        made(&s);
+        for name in ["done-1-2", "seen-1-2", "armed"] {
+            s.write(name, "x=1\n").unwrap();
+            assert_eq!(mode(&s.path(name)), 0o444, "{name}");
+        }
+        // A replaceable record is rewritten (a new file renamed over it),
+        // still 0444.
+        s.write("seen-1-2", "x=2\n").unwrap();
+        assert_eq!(mode(&s.path("seen-1-2")), 0o444);
+        assert_eq!(s.read("seen-1-2").as_deref(), Some("x=2\n"));
+        if std::env::var_os(CHILD).is_some() {
+            return;
+        }
+        let child_root = tmpdir("mode-umask");
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "state::tests::records_are_mode_0444_whatever_the_umask",
+            "--test-threads=1",
+        ])
+        .env(CHILD, &child_root);
+        // SAFETY: umask(2) is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::stat::umask(Mode::from_bits_truncate(0o077));
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The child's umask was in effect: its directory is 0700.
+        assert_eq!(mode(StateStore::new(&child_root, "main").dir()) & 0o077, 0);
+        fs::remove_dir_all(&root).unwrap();
+        fs::remove_dir_all(&child_root).unwrap();
     }
 
     #[test]

@@ -64,7 +64,7 @@ use crate::log;
 use crate::procfs;
 use crate::recovery::{self, QueuedHookRun, RecoveryAction};
 use crate::sender;
-use crate::state::{self, StateStore};
+use crate::state::{self, StateError, StateStore};
 use crate::termination;
 
 /// Search interval while the container is absent: 1 ms for the first 10 s
@@ -591,12 +591,22 @@ impl Watcher {
     /// runtime did not kill, which stands as the kubelet's run.
     fn kubelet_run(&self, inst: Instance) -> KubeletRun {
         let id = inst.id();
-        let Some(mark) = self.store.read(&RecordKind::Prestop.file_name(&id)) else {
-            return if self.store.exists(&RecordKind::Prestop.file_name(&id)) {
-                KubeletRun::Ran
-            } else {
-                KubeletRun::None
-            };
+        // Never blocks nor follows (`read_checked`). A `prestop-<id>` that
+        // is there but refused (a link, a FIFO, a socket, a device) or
+        // unreadable counts as the kubelet's run, as any existing entry
+        // does (`StateStore::exists`): only X's processes can plant one,
+        // and they could as well write a well-formed record.
+        let mark = match self.store.read_checked(&RecordKind::Prestop.file_name(&id)) {
+            Ok(Some(mark)) => mark,
+            Ok(None) => return KubeletRun::None,
+            Err(e @ (StateError::Refused { .. } | StateError::Read { .. })) => {
+                log!(
+                    "container={} instance={id}: {e}; the entry counts as the kubelet's preStop run",
+                    self.container()
+                );
+                return KubeletRun::Ran;
+            }
+            Err(_) => return KubeletRun::None,
         };
         let ended = || self.store.exists(&RecordKind::PrestopEnded.file_name(&id));
         if ended() {

@@ -187,9 +187,7 @@ pub struct Marked {
 fn report(target: &Target, proc_root: &Path, line: &str) {
     log!("{line}");
     let store = StateStore::new(&target.root, &target.container);
-    if let poststart::Mark::Live { pid } =
-        poststart::check_mark(&store.path(contract::ARMED_FILE), proc_root)
-    {
+    if let poststart::Mark::Live { pid } = poststart::check_mark(&store, proc_root) {
         let _ = poststart::write_to_watcher_log(
             proc_root,
             pid,

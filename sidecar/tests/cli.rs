@@ -192,6 +192,99 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
     fs::remove_dir_all(&d).unwrap();
 }
 
+/// Runs the binary with `args`, killing it if it has not exited within
+/// `limit`: `Err` with what it printed when it hung.
+fn run_bounded(args: &[&str], limit: std::time::Duration) -> Result<(i32, String), String> {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if start.elapsed() >= limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    match status {
+        Some(st) => Ok((code(st), err)),
+        None => Err(format!("{args:?} still running after {limit:?}: {err}")),
+    }
+}
+
+/// A FIFO, a socket, or a link (to a FIFO, to `/dev/zero`) planted where
+/// the `armed` mark belongs (X mounts its state volume read-write) never
+/// blocks `post-start` or `probe` nor is followed: `post-start` still
+/// fails open at its timeout and `probe` fails at once, each naming the
+/// path and what was found there. (Before, both blocked in `open(2)` on
+/// the FIFO for ever; the kubelet runs postStart without a time limit.)
+#[test]
+fn a_planted_non_regular_armed_mark_neither_blocks_nor_is_followed() {
+    use std::time::Duration;
+    let d = tmp("planted-armed");
+    let root = d.to_str().unwrap();
+    let dir = d.join("state/main");
+    fs::create_dir_all(&dir).unwrap();
+    let mark = dir.join("armed");
+    let fifo = d.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let plants: [(&str, &dyn Fn()); 4] = [
+        ("a FIFO", &|| {
+            nix::unistd::mkfifo(&mark, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap()
+        }),
+        ("a socket", &|| {
+            std::mem::forget(std::os::unix::net::UnixListener::bind(&mark).unwrap())
+        }),
+        ("a symbolic link", &|| {
+            std::os::unix::fs::symlink(&fifo, &mark).unwrap()
+        }),
+        ("a symbolic link", &|| {
+            std::os::unix::fs::symlink("/dev/zero", &mark).unwrap()
+        }),
+    ];
+    for (what, plant) in plants {
+        let _ = fs::remove_file(&mark);
+        plant();
+        let limit = Duration::from_secs(10);
+        let (c, err) = run_bounded(
+            &[
+                "post-start",
+                "--container",
+                "main",
+                "--timeout",
+                "1",
+                "--root",
+                root,
+            ],
+            limit,
+        )
+        .unwrap();
+        assert_eq!(c, 0, "{what}: {err}");
+        assert!(err.contains("not armed after 1 s"), "{what}: {err}");
+        assert!(
+            err.contains(&mark.display().to_string()) && err.contains(what),
+            "{what}: {err}"
+        );
+        let (c, err) =
+            run_bounded(&["probe", "--container", "main", "--root", root], limit).unwrap();
+        assert_eq!(c, 1, "{what}: {err}");
+        assert!(
+            err.contains(&mark.display().to_string()) && err.contains(what),
+            "{what}: {err}"
+        );
+    }
+    fs::remove_dir_all(&d).unwrap();
+}
+
 #[test]
 fn install_copies_itself_world_executable() {
     let d = tmp("install");

@@ -63,16 +63,38 @@ fn main() -> ExitCode {
     }
 }
 
+/// Reads all of `input` as UTF-8 text, at most `limit` bytes: at most
+/// `limit + 1` are read, so an endless input (`-f /dev/zero`, a pipe that
+/// never ends) is refused at once instead of filling memory. `what` names
+/// the input in the error.
+///
+/// Errors: the read's, text that is not UTF-8, or more than `limit` bytes.
+fn read_bounded(input: impl Read, what: &str, limit: usize) -> anyhow::Result<String> {
+    let mut bytes = Vec::new();
+    input
+        .take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {what}"))?;
+    if bytes.len() > limit {
+        anyhow::bail!(
+            "{what} is over {limit} bytes, the largest request body the server accepts (--max-body-bytes' default); not read further"
+        );
+    }
+    String::from_utf8(bytes).with_context(|| format!("cannot read {what}: not UTF-8"))
+}
+
+/// `inject`: the manifest (a file or stdin, at most
+/// [`DEFAULT_MAX_BODY_BYTES`](kube_prestop_server::DEFAULT_MAX_BODY_BYTES),
+/// the bound the server puts on a review) through the engine, to stdout.
 fn inject(args: InjectArgs) -> anyhow::Result<()> {
+    let limit = kube_prestop_server::DEFAULT_MAX_BODY_BYTES;
     let input = if args.filename.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("cannot read stdin")?;
-        text
+        read_bounded(std::io::stdin().lock(), "stdin", limit)?
     } else {
-        std::fs::read_to_string(&args.filename)
-            .with_context(|| format!("cannot read {}", args.filename.display()))?
+        let what = args.filename.display().to_string();
+        let file =
+            std::fs::File::open(&args.filename).with_context(|| format!("cannot read {what}"))?;
+        read_bounded(file, &what, limit)?
     };
     let config = args
         .engine

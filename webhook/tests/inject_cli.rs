@@ -707,3 +707,44 @@ fn list_items_are_injected() {
     let job: Job = serde_json::from_value(value["items"][1].clone()).unwrap();
     assert_injected_template(&job.spec.unwrap().template);
 }
+
+/// The input is bounded by the server's body limit (4 MiB by default):
+/// `-f /dev/zero` (which used to grow to gigabytes) and a file one byte
+/// over it are refused at once, naming the file and the limit; stdin too.
+#[test]
+fn input_over_the_body_limit_is_refused() {
+    let limit = kube_prestop_server::DEFAULT_MAX_BODY_BYTES;
+    let start = std::time::Instant::now();
+    let out = inject(&["-f", "/dev/zero"], None);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("/dev/zero") && err.contains(&format!("over {limit} bytes")),
+        "{err}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+    assert!(stdout(&out).is_empty());
+    let dir = std::env::temp_dir().join(format!("kps-inject-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.yaml");
+    std::fs::write(&big, " ".repeat(limit + 1)).unwrap();
+    let out = inject(&["-f", big.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains(big.to_str().unwrap()) && err.contains(&format!("over {limit} bytes")),
+        "{err}"
+    );
+    let out = inject(&["-f", "-"], Some(&" ".repeat(limit + 1)));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("stdin is over"), "{}", stderr(&out));
+    // Exactly at the limit: read (an empty stream: nothing to inject).
+    std::fs::write(&big, " ".repeat(limit)).unwrap();
+    let out = inject(&["-f", big.to_str().unwrap()], None);
+    assert!(
+        !stderr(&out).contains("bytes, the largest"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

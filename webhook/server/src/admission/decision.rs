@@ -30,7 +30,8 @@ use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
 /// Largest pod, in JSON bytes, that the webhook makes by patching: the
-/// review as received plus the JSON Patch. etcd refuses a write over its
+/// pod as received (`request.object`'s JSON, not the whole review) plus the
+/// JSON Patch. etcd refuses a write over its
 /// `--max-request-bytes` (default 1.5 MiB, `DefaultMaxRequestBytes` in
 /// etcd's `server/embed/config.go`, v3.5 and v3.6), which bounds the stored
 /// object; the API server stores pods as protobuf, which is smaller than
@@ -168,7 +169,11 @@ pub fn review(
     config: &EngineConfig,
     failure_mode: FailureMode,
 ) -> Outcome {
-    let (request, object) = match wire::parse(body) {
+    let wire::Parsed {
+        request,
+        object,
+        object_bytes,
+    } = match wire::parse(body) {
         Ok(parsed) => parsed,
         Err(e) => return refused(HttpError::from(e), RequestFacts::default()),
     };
@@ -197,18 +202,22 @@ pub fn review(
     let write = Write {
         cache,
         context: &context,
-        review_bytes: body.len(),
+        pod_bytes: object_bytes,
         dry_run: request.dry_run,
     };
     render(response, failure_mode, &pod, &verdict, &write, facts)
 }
 
 /// What rendering an injection needs beside the verdict: where to schedule
-/// a missing ConfigMap, and the review's size and dry-run flag.
+/// a missing ConfigMap, the pod's size and the review's dry-run flag.
 struct Write<'a> {
     cache: &'a ClusterCache,
     context: &'a ClusterContext,
-    review_bytes: usize,
+    /// Bytes of the pod's JSON as sent (`request.object`'s raw text,
+    /// [`wire::Parsed::object_bytes`]), not of the whole review: a review
+    /// also carries `userInfo` (its `extra` values are unbounded),
+    /// `oldObject` and whitespace, none of which is stored with the pod.
+    pod_bytes: usize,
     dry_run: bool,
 }
 
@@ -235,7 +244,7 @@ fn render(
                 .iter()
                 .rev()
                 .find(|w| matches!(w, Warning::OptedInButSkipped(_)))
-                .and_then(|w| skipped_patch(pod, reason, &w.to_string(), write.review_bytes));
+                .and_then(|w| skipped_patch(pod, reason, &w.to_string(), write.pod_bytes));
             answer(
                 &response,
                 note.as_deref(),
@@ -270,7 +279,7 @@ fn pod_failure(
             pod,
             error.reason(),
             &refusal::allowed_warning(&error),
-            write.review_bytes,
+            write.pod_bytes,
         ),
         FailureMode::Allow | FailureMode::Deny => None,
     };
@@ -292,8 +301,9 @@ fn pod_failure(
 /// `warning`, the admission warning's text, without its `kube-prestop: `
 /// prefix. Built like the injection's annotations
 /// ([`engine::patch::annotation_operations`]). `None` when the pod already
-/// has that value, when the review (`review_bytes`, an upper bound of the
-/// pod's JSON) plus the patch would be over [`MAX_PATCHED_POD_BYTES`], when
+/// has that value, when the pod's JSON as sent (`pod_bytes`,
+/// [`wire::Parsed::object_bytes`]) plus the patch would be over
+/// [`MAX_PATCHED_POD_BYTES`], when
 /// the pod's annotations with it would be over the API server's
 /// [`MAX_ANNOTATIONS_BYTES`] (the pod would then be refused at validation,
 /// after admission, where it was admitted before), or when it does not
@@ -302,7 +312,7 @@ fn skipped_patch(
     pod: &Pod,
     reason: &str,
     warning: &str,
-    review_bytes: usize,
+    pod_bytes: usize,
 ) -> Option<Box<RawValue>> {
     let message = warning.strip_prefix("kube-prestop: ").unwrap_or(warning);
     let entry = [(
@@ -326,7 +336,7 @@ fn skipped_patch(
         return None;
     }
     let patch = serde_json::to_vec(&operations).ok()?;
-    if review_bytes.saturating_add(patch.len()) > MAX_PATCHED_POD_BYTES {
+    if pod_bytes.saturating_add(patch.len()) > MAX_PATCHED_POD_BYTES {
         return None;
     }
     base64_string(&patch).ok()
@@ -375,8 +385,8 @@ fn context_for(
 }
 
 /// The injected pod's JSON Patch, rendered (a JSON string of its base64,
-/// see [`base64_string`]) and checked against [`MAX_PATCHED_POD_BYTES`]
-/// (the review's size is an upper bound of the pod's JSON).
+/// see [`base64_string`]) and checked against [`MAX_PATCHED_POD_BYTES`]:
+/// the pod's JSON as sent ([`Write::pod_bytes`]) plus the patch.
 /// Schedules the creation of the ConfigMap the pod would have mounted, for
 /// the namespace's next pods (not on a dry run, which must have no side
 /// effects).
@@ -391,7 +401,7 @@ fn injected(
     }
     let mut patch = Vec::with_capacity(PATCH_CAPACITY);
     serde_json::to_writer(&mut patch, &operations).map_err(PodError::Patch)?;
-    let bytes = write.review_bytes.saturating_add(patch.len());
+    let bytes = write.pod_bytes.saturating_add(patch.len());
     if bytes > MAX_PATCHED_POD_BYTES {
         return Err(PodError::TooLarge {
             bytes,
@@ -625,6 +635,115 @@ mod tests {
         assert!(response.get("patch").is_none());
         assert_eq!(response["status"]["code"], 413);
         assert_eq!(response["status"]["reason"], "RequestEntityTooLarge");
+    }
+
+    /// The bound is judged on the pod, not on the whole review: a small
+    /// pod in a review inflated past the bound by what is not stored with
+    /// the pod (whitespace between fields, a large `userInfo.extra` value)
+    /// is injected; a pod that is itself that large is still over it.
+    /// (Judged on the body, both inflated reviews were `pod_too_large`.)
+    #[test]
+    fn the_bound_is_judged_on_the_pod_not_the_review() {
+        let cache = ClusterCache::disconnected();
+        let config = EngineConfig::default();
+        let inflation = 1600 * 1024;
+        let pod = job_pod(serde_json::Value::Null, None, 0);
+        let mut trailing = review_of(&pod, false);
+        trailing.extend(std::iter::repeat_n(b' ', inflation));
+        let mut extra: serde_json::Value = serde_json::from_slice(&review_of(&pod, false)).unwrap();
+        extra["request"]["userInfo"] =
+            json!({"username": "u", "extra": {"k": ["x".repeat(inflation)]}});
+        let extra = serde_json::to_vec(&extra).unwrap();
+        // Whitespace between the review's fields too, before the object.
+        let inside = String::from_utf8(review_of(&pod, false)).unwrap().replacen(
+            "\"object\":",
+            &format!("\"object\":{}", " ".repeat(inflation)),
+            1,
+        );
+        for (what, body) in [
+            ("trailing whitespace", trailing),
+            ("userInfo.extra", extra),
+            ("whitespace before the object", inside.into_bytes()),
+        ] {
+            assert!(body.len() > MAX_PATCHED_POD_BYTES, "{what}");
+            for mode in [FailureMode::Allow, FailureMode::Deny] {
+                let out = review(&body, &cache, &config, mode);
+                assert_eq!(
+                    (out.decision, out.reason),
+                    (DecisionLabel::Inject, reason::INJECTED),
+                    "{what} {mode:?}: {:?}",
+                    out.detail
+                );
+                assert_eq!(response_of(&out)["allowed"], true, "{what}");
+                assert!(patch_of(&out).is_some(), "{what}");
+            }
+        }
+        // The pod itself that large: still over the bound.
+        let big = review_of(&job_pod(serde_json::Value::Null, None, inflation), false);
+        let denied = review(&big, &cache, &config, FailureMode::Deny);
+        assert_eq!(
+            (denied.decision, denied.reason),
+            (DecisionLabel::Error, reason::POD_TOO_LARGE)
+        );
+        assert_eq!(response_of(&denied)["status"]["code"], 413);
+    }
+
+    /// A JSON array is not an AdmissionReview, nor is one a `request`
+    /// (serde's derive takes a struct from an array of its fields in
+    /// order: both were answered 200, the first with a patch): 400, like
+    /// any malformed body.
+    #[test]
+    fn a_json_array_is_not_a_review() {
+        let pod = job_pod(serde_json::Value::Null, None, 0);
+        let review_value: serde_json::Value =
+            serde_json::from_slice(&review_of(&pod, false)).unwrap();
+        let r = &review_value["request"];
+        let request_array = json!([
+            r["uid"],
+            r["kind"],
+            r["resource"],
+            null,
+            null,
+            null,
+            null,
+            "",
+            r["namespace"],
+            r["operation"],
+            r["userInfo"],
+            r["object"],
+            null,
+            false,
+            null
+        ]);
+        let top =
+            serde_json::to_vec(&json!(["admission.k8s.io/v1", "AdmissionReview", r])).unwrap();
+        let top_of_array = serde_json::to_vec(&json!([
+            "admission.k8s.io/v1",
+            "AdmissionReview",
+            request_array
+        ]))
+        .unwrap();
+        let nested = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": request_array
+        }))
+        .unwrap();
+        for (what, body) in [
+            ("top level", top),
+            ("both", top_of_array),
+            ("request", nested),
+        ] {
+            let out = allow(&body);
+            assert_eq!(out.status().as_u16(), 400, "{what}");
+            let text = String::from_utf8_lossy(&out.body()).into_owned();
+            assert!(
+                text.contains("not a JSON AdmissionReview"),
+                "{what}: {text}"
+            );
+            assert!(text.contains("a JSON object"), "{what}: {text}");
+        }
+        // The same review as an object: injected.
+        assert_eq!(allow(&review_of(&pod, false)).reason, reason::INJECTED);
     }
 
     /// The AdmissionReview of a pod CREATE of `pod` in `ns`.
@@ -926,14 +1045,18 @@ mod tests {
     fn no_annotation_that_would_take_the_pod_over_the_bound() {
         // The review just under the bound, after the annotation: patched;
         // just under before it, but over after: the warning only.
-        let size =
-            |env: usize| review_of(&job_pod(serde_json::Value::Null, CONFLICT, env), false).len();
+        // The pod's JSON is what counts, not the review around it.
+        let size = |env: usize| {
+            serde_json::to_vec(&job_pod(serde_json::Value::Null, CONFLICT, env))
+                .unwrap()
+                .len()
+        };
         let base = size(0);
         for (room, patched) in [(2000, true), (50, false)] {
             let env = MAX_PATCHED_POD_BYTES - room - base;
             let pod = job_pod(serde_json::Value::Null, CONFLICT, env);
+            assert_eq!(size(env), MAX_PATCHED_POD_BYTES - room);
             let body = review_of(&pod, false);
-            assert_eq!(body.len(), MAX_PATCHED_POD_BYTES - room);
             let outcome = allow(&body);
             assert_eq!(outcome.reason, "mount_path_conflict");
             assert_eq!(patch_of(&outcome).is_some(), patched, "room {room}");

@@ -1,15 +1,19 @@
 //! The AdmissionReview as received: the wire format of the request, parsed
-//! once, straight into typed values. The pod object is kept as raw JSON text
-//! only when it does not parse as a Pod (never through `serde_json::Value`),
-//! to tell a malformed review (HTTP 400) from a malformed object (an answer).
+//! once into typed values, with the pod object borrowed as raw JSON text
+//! (never through `serde_json::Value`) and then parsed as a Pod: its length
+//! is the pod's size as sent (what the injected pod's size is judged on,
+//! not the whole body's), and a pod that does not parse is told from a
+//! malformed review (HTTP 400) and answered. The review and its `request`
+//! must be JSON objects: serde's derived `Deserialize` also takes a struct
+//! from a JSON array of its fields in order, which no API server sends.
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::admission::{AdmissionRequest, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
-use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 /// Why a body is not an AdmissionReview this webhook can answer (the
@@ -53,11 +57,57 @@ pub(super) fn operation_name(operation: &Operation) -> &'static str {
 /// (the `Pod` itself, or its raw JSON text) and `request.oldObject` is
 /// skipped (never used).
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", bound(deserialize = "O: Deserialize<'de>"))]
 struct WireReview<O> {
     api_version: String,
     kind: String,
+    #[serde(default = "absent", deserialize_with = "optional_object")]
     request: Option<WireRequest<O>>,
+}
+
+/// An absent field's value: `None`.
+fn absent<T>() -> Option<T> {
+    None
+}
+
+/// Deserializes a `T` (a struct) only from a JSON object: a JSON array (of
+/// its fields in order, which serde's derive also accepts) or any other
+/// value is an `invalid type` error.
+fn object<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+    struct Only<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(Only(std::marker::PhantomData))
+}
+
+/// [`object`] for a field that may be absent or `null` (`None`).
+fn optional_object<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    struct Opt<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Opt<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Option<T>, D2::Error> {
+            object(d).map(Some)
+        }
+    }
+    d.deserialize_option(Opt(std::marker::PhantomData))
 }
 
 /// See [`WireReview`]; fields as in kube's `AdmissionRequest`.
@@ -103,27 +153,46 @@ pub(super) enum Object {
     Absent,
 }
 
-/// Parse the body. A malformed pod still yields a request (with its uid) to
-/// answer: the common case, a well-formed review of a well-formed pod, is
-/// parsed in one pass straight into a `Pod`; only when that fails is the
-/// body parsed again with the object kept as raw JSON text, to tell a
-/// malformed review (400) from a malformed object (an answer).
-pub(super) fn parse(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, Object), ReviewError> {
-    if let Ok(review) = serde_json::from_slice::<WireReview<Pod>>(body) {
-        let (request, pod) = into_request(review)?;
-        return Ok((request, pod.map_or(Object::Absent, Object::Pod)));
-    }
-    let review: WireReview<Box<RawValue>> =
-        serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
+/// A parsed review: kube's request, its object, and the object's size.
+pub(super) struct Parsed {
+    /// The request (without its objects).
+    pub request: AdmissionRequest<DynamicObject>,
+    /// `request.object`.
+    pub object: Object,
+    /// Bytes of `request.object`'s JSON text as sent (0 when absent): the
+    /// pod's own size, without the rest of the review (`userInfo`,
+    /// `oldObject`, whitespace between fields). The API server sends its
+    /// objects compact, so this is the pod's serialized size.
+    pub object_bytes: usize,
+}
+
+/// Parse the body, which must be a JSON object (as must its `request`;
+/// a JSON array is [`ReviewError::NotJson`]). One pass over the review
+/// with the object borrowed as raw text, then one over the object into a
+/// `Pod` (again, naming the field, only when that fails). A malformed pod
+/// still yields a request (with its uid) to answer.
+pub(super) fn parse(body: &[u8]) -> Result<Parsed, ReviewError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let review: WireReview<&RawValue> = object(&mut de)
+        .and_then(|review| de.end().map(|()| review))
+        .map_err(ReviewError::NotJson)?;
     let (request, raw) = into_request(review)?;
+    let object_bytes = raw.map_or(0, |raw| raw.get().len());
     let object = match raw {
         None => Object::Absent,
-        Some(raw) => match parse_pod(raw.get()) {
+        Some(raw) => match serde_json::from_str::<Pod>(raw.get()) {
             Ok(pod) => Object::Pod(pod),
-            Err(e) => Object::Invalid(e),
+            Err(_) => match parse_pod(raw.get()) {
+                Ok(pod) => Object::Pod(pod),
+                Err(e) => Object::Invalid(e),
+            },
         },
     };
-    Ok((request, object))
+    Ok(Parsed {
+        request,
+        object,
+        object_bytes,
+    })
 }
 
 /// Where and why a pod object does not parse, for the admission warning or
@@ -263,7 +332,11 @@ mod tests {
                     "operation": "CREATE", "userInfo": {}, "object": object}
             }))
             .unwrap();
-            let Ok((_, Object::Invalid(e))) = parse(&body) else {
+            let Ok(Parsed {
+                object: Object::Invalid(e),
+                ..
+            }) = parse(&body)
+            else {
                 panic!("{object} parsed");
             };
             assert_eq!((e.path.as_str(), e.message.as_str()), (path, message));
@@ -336,14 +409,18 @@ mod tests {
         }
         for body in bodies {
             let old = kube_parse(&body);
-            let new = parse(&body).ok().map(|(request, object)| {
-                let object = match object {
-                    Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
-                    Object::Invalid(_) => Some(Value::Null),
-                    Object::Absent => None,
-                };
-                (request.uid, object)
-            });
+            let new = parse(&body).ok().map(
+                |Parsed {
+                     request, object, ..
+                 }| {
+                    let object = match object {
+                        Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
+                        Object::Invalid(_) => Some(Value::Null),
+                        Object::Absent => None,
+                    };
+                    (request.uid, object)
+                },
+            );
             assert_eq!(new, old, "{}", String::from_utf8_lossy(&body));
         }
     }
