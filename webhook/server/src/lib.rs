@@ -144,6 +144,7 @@ impl ServerConfig {
                 http2_keep_alive: Duration::from_secs(30),
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
+                min_arrival_before_eviction: listener::DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION,
                 write_timeout: listener::DEFAULT_WRITE_TIMEOUT,
             },
             client_ca_file: None,
