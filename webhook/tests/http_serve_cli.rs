@@ -279,9 +279,9 @@ fn a_port_in_use_is_reported_once_naming_the_listener() {
         let free = other.local_addr().unwrap().to_string();
         drop(other);
         let (listen, metrics) = if https {
-            (&in_use, &free)
+            (in_use.as_str(), free.as_str())
         } else {
-            (&free, &in_use)
+            (free.as_str(), in_use.as_str())
         };
         let stderr = serve_refused(&["--listen-addr", listen, "--metrics-addr", metrics], &[]);
         assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");

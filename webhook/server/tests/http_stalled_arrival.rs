@@ -15,7 +15,6 @@
 //! Distinct peers on loopback: Linux routes all of 127.0.0.0/8 to `lo`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod http_alpn;
 mod http_common;
 
 use std::net::{IpAddr, SocketAddr};
@@ -55,8 +54,25 @@ fn defaults_with_few_slots(c: &mut ServerConfig) {
     c.conn_limits.http2_keep_alive = Duration::from_secs(300);
 }
 
+/// Where clients connect: the HTTPS port and its CA (cheap to clone and
+/// send to a task, unlike the server).
+#[derive(Clone)]
+struct Target {
+    https: SocketAddr,
+    ca_pem: String,
+}
+
+impl Target {
+    fn of(server: &TestServer) -> Self {
+        Self {
+            https: server.https,
+            ca_pem: server.pki.ca_pem(),
+        }
+    }
+}
+
 /// A TCP connection to the HTTPS port from `local` (any port).
-async fn tcp_from(server: &TestServer, local: &str) -> TcpStream {
+async fn tcp_from(server: &Target, local: &str) -> TcpStream {
     let socket = TcpSocket::new_v4().unwrap();
     socket
         .bind(SocketAddr::new(local.parse::<IpAddr>().unwrap(), 0))
@@ -66,14 +82,11 @@ async fn tcp_from(server: &TestServer, local: &str) -> TcpStream {
 
 /// The TLS handshake (ALPN `alpn`) on `tcp`: it completes once the server
 /// has given the connection a slot.
-async fn handshake(server: &TestServer, tcp: TcpStream, alpn: &[u8]) -> TlsStream<TcpStream> {
+async fn handshake(server: &Target, tcp: TcpStream, alpn: &[u8]) -> TlsStream<TcpStream> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(
-            rustls_pki_types::CertificateDer::from_pem_slice(server.pki.ca_pem().as_bytes())
-                .unwrap(),
-        )
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(server.ca_pem.as_bytes()).unwrap())
         .unwrap();
     let mut config = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
@@ -115,7 +128,7 @@ fn mutate_head(len: usize) -> String {
 
 /// A connection from `A` holding a slot with a stalled request: headers
 /// declaring a 100,000-byte body, then one byte of it, then nothing.
-async fn stalled_from_a(server: &TestServer) -> TlsStream<TcpStream> {
+async fn stalled_from_a(server: &Target) -> TlsStream<TcpStream> {
     let mut tls = handshake(server, tcp_from(server, A).await, b"http/1.1").await;
     tls.write_all(mutate_head(100_000).as_bytes())
         .await
@@ -127,7 +140,7 @@ async fn stalled_from_a(server: &TestServer) -> TlsStream<TcpStream> {
 
 /// A review from `B` on a new connection; its status and how long it took
 /// from the connect.
-async fn review_from_b(server: &TestServer) -> (Option<u16>, Duration) {
+async fn review_from_b(server: &Target) -> (Option<u16>, Duration) {
     let start = Instant::now();
     let mut tls = handshake(server, tcp_from(server, B).await, b"http/1.1").await;
     let body = review("uid-b", "pods", "CREATE", job_pod()).to_string();
@@ -148,17 +161,16 @@ async fn stalled_request_bodies_from_one_address_do_not_keep_another_addresss_re
     // The tester's reproduction, scaled to 4 slots: before, B's review
     // waited for A's body read timeout (9.91 s with 16 slots and the
     // binary), past the API server's 5 s webhook timeout.
-    let server = TestServer::start(defaults_with_few_slots).await;
+    let running = TestServer::start(defaults_with_few_slots).await;
+    let server = Target::of(&running);
     let mut held = Vec::new();
     for _ in 0..SLOTS {
         held.push(stalled_from_a(&server).await);
     }
-    let b = tokio::spawn(async move {
-        let answered = review_from_b(&server).await;
-        (answered, server)
-    });
+    let to = server.clone();
+    let b = tokio::spawn(async move { review_from_b(&to).await });
     let outcome = tokio::time::timeout(BOUND, b).await;
-    let Ok(Ok(((status, took), _server))) = outcome else {
+    let Ok(Ok((status, took))) = outcome else {
         panic!(
             "B's review was not answered within {BOUND:?} while A held every slot with stalled request bodies"
         );
@@ -183,7 +195,8 @@ async fn stalled_request_bodies_from_one_address_do_not_keep_another_addresss_re
 async fn stalled_http2_streams_from_one_address_do_not_keep_another_addresss_review_waiting() {
     // Each of A's HTTP/2 connections has one stream: its HEADERS (a POST
     // declaring a body), then no DATA. The handler waits for the body.
-    let server = TestServer::start(defaults_with_few_slots).await;
+    let running = TestServer::start(defaults_with_few_slots).await;
+    let server = Target::of(&running);
     let mut held = Vec::new();
     for _ in 0..SLOTS {
         let mut tls = handshake(&server, tcp_from(&server, A).await, b"h2").await;
@@ -192,12 +205,10 @@ async fn stalled_http2_streams_from_one_address_do_not_keep_another_addresss_rev
         tls.flush().await.unwrap();
         held.push(tls);
     }
-    let b = tokio::spawn(async move {
-        let answered = review_from_b(&server).await;
-        (answered, server)
-    });
+    let to = server.clone();
+    let b = tokio::spawn(async move { review_from_b(&to).await });
     let outcome = tokio::time::timeout(BOUND, b).await;
-    let Ok(Ok(((status, took), _server))) = outcome else {
+    let Ok(Ok((status, took))) = outcome else {
         panic!(
             "B's review was not answered within {BOUND:?} while A held every slot with stalled HTTP/2 streams"
         );
@@ -249,11 +260,12 @@ async fn requests_arriving_steadily_within_the_grace_are_not_evicted() {
     // A's four requests arrive a few bytes at a time for about 1.2 s, with
     // the grace at 3 s: B, waiting from the start, takes none of them.
     const GRACE: Duration = Duration::from_secs(3);
-    let server = TestServer::start(|c| {
+    let running = TestServer::start(|c| {
         defaults_with_few_slots(c);
         c.conn_limits.min_arrival_before_eviction = GRACE;
     })
     .await;
+    let server = Target::of(&running);
     let body = review("uid-a", "pods", "CREATE", job_pod()).to_string();
     let request = format!("{}{body}", mutate_head(body.len())).into_bytes();
     let mut held = Vec::new();
@@ -264,7 +276,6 @@ async fn requests_arriving_steadily_within_the_grace_are_not_evicted() {
         held.push(tls);
     }
     let started = Instant::now();
-    let server = Arc::new(server);
     let waiting = server.clone();
     let b = tokio::spawn(async move { review_from_b(&waiting).await });
     // The rest in 12 pieces, 100 ms apart.
@@ -304,11 +315,12 @@ async fn connections_whose_responses_are_being_written_are_never_evicted() {
     // cannot take (flow-control window 0): past the grace, still never
     // closed for B; B waits.
     const WAIT: Duration = Duration::from_millis(2500);
-    let server = TestServer::start(|c| {
+    let running = TestServer::start(|c| {
         defaults_with_few_slots(c);
         c.conn_limits.write_timeout = Duration::from_secs(60);
     })
     .await;
+    let server = Target::of(&running);
     let mut held = Vec::new();
     for _ in 0..SLOTS {
         let mut tls = handshake(&server, tcp_from(&server, A).await, b"h2").await;
@@ -317,7 +329,6 @@ async fn connections_whose_responses_are_being_written_are_never_evicted() {
         tls.flush().await.unwrap();
         held.push(tls);
     }
-    let server = Arc::new(server);
     let waiting = server.clone();
     let mut b = tokio::spawn(async move { review_from_b(&waiting).await });
     let early = tokio::time::timeout(WAIT, &mut b).await;

@@ -75,6 +75,8 @@ pub fn parse_max_connections(text: &str) -> Result<usize, String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]
