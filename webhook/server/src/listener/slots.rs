@@ -295,8 +295,11 @@ mod tests {
         assert_eq!(v.id, ids[2]);
         let v = r.choose_victim(ip(C), of).unwrap();
         assert_eq!(*v.conn, "stalled-recent");
-        // A third newcomer: A holds 2, a newcomer would hold 1: none.
-        assert!(r.choose_victim(ip("10.0.0.4"), of).is_none());
+        // Then the idle one (A holds 2, a third newcomer would hold 1);
+        // never the busy one (A holds 1 then: no more anyway).
+        let v = r.choose_victim(ip("10.0.0.4"), of).unwrap();
+        assert_eq!(*v.conn, "idle-long");
+        assert!(r.choose_victim(ip("10.0.0.5"), of).is_none());
     }
 
     #[test]
