@@ -195,3 +195,98 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
     assert_eq!(keys(&opted_in), keys(&plain));
     assert!(logs.contains("SIGTERM received"), "{logs}");
 }
+
+/// `serve` with `args` (and `env`) besides a certificate that exists and
+/// `--no-cluster`; it must exit at once with an error: its stderr.
+fn serve_refused(args: &[&str], env: &[(&str, &str)]) -> String {
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = write_pair(dir.path(), &pki.issue("serve"));
+    let mut command = Command::new(BIN);
+    command
+        .arg("serve")
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .arg("--no-cluster")
+        .args(args)
+        .env_remove("KUBECONFIG");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.stdout(Stdio::null()).output().unwrap();
+    assert!(!out.status.success(), "serve {args:?} {env:?} started");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn zero_timeouts_and_zero_connections_are_refused_at_start_naming_the_flag() {
+    // Before: `--read-timeout 0s` started and dropped every HTTPS request
+    // (while /livez said ok); `--max-connections 0` served as 1.
+    let cases = [
+        (
+            "--read-timeout",
+            "KUBE_PRESTOP_READ_TIMEOUT",
+            "0s",
+            "more than 0",
+        ),
+        (
+            "--write-timeout",
+            "KUBE_PRESTOP_WRITE_TIMEOUT",
+            "0",
+            "more than 0",
+        ),
+        (
+            "--idle-timeout",
+            "KUBE_PRESTOP_IDLE_TIMEOUT",
+            "0ms",
+            "more than 0",
+        ),
+        (
+            "--max-connections",
+            "KUBE_PRESTOP_MAX_CONNECTIONS",
+            "0",
+            "at least 1",
+        ),
+    ];
+    for (flag, env, zero, why) in cases {
+        for stderr in [
+            serve_refused(&[flag, zero], &[]),
+            serve_refused(&[], &[(env, zero)]),
+        ] {
+            assert!(stderr.contains(flag), "{flag}: {stderr}");
+            assert!(stderr.contains(why), "{flag}: {stderr}");
+        }
+    }
+}
+
+/// A listener on 127.0.0.1 at a free port between 21900 and 21999.
+fn taken_port() -> std::net::TcpListener {
+    (21900..22000)
+        .find_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+        .expect("a free port in 21900..22000")
+}
+
+#[test]
+fn a_port_in_use_is_reported_once_naming_the_listener() {
+    // Before: "cannot listen on 127.0.0.1:P: Address already in use (os
+    // error 98): Address already in use (os error 98)".
+    for https in [true, false] {
+        let taken = taken_port();
+        let in_use = taken.local_addr().unwrap().to_string();
+        let other = taken_port();
+        let free = other.local_addr().unwrap().to_string();
+        drop(other);
+        let (listen, metrics) = if https {
+            (in_use.as_str(), free.as_str())
+        } else {
+            (free.as_str(), in_use.as_str())
+        };
+        let stderr = serve_refused(&["--listen-addr", listen, "--metrics-addr", metrics], &[]);
+        assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
+        assert!(stderr.contains(&in_use), "{stderr}");
+        let listener = if https { "HTTPS port" } else { "metrics port" };
+        assert!(stderr.contains(listener), "{stderr}");
+    }
+}

@@ -144,6 +144,7 @@ impl ServerConfig {
                 http2_keep_alive: Duration::from_secs(30),
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
+                min_arrival_before_eviction: listener::DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION,
                 write_timeout: listener::DEFAULT_WRITE_TIMEOUT,
             },
             client_ca_file: None,
@@ -163,9 +164,14 @@ pub enum ServerError {
     /// rustls refused the configuration.
     #[error("TLS configuration: {0}")]
     TlsConfig(#[from] rustls::Error),
-    /// A listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
+    /// A listen address could not be bound. The message names the
+    /// listener and the address; the I/O error is its source only, so a
+    /// chain printed whole (`{:#}`) says it once.
+    #[error("cannot listen on {addr} ({listener})")]
     Bind {
+        /// Which listener: `HTTPS port (--listen-addr)` or `metrics port
+        /// (--metrics-addr)`.
+        listener: &'static str,
         /// The address.
         addr: SocketAddr,
         /// I/O error.
@@ -195,8 +201,16 @@ impl std::fmt::Debug for Server {
     }
 }
 
-async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError> {
-    let to_err = |source| ServerError::Bind { addr, source };
+/// Bind `addr` for `listener` (named in the error).
+async fn bind(
+    listener: &'static str,
+    addr: SocketAddr,
+) -> Result<(TcpListener, SocketAddr), ServerError> {
+    let to_err = |source| ServerError::Bind {
+        listener,
+        addr,
+        source,
+    };
     let listener = TcpListener::bind(addr).await.map_err(to_err)?;
     let local = listener.local_addr().map_err(to_err)?;
     Ok((listener, local))
@@ -229,8 +243,9 @@ impl Server {
         let tls = crate::tls::server_config(resolver.clone(), client_roots)?;
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         metrics.set_certificate_expiry(resolver.not_after_unix());
-        let (https, https_addr) = bind(config.https_addr).await?;
-        let (metrics_listener, metrics_addr) = bind(config.metrics_addr).await?;
+        let (https, https_addr) = bind("HTTPS port, --listen-addr", config.https_addr).await?;
+        let (metrics_listener, metrics_addr) =
+            bind("metrics port, --metrics-addr", config.metrics_addr).await?;
         let state = Arc::new(AppState {
             health: Arc::new(Health::new(cache.clone())),
             cache,

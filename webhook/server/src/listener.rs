@@ -17,8 +17,12 @@
 //!
 //! Slots are shared fairly by peer address ([`slots`]): when every slot is
 //! held and a client arrives from a peer holding fewer than the peer holding
-//! the most, that peer's longest-idle connection (no request in flight) is
-//! closed gracefully and its slot handed to the newcomer. At most
+//! the most, one of that peer's connections is closed and its slot handed
+//! to the newcomer: first one whose requests have stalled arriving (every
+//! request on it has been arriving for
+//! [`ConnLimits::min_arrival_before_eviction`] without its body read to the
+//! end: dropped at once), else its longest-idle one (no request in flight,
+//! idle for [`ConnLimits::min_idle_before_eviction`]: closed gracefully). At most
 //! [`MAX_WAITING_CONNECTIONS`] accepted connections wait for a slot at
 //! once (seats), each for at most the read timeout, and the seats are
 //! shared by peer address the same way ([`seats`]): the loop never stops
@@ -34,7 +38,9 @@
 //! A connection that has not started its first request may be closed for a
 //! newcomer as an idle one, dropped at once (nothing of a request has
 //! arrived: [`request_bytes`]); one whose request bytes have started
-//! arriving never is. A response not sent within the write timeout (the
+//! arriving only once they have been arriving for
+//! [`ConnLimits::min_arrival_before_eviction`] (1 s); one whose handler has
+//! read its request's body, or whose response is produced, never. A response not sent within the write timeout (the
 //! client does not read, or never opens its HTTP/2 flow-control window)
 //! drops its connection.
 
@@ -157,6 +163,17 @@ pub struct ConnLimits {
     /// legitimate client's pooled connections under its requests (14 of
     /// 600 reviews failed in a local attack, 0 before slots were shared).
     pub min_idle_before_eviction: Duration,
+    /// How long a request must have been arriving before its connection
+    /// may be closed for a newcomer from a peer holding fewer ([`slots`],
+    /// the same rule as an idle connection's): from the request's first
+    /// byte until the request reaches the service (HTTP/1.1 headers, an
+    /// HTTP/2 header block) and then until the handler has read its body
+    /// to the end. Such a connection is dropped at once (nothing has been
+    /// handled; a graceful close would wait for the stalled request). One
+    /// whose handler has read its body (the review is being decided) or
+    /// whose response is produced is never closed for a newcomer. See
+    /// [`DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION`].
+    pub min_arrival_before_eviction: Duration,
     /// The longest time a response may take to be sent: a response the
     /// handler has produced and the connection has not taken in whole
     /// within this time (an HTTP/2 client that never opens its flow-control
@@ -173,6 +190,20 @@ const EVICTION_RECHECK: Duration = Duration::from_secs(1);
 
 /// Default [`ConnLimits::min_idle_before_eviction`]: 5 s.
 pub const DEFAULT_MIN_IDLE_BEFORE_EVICTION: Duration = Duration::from_secs(5);
+
+/// Default [`ConnLimits::min_arrival_before_eviction`]: 1 s. The API
+/// server writes a review in one burst (headers and a body of a few KiB,
+/// at most a few MiB, over a connection it already holds), which arrives
+/// within milliseconds, or a few hundred on a starved node; a request
+/// still arriving after 1 s is stalled (a client that declared
+/// `Content-Length: 100000` and sent one byte, or dribbles its headers).
+/// Before, such requests counted as in progress until the read timeout
+/// (10 s), so one address holding every slot with them kept another
+/// address's review waiting 9.9 s, past the API server's webhook timeout
+/// (the chart's `timeoutSeconds`, 5 s), and under `failurePolicy: Ignore`
+/// pods were admitted without the sidecar. With 1 s, a newcomer waits at
+/// most about the grace plus one [`EVICTION_RECHECK`] (2 s).
+pub const DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION: Duration = Duration::from_secs(1);
 
 /// Default [`ConnLimits::write_timeout`]: 10 s, as the read timeout. An
 /// admission response is at most a few MiB (the patched pod is bounded at
@@ -209,6 +240,11 @@ struct Activity {
     next_response: AtomicU64,
     /// Since when a write to the socket has made no progress.
     write_blocked: Mutex<Option<Instant>>,
+    /// Requests in flight still arriving, by number: the handler has not
+    /// read the body to its end and no response is produced; when each
+    /// request's first byte arrived ([`ArrivingBody`]).
+    arriving: Mutex<BTreeMap<u64, Instant>>,
+    next_request: AtomicU64,
     /// The slot the connection holds, to [spare](Slots::spare) it.
     slot: Mutex<Option<(Weak<Slots>, ConnId)>>,
     changed: Notify,
@@ -228,6 +264,8 @@ impl Activity {
             unsent: Mutex::new(BTreeMap::new()),
             next_response: AtomicU64::new(0),
             write_blocked: Mutex::new(None),
+            arriving: Mutex::new(BTreeMap::new()),
+            next_request: AtomicU64::new(0),
             slot: Mutex::new(None),
             changed: Notify::new(),
             idle,
@@ -286,6 +324,61 @@ impl Activity {
             return None;
         }
         self.last.lock().ok().map(|last| *last)
+    }
+
+    /// Since when the connection has had a request arriving, if every
+    /// request on it is still arriving (none is handled past reading its
+    /// body, no response is produced) and at least one is: the earliest
+    /// first byte among the requests in flight whose bodies the handler has
+    /// not read to the end, and the request bytes read that no request has
+    /// started with yet. `None` otherwise (idle, or handling a request).
+    fn arriving_since(&self) -> Option<Instant> {
+        let arriving = self.arriving.lock().ok()?;
+        // Requests enter `in_flight` before `arriving` and leave it after:
+        // a request between the two counts as handled (never evicted).
+        if self.in_flight.load(Ordering::Acquire) != arriving.len() {
+            return None;
+        }
+        let unstarted = (!self.quiet()).then(|| self.arrived_at()).flatten();
+        arriving.values().copied().chain(unstarted).min()
+    }
+
+    /// Whether and how the connection may be closed for a newcomer at
+    /// `now`: a request arriving for at least `min_arrival`
+    /// ([`Self::arriving_since`]), or idle for at least `min_idle`
+    /// ([`Self::idle_since`]); `None` if neither.
+    fn evictable(
+        &self,
+        now: Instant,
+        min_idle: Duration,
+        min_arrival: Duration,
+    ) -> Option<Evictable> {
+        if let Some(since) = self.arriving_since() {
+            return (now.saturating_duration_since(since) >= min_arrival)
+                .then_some(Evictable::Stalled(since));
+        }
+        self.idle_since()
+            .filter(|since| now.saturating_duration_since(*since) >= min_idle)
+            .map(Evictable::Idle)
+    }
+
+    /// A request entered the service; its number, for
+    /// [`Self::arrived_whole`], and counted as arriving since `since` until
+    /// then.
+    fn start_arriving(&self, since: Instant) -> u64 {
+        let n = self.next_request.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut arriving) = self.arriving.lock() {
+            arriving.insert(n, since);
+        }
+        n
+    }
+
+    /// Request `n` is no longer arriving: its body was read to its end (or
+    /// dropped), or its response produced, or it ended.
+    fn arrived_whole(&self, n: u64) {
+        if let Ok(mut arriving) = self.arriving.lock() {
+            arriving.remove(&n);
+        }
     }
 
     /// Record a response produced on this connection; its number, to
@@ -378,6 +471,23 @@ impl Activity {
     }
 }
 
+/// Why a connection may be closed for a newcomer, and since when; ordered
+/// for [`slots::Registry::choose_victim`], the first chosen first: a
+/// connection whose requests have stalled arriving before one idle
+/// between requests (an idle HTTP/1.1 keep-alive connection may have the
+/// client's next request on the wire, which closing it would lose unanswered;
+/// a stalled request has already taken longer than a legitimate client's),
+/// then the one stalled, or idle, longest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Evictable {
+    /// Every request on it has been arriving since then (the earliest
+    /// first byte), for at least [`ConnLimits::min_arrival_before_eviction`].
+    Stalled(Instant),
+    /// Idle since then, for at least
+    /// [`ConnLimits::min_idle_before_eviction`].
+    Idle(Instant),
+}
+
 /// One request in flight on its connection's [`Activity`], from the moment
 /// the service sees it until it is dropped: with the response body once
 /// that is sent, or with the handler if the client cancels the request
@@ -387,24 +497,35 @@ impl Activity {
 struct InFlight {
     activity: Arc<Activity>,
     response: Option<u64>,
+    /// Its number among the connection's arriving requests.
+    request: u64,
 }
 
 impl InFlight {
+    /// Also counts the request as arriving since its first byte (the
+    /// request bytes not yet taken by a request, else now) until
+    /// the handler has read its body ([`ArrivingBody`]) or
+    /// [`Self::produced`].
     fn enter(activity: Arc<Activity>) -> Self {
         activity.started.store(true, Ordering::Release);
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        let now = Instant::now();
+        let since = activity.arrived_at().map_or(now, |at| at.min(now));
+        let request = activity.start_arriving(since);
         activity.set_request_arrived(false);
         activity.touch();
         activity.changed.notify_one();
         Self {
             activity,
             response: None,
+            request,
         }
     }
 
     /// The handler produced the response: it is to be sent within the
-    /// write timeout.
+    /// write timeout, and the request is no longer arriving.
     fn produced(&mut self) {
+        self.activity.arrived_whole(self.request);
         self.response = Some(self.activity.produced());
     }
 }
@@ -412,6 +533,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         let activity = &self.activity;
+        activity.arrived_whole(self.request);
         if let Some(n) = self.response {
             activity.sent(n);
         }
@@ -548,10 +670,75 @@ impl HttpBody for TrackedBody {
     }
 }
 
+/// A request body that keeps its request counted as arriving
+/// ([`Activity::arriving_since`]) until the handler has read it to its end,
+/// or dropped it.
+struct ArrivingBody {
+    inner: Body,
+    /// The connection and the request's number; `None` once read.
+    arriving: Option<(Arc<Activity>, u64)>,
+}
+
+impl ArrivingBody {
+    fn arrived(&mut self) {
+        if let Some((activity, n)) = self.arriving.take() {
+            activity.arrived_whole(n);
+        }
+    }
+}
+
+impl Drop for ArrivingBody {
+    fn drop(&mut self) {
+        self.arrived();
+    }
+}
+
+impl HttpBody for ArrivingBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        let ended = match &polled {
+            Poll::Ready(None | Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if ended {
+            self.arrived();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Counts a request in flight on its connection's [`Activity`] from its
-/// start until its response body is sent or the request is cancelled.
+/// start until its response body is sent or the request is cancelled, and
+/// as arriving until the handler has read its body to the end (at once if
+/// it has none) or produced the response.
 async fn track(activity: Arc<Activity>, req: Request, next: Next) -> axum::response::Response {
-    let mut in_flight = InFlight::enter(activity);
+    let mut in_flight = InFlight::enter(activity.clone());
+    let request = in_flight.request;
+    let req = req.map(|inner| {
+        let mut body = ArrivingBody {
+            inner,
+            arriving: Some((activity, request)),
+        };
+        if body.inner.is_end_stream() {
+            body.arrived();
+        }
+        Body::new(body)
+    });
     let response = next.run(req).await;
     in_flight.produced();
     response.map(|inner| {
@@ -629,10 +816,10 @@ async fn serve_connection<I>(
     let first_request_by = accepted + limits.header_read_timeout;
     loop {
         if close_by.is_none() && activity.evicted() {
-            // Chosen while idle with no request arriving. Let the runtime
-            // look at the socket (a yielding task resumes after the I/O
-            // driver is polled), take in whatever it holds, and keep the
-            // connection if a request has started arriving since.
+            // Chosen while idle, or with its requests stalled arriving. Let
+            // the runtime look at the socket (a yielding task resumes after
+            // the I/O driver is polled), take in whatever it holds, and
+            // keep the connection unless it is still as it was chosen.
             tokio::task::yield_now().await;
             if let Poll::Ready(ended) =
                 std::future::poll_fn(|cx| Poll::Ready(conn.as_mut().poll(cx))).await
@@ -641,6 +828,25 @@ async fn serve_connection<I>(
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
                 return;
+            }
+            let now = Instant::now();
+            match activity.evictable(
+                now,
+                limits.min_idle_before_eviction,
+                limits.min_arrival_before_eviction,
+            ) {
+                Some(Evictable::Stalled(since)) => {
+                    // Nothing handled yet; a graceful close would wait
+                    // for the stalled request.
+                    tracing::debug!(%peer, arriving_for = ?now.saturating_duration_since(since), "dropping a connection whose request stalled arriving: its slot goes to a peer holding fewer");
+                    return;
+                }
+                Some(Evictable::Idle(_)) => {}
+                None => {
+                    tracing::debug!(%peer, "the connection chosen for a newcomer is no longer idle nor stalled; keeping it");
+                    activity.spare();
+                    continue;
+                }
             }
             if activity.busy() || !activity.quiet() {
                 tracing::debug!(%peer, "a request started arriving on the connection chosen for a newcomer; keeping it");
@@ -980,24 +1186,31 @@ impl Slots {
         &self,
         port: &'static str,
         peer: IpAddr,
-        min_idle: Duration,
+        limits: ConnLimits,
     ) -> Option<oneshot::Receiver<SlotPermit>> {
         let now = Instant::now();
         let mut registry = self.registry();
         let victim = registry.choose_victim(peer, |h| {
-            h.activity
-                .idle_since()
-                .filter(|since| now.saturating_duration_since(*since) >= min_idle)
+            h.activity.evictable(
+                now,
+                limits.min_idle_before_eviction,
+                limits.min_arrival_before_eviction,
+            )
         })?;
         let (to, from) = oneshot::channel();
         victim.conn.handoff = Some(to);
         victim.conn.activity.evict();
+        let why = match victim.key {
+            Evictable::Stalled(_) => "a request stalled arriving",
+            Evictable::Idle(_) => "idle",
+        };
         tracing::debug!(
             port,
             peer = %victim.id.peer(),
             held = victim.peer_held,
             newcomer = %peer,
-            "every connection slot held: closing the longest-idle connection of the peer holding the most"
+            why,
+            "every connection slot held: closing a connection of the peer holding the most (stalled arrivals first, then the longest idle)"
         );
         Some(from)
     }
@@ -1108,7 +1321,7 @@ impl Slots {
                 break Some(permit);
             }
             if handoff.is_none() {
-                handoff = self.evict_for(port, peer, limits.min_idle_before_eviction);
+                handoff = self.evict_for(port, peer, limits);
                 if handoff.is_some() {
                     // The victim closes gracefully within its own read
                     // timeout (or after a request that started meanwhile).

@@ -1286,3 +1286,52 @@ async fn a_client_ca_file_without_a_certificate_stops_the_start() {
     assert!(text.contains("--client-ca-file"), "{text}");
     assert!(text.contains(&bad.display().to_string()), "{text}");
 }
+
+/// Every message of `err`'s chain, joined as anyhow's `{:#}` prints them.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_named_once_with_its_listener_and_address() {
+    // Before: "cannot listen on 127.0.0.1:P: Address already in use (os
+    // error 98): Address already in use (os error 98)", the I/O error both
+    // in the message and as its source.
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let (cert, key) = http_common::write_pair(dir.path(), &pki.issue("localhost"));
+    for https in [true, false] {
+        let taken = (21800..21900)
+            .find_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+            .expect("a free port in 21800..21900");
+        let addr = taken.local_addr().unwrap();
+        let free: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (https_addr, metrics_addr) = if https { (addr, free) } else { (free, addr) };
+        let config = kube_prestop_server::ServerConfig::new(
+            https_addr,
+            metrics_addr,
+            cert.clone(),
+            key.clone(),
+        );
+        let Err(err) = kube_prestop_server::Server::bind(
+            config,
+            kube_prestop_cluster::cluster_cache::ClusterCache::disconnected(),
+        )
+        .await
+        else {
+            panic!("a port in use was bound");
+        };
+        let text = chain(&err);
+        assert_eq!(text.matches("in use").count(), 1, "{text}");
+        assert!(text.contains(&addr.to_string()), "{text}");
+        let listener = if https { "HTTPS port" } else { "metrics port" };
+        assert!(text.contains(listener), "{text}");
+    }
+}

@@ -20,7 +20,10 @@ pub use check_args::CheckArgs;
 pub use choices::{
     FailureModeFlag, LogFormatFlag, OutputFormatFlag, SidecarBinarySourceFlag, WorkloadKindFlag,
 };
-pub use duration::parse_duration;
+pub use duration::{
+    parse_duration, parse_idle_timeout, parse_max_connections, parse_read_timeout,
+    parse_write_timeout,
+};
 pub use engine_flags::EngineArgs;
 
 use kube_prestop_server::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BODY_BYTES};
@@ -136,28 +139,31 @@ pub struct ServeArgs {
     pub max_inflight_body_bytes: usize,
     /// Connections served at once, shared by peer address: when all are
     /// held, a client from an address holding fewer than the one holding
-    /// the most may get the slot of that address's longest-idle connection.
-    #[arg(long, default_value_t = 1024, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
+    /// the most may get the slot of that address's connection whose
+    /// request has stalled arriving (over 1 s), else its longest-idle one.
+    /// At least 1.
+    #[arg(long, default_value_t = 1024, value_parser = parse_max_connections, env = "KUBE_PRESTOP_MAX_CONNECTIONS")]
     pub max_connections: usize,
     /// Time allowed for a client to send request headers (HTTP/1.1, also
     /// the longest wait for the next request on a keep-alive connection), its
     /// first request (HTTP/1.1 and HTTP/2: a client that sends no request
     /// after the TLS handshake is disconnected) and, separately, the TLS
-    /// handshake and the request body.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_READ_TIMEOUT")]
+    /// handshake and the request body. More than 0.
+    #[arg(long, default_value = "10s", value_parser = parse_read_timeout, env = "KUBE_PRESTOP_READ_TIMEOUT")]
     pub read_timeout: Duration,
     /// A connection with no request in flight for this long is closed
     /// (HTTP/2: `GOAWAY`; HTTP/1.1 after its last response). Default 120 s,
     /// longer than the 90 s idle time of the API server's own connection
-    /// pool, so that the API server closes an idle connection first.
-    #[arg(long, default_value = "120s", value_parser = parse_duration, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
+    /// pool, so that the API server closes an idle connection first. More
+    /// than 0.
+    #[arg(long, default_value = "120s", value_parser = parse_idle_timeout, env = "KUBE_PRESTOP_IDLE_TIMEOUT")]
     pub idle_timeout: Duration,
     /// The longest time a response may take to be sent: a connection whose
     /// response is not taken in whole within it after the handler produced
     /// it (an HTTP/2 client that never opens its flow-control window), or
     /// whose write to the socket makes no progress for it (a client that
-    /// does not read), is dropped. Default 10 s.
-    #[arg(long, default_value = "10s", value_parser = parse_duration, env = "KUBE_PRESTOP_WRITE_TIMEOUT")]
+    /// does not read), is dropped. Default 10 s; more than 0.
+    #[arg(long, default_value = "10s", value_parser = parse_write_timeout, env = "KUBE_PRESTOP_WRITE_TIMEOUT")]
     pub write_timeout: Duration,
     /// Kubeconfig for the cluster caches (default: the KUBECONFIG
     /// environment variable, ~/.kube/config, then the in-cluster service

@@ -5,8 +5,10 @@
 //! back a slot, and asks it for a victim ([`Registry::choose_victim`]),
 //! saying which connections are idle and since when.
 //!
-//! The rule: a newcomer from peer `n` may have the longest-idle idle
-//! connection of the peer `p` holding the most connections closed only if
+//! The rule: a newcomer from peer `n` may have a connection of the peer
+//! `p` holding the most connections closed (the first by the caller's
+//! order: a request stalled arriving before an idle connection, then the
+//! longest stalled or idle) only if
 //! `p` holds strictly more than `n` would hold once admitted
 //! (`held(p) > held(n) + 1`). After the swap `p` still holds at least as
 //! many as `n`, so two peers converge to equal shares and never take
@@ -14,8 +16,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-
-use tokio::time::Instant;
 
 /// The address a connection counts against: the peer's IP address, port
 /// ignored; an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, as a dual-stack
@@ -68,9 +68,11 @@ impl<C> Peer<C> {
 
 /// A connection chosen by [`Registry::choose_victim`].
 #[derive(Debug)]
-pub struct Victim<'a, C> {
+pub struct Victim<'a, C, K> {
     /// The connection.
     pub id: ConnId,
+    /// Why it may be closed: the key it was chosen by.
+    pub key: K,
     /// What its peer held before the choice (connections, reservations
     /// included).
     pub peer_held: usize,
@@ -137,21 +139,23 @@ impl<C> Registry<C> {
     }
 
     /// For a newcomer from `newcomer` while every slot is held: the
-    /// longest-idle connection of the peer holding the most slots, if that
-    /// peer holds strictly more than `newcomer` would once admitted and has
-    /// an idle connection. `idle_since` says when a connection became idle,
-    /// `None` when it may not be closed (a request in flight, or none
-    /// started yet). Among peers tied for the most, the connection idle
-    /// longest (then the oldest) is chosen.
+    /// connection of the peer holding the most slots with the smallest
+    /// `evictable` key, if that peer holds strictly more than `newcomer`
+    /// would once admitted and has a connection that may be closed.
+    /// `evictable` says whether a connection may be closed and in which
+    /// order (the caller's: a request stalled arriving first, then idle,
+    /// each the longest first), `None` when it may not be (a request being
+    /// handled, or not idle nor stalled long enough). Among peers tied for
+    /// the most, the smallest key (then the oldest connection) is chosen.
     ///
     /// The victim is marked as closing (it no longer counts for its peer
     /// and is not chosen again) and a slot is reserved for `newcomer`
     /// (counted in [`Self::held`]) until [`Self::release`].
-    pub fn choose_victim(
+    pub fn choose_victim<K: Ord>(
         &mut self,
         newcomer: IpAddr,
-        idle_since: impl Fn(&C) -> Option<Instant>,
-    ) -> Option<Victim<'_, C>> {
+        evictable: impl Fn(&C) -> Option<K>,
+    ) -> Option<Victim<'_, C, K>> {
         let admitted = self.held(newcomer) + 1;
         let most = self
             .peers
@@ -162,7 +166,7 @@ impl<C> Registry<C> {
         if most <= admitted {
             return None;
         }
-        let (_, peer, n) = self
+        let (key, peer, n) = self
             .peers
             .iter()
             .filter(|(ip, p)| **ip != newcomer && p.held() == most)
@@ -170,9 +174,9 @@ impl<C> Registry<C> {
                 p.conns
                     .iter()
                     .filter(|(_, e)| !e.evicted)
-                    .filter_map(|(n, e)| idle_since(&e.conn).map(|since| (since, *ip, *n)))
+                    .filter_map(|(n, e)| evictable(&e.conn).map(|key| (key, *ip, *n)))
             })
-            .min_by_key(|(since, _, n)| (*since, *n))?;
+            .min_by(|(a, _, an), (b, _, bn)| a.cmp(b).then(an.cmp(bn)))?;
         let victim_peer = self.peers.get_mut(&peer)?;
         victim_peer.conns.get_mut(&n)?.evicted = true;
         victim_peer.evicted += 1;
@@ -180,6 +184,7 @@ impl<C> Registry<C> {
         let conn = &mut self.peers.get_mut(&peer)?.conns.get_mut(&n)?.conn;
         Some(Victim {
             id: ConnId { peer, n },
+            key,
             peer_held: most,
             conn,
         })
@@ -219,6 +224,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
     use std::time::Duration;
+
+    use tokio::time::Instant;
 
     use super::*;
 
@@ -271,6 +278,28 @@ mod tests {
         // counts for B.
         assert_eq!(r.held(ip(A)), 3);
         assert_eq!(r.held(ip(B)), 1);
+    }
+
+    #[test]
+    fn the_callers_order_comes_first_then_age() {
+        // Keys as the listener's: (0, since) stalled, (1, since) idle.
+        let t0 = Instant::now();
+        let mut r = Registry::default();
+        let key = |k: u8, s: u64| Some((k, t0 + Duration::from_secs(s)));
+        let names = ["idle-long", "stalled-recent", "stalled-long", "busy"];
+        let keys = [key(1, 0), key(0, 9), key(0, 5), None];
+        let ids: Vec<_> = names.iter().map(|n| r.insert(ip(A), *n)).collect();
+        let of = |c: &&str| keys[names.iter().position(|n| n == c).unwrap()];
+        let v = r.choose_victim(ip(B), of).unwrap();
+        assert_eq!((*v.conn, v.key), ("stalled-long", key(0, 5).unwrap()));
+        assert_eq!(v.id, ids[2]);
+        let v = r.choose_victim(ip(C), of).unwrap();
+        assert_eq!(*v.conn, "stalled-recent");
+        // Then the idle one (A holds 2, a third newcomer would hold 1);
+        // never the busy one (A holds 1 then: no more anyway).
+        let v = r.choose_victim(ip("10.0.0.4"), of).unwrap();
+        assert_eq!(*v.conn, "idle-long");
+        assert!(r.choose_victim(ip("10.0.0.5"), of).is_none());
     }
 
     #[test]
