@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_common::{TestServer, assert_review_echo, job_pod, review};
+use http_common::{TestServer, assert_review_echo, job_pod, read_head, read_response, review};
 use kube_prestop_server::{MAX_WAITING_CONNECTIONS, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -89,40 +89,6 @@ async fn handshake(ca_pem: &str, tcp: TcpStream) -> TlsStream<TcpStream> {
 /// An HTTP/1.1 keep-alive connection from `local`, TLS done.
 async fn connect_from(server: &TestServer, local: &str) -> TlsStream<TcpStream> {
     handshake(&server.pki.ca_pem(), tcp_from(server, local).await).await
-}
-
-/// Reads one response head (up to the blank line); its status code and
-/// lower-cased head, or `None` at the end of the stream.
-async fn read_head(tls: &mut TlsStream<TcpStream>) -> Option<(u16, String)> {
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        match tls.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((status, head))
-}
-
-/// Reads one whole response (past any `100 Continue`; body by
-/// `content-length`): its status, lower-cased head and body.
-async fn read_response(tls: &mut TlsStream<TcpStream>) -> Option<(u16, String, String)> {
-    let (status, head) = loop {
-        let (status, head) = read_head(tls).await?;
-        if status != 100 {
-            break (status, head);
-        }
-    };
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    tls.read_exact(&mut body).await.ok()?;
-    Some((status, head, String::from_utf8(body).unwrap()))
 }
 
 /// `GET /livez` on a keep-alive connection; the status, or `None` if the

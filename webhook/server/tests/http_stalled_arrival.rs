@@ -21,7 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_common::{TestServer, assert_review_echo, job_pod, review};
+use http_common::{TestServer, assert_review_echo, job_pod, read_response, review};
 use kube_prestop_server::ServerConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -95,28 +95,6 @@ async fn handshake(server: &Target, tcp: TcpStream, alpn: &[u8]) -> TlsStream<Tc
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
     connector.connect(name, tcp).await.unwrap()
-}
-
-/// Reads one HTTP/1.1 response (body by `content-length`): its status,
-/// lower-cased head and body, or `None` at the end of the stream.
-async fn read_response(tls: &mut TlsStream<TcpStream>) -> Option<(u16, String, String)> {
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8; 1];
-        match tls.read(&mut byte).await {
-            Ok(1) => head.push(byte[0]),
-            _ => return None,
-        }
-    }
-    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    tls.read_exact(&mut body).await.ok()?;
-    Some((status, head, String::from_utf8(body).unwrap()))
 }
 
 /// The head of a `/mutate` POST whose body is `len` bytes.

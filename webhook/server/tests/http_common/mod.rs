@@ -380,3 +380,43 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Reads one HTTP/1.1 response head (up to the blank line) from `stream`:
+/// its status code and lower-cased head, or `None` at the end of the
+/// stream.
+pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, String)> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8(head).unwrap().to_ascii_lowercase();
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((status, head))
+}
+
+/// Reads one whole HTTP/1.1 response from `stream` (past any `100
+/// Continue`; body by `content-length`): its status, lower-cased head and
+/// body, or `None` at the end of the stream.
+pub async fn read_response<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+) -> Option<(u16, String, String)> {
+    use tokio::io::AsyncReadExt;
+    let (status, head) = loop {
+        let (status, head) = read_head(stream).await?;
+        if status != 100 {
+            break (status, head);
+        }
+    };
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await.ok()?;
+    Some((status, head, String::from_utf8(body).unwrap()))
+}
