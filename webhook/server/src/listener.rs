@@ -841,17 +841,14 @@ async fn serve_connection<I>(
                     tracing::debug!(%peer, arriving_for = ?now.saturating_duration_since(since), "dropping a connection whose request stalled arriving: its slot goes to a peer holding fewer");
                     return;
                 }
+                // Idle: no request in flight nor arriving
+                // (`Activity::idle_since`).
                 Some(Evictable::Idle(_)) => {}
                 None => {
-                    tracing::debug!(%peer, "the connection chosen for a newcomer is no longer idle nor stalled; keeping it");
+                    tracing::debug!(%peer, "a request started arriving on the connection chosen for a newcomer (it is no longer idle nor stalled); keeping it");
                     activity.spare();
                     continue;
                 }
-            }
-            if activity.busy() || !activity.quiet() {
-                tracing::debug!(%peer, "a request started arriving on the connection chosen for a newcomer; keeping it");
-                activity.spare();
-                continue;
             }
             if !activity.started() {
                 // Nothing is lost; hyper cannot close an HTTP/1.1
@@ -1315,12 +1312,10 @@ impl Slots {
             // A slot given back to the semaphore while this connection was
             // being seated (a freed slot's hand-out found no one waiting
             // yet) is free: take it.
-            if handoff.is_none()
-                && let Ok(permit) = self.try_take()
-            {
-                break Some(permit);
-            }
             if handoff.is_none() {
+                if let Ok(permit) = self.try_take() {
+                    break Some(permit);
+                }
                 handoff = self.evict_for(port, peer, limits);
                 if handoff.is_some() {
                     // The victim closes gracefully within its own read
