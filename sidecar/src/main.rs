@@ -62,8 +62,8 @@ fn main() {
             }
         },
         Cli::Probe(t) => {
-            let armed = contract::armed_mark(&t.root, &t.container);
             let store = StateStore::new(&t.root, &t.container);
+            let armed = store.path(contract::ARMED_FILE);
             match poststart::check_mark(&store, Path::new(procfs::PROC_ROOT)) {
                 poststart::Mark::Live { .. } => 0,
                 mark => {
@@ -77,8 +77,8 @@ fn main() {
             }
         }
         Cli::PostStart { target, timeout } => {
-            let armed = contract::armed_mark(&target.root, &target.container);
             let store = StateStore::new(&target.root, &target.container);
+            let armed = store.path(contract::ARMED_FILE);
             match poststart::wait_armed(&store, Path::new(procfs::PROC_ROOT), timeout) {
                 poststart::Outcome::Armed { waited, pid } => {
                     // Into the sidecar's log (the kubelet drops a
