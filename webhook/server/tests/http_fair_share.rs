@@ -14,14 +14,12 @@
 mod http_alpn;
 mod http_common;
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use http_common::{TestServer, assert_review_echo, job_pod, read_head, read_response, review};
 use kube_prestop_server::{MAX_WAITING_CONNECTIONS, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::client::TlsStream;
 
@@ -56,29 +54,14 @@ fn four_slots(c: &mut ServerConfig) {
 
 /// A TCP connection to the HTTPS port from `local` (any port).
 async fn tcp_from(server: &TestServer, local: &str) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new(local.parse::<IpAddr>().unwrap(), 0))
-        .unwrap();
-    socket.connect(server.https).await.unwrap()
+    http_alpn::tcp_from(server.https, local).await
 }
 
 /// The TLS handshake (ALPN `http/1.1`) on `tcp`: it completes only once the
 /// server has given the connection a slot; an error if the server drops the
 /// connection first.
 async fn try_handshake(ca_pem: &str, tcp: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await
+    http_alpn::try_tls_over(ca_pem, tcp, b"http/1.1").await
 }
 
 /// [`try_handshake`], which must succeed.

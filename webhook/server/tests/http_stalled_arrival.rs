@@ -15,16 +15,16 @@
 //! Distinct peers on loopback: Linux routes all of 127.0.0.0/8 to `lo`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod http_alpn;
 mod http_common;
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use http_common::{TestServer, assert_review_echo, job_pod, read_response, review};
 use kube_prestop_server::ServerConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 /// The address holding every slot.
@@ -73,28 +73,15 @@ impl Target {
 
 /// A TCP connection to the HTTPS port from `local` (any port).
 async fn tcp_from(server: &Target, local: &str) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket
-        .bind(SocketAddr::new(local.parse::<IpAddr>().unwrap(), 0))
-        .unwrap();
-    socket.connect(server.https).await.unwrap()
+    http_alpn::tcp_from(server.https, local).await
 }
 
 /// The TLS handshake (ALPN `alpn`) on `tcp`: it completes once the server
 /// has given the connection a slot.
 async fn handshake(server: &Target, tcp: TcpStream, alpn: &[u8]) -> TlsStream<TcpStream> {
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::CertificateDer::from_pem_slice(server.ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
-    connector.connect(name, tcp).await.unwrap()
+    http_alpn::try_tls_over(&server.ca_pem, tcp, alpn)
+        .await
+        .unwrap()
 }
 
 /// The head of a `/mutate` POST whose body is `len` bytes.
