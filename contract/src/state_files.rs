@@ -19,12 +19,6 @@ pub fn state_dir(root: &Path, container: &str) -> PathBuf {
 /// ([`crate::ArmedRecord`]).
 pub const ARMED_FILE: &str = "armed";
 
-/// The watcher's `armed` mark for `container` under the mount path of
-/// ours `root`: `<root>/state/<container>/armed` ([`ARMED_FILE`]).
-pub fn armed_mark(root: &Path, container: &str) -> PathBuf {
-    state_dir(root, container).join(ARMED_FILE)
-}
-
 /// Name of one instance of a container: `<pid>-<starttime>`, from the
 /// container process's PID (in the pod's PID namespace) and field 22 of
 /// `/proc/PID/stat` (start time in clock ticks since boot). The pair is unique
@@ -140,7 +134,7 @@ mod tests {
             PathBuf::from("/.kube-prestop/state/main")
         );
         assert_eq!(
-            armed_mark(Path::new("/.kube-prestop"), "main"),
+            state_dir(Path::new("/.kube-prestop"), "main").join(ARMED_FILE),
             PathBuf::from("/.kube-prestop/state/main/armed")
         );
         assert_eq!(instance_id(7, 12345), "7-12345");
