@@ -127,8 +127,14 @@ fn check_mounts(list: &str, index: usize, c: &Container) -> Result<(), EngineErr
     Ok(())
 }
 
-/// Restricted-profile security context of the install init container.
-fn install_security_context() -> SecurityContext {
+/// Security context of the install init container: non-root as
+/// [`INSTALL_UID`]:[`INSTALL_UID`], read-only root filesystem, no privilege
+/// escalation, not privileged, every capability dropped, seccomp
+/// `RuntimeDefault`. That is what Pod Security's `restricted` profile asks
+/// of a container, so the pods we inject still pass it in a namespace that
+/// enforces it. Public for the cluster bench's `init-start`, which measures
+/// what this context costs the container's start.
+pub fn install_security_context() -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
         run_as_user: Some(INSTALL_UID),
@@ -292,9 +298,13 @@ fn image_volume(name: String, config: &EngineConfig) -> Volume {
     }
 }
 
-/// The install init container, which writes the binary into the
-/// `emptyDir` `volume`.
-fn install_container(
+/// The install init container named `name`, which writes the binary into
+/// the `emptyDir` `volume`: `config`'s install image and pull policy,
+/// [`contract::install_command`], `volume` read-write at
+/// [`contract::BINARY_DIR`], [`install_security_context`], `resources`.
+/// Public for the cluster bench's `init-start`, which starts this very
+/// container.
+pub fn install_container(
     name: String,
     volume: &str,
     config: &EngineConfig,
