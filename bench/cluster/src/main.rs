@@ -33,6 +33,15 @@
 //! that have finished, the others counted (`burst_unfinished`) and named in
 //! the raw file.
 //!
+//! `init-start [--pods 15] [--image IMAGE] [--install-image IMAGE]
+//! [--runtime-log PATH]`: where an init container's CRI `StartContainer`
+//! time goes, per security context, against a plain one: busybox `true`
+//! plain, with the install container's restricted context, that context
+//! less seccomp `RuntimeDefault`, seccomp alone, and the install container
+//! as injected with and without seccomp ([`init_start`]); the install image
+//! is the installed webhook's `--install-image` unless given. It also
+//! prints its table in Markdown after its key=value lines.
+//!
 //! `outcomes-memory [--pods 10000] [--nodes 100] [--runs 2] [--concurrency
 //! 32] [--exporter PATH]`: the outcome exporter's memory at that many
 //! injected pods on API-created nodes ([`outcomes_memory`];
@@ -41,6 +50,7 @@
 
 mod busy;
 mod clock;
+mod init_start;
 mod outcomes_memory;
 mod release;
 mod runtime_log;
@@ -150,6 +160,29 @@ struct StartArgs {
     common: Common,
 }
 
+/// `init-start`'s options.
+#[derive(Debug, PartialEq, clap::Args)]
+struct InitStartArgs {
+    /// Pods of each variant (rounds, one pod of each variant per round).
+    #[arg(long, value_name = "N", default_value_t = 15,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pods: u32,
+    /// The test image (busybox): the busybox variants' init container and
+    /// every pod's main container.
+    #[arg(long, value_name = "IMAGE", default_value = kube_prestop_e2e::DEFAULT_TEST_IMAGE)]
+    image: String,
+    /// The install image, with the engine's default pull policy (default:
+    /// the one the installed webhook Deployment passes as --install-image,
+    /// with its --install-image-pull-policy).
+    #[arg(long, value_name = "IMAGE")]
+    install_image: Option<String>,
+    /// The node's containerd log, where the StartContainer times are read.
+    #[arg(long, value_name = "PATH", default_value = init_start::DEFAULT_RUNTIME_LOG)]
+    runtime_log: PathBuf,
+    #[command(flatten)]
+    common: Common,
+}
+
 #[derive(Debug, Subcommand)]
 enum Part {
     /// Pod start per sidecar-binary source, against a plain pod and one
@@ -193,6 +226,11 @@ enum Part {
         #[command(flatten)]
         common: Common,
     },
+    /// Where an init container's StartContainer time goes, per security
+    /// context (kube-prestop's install container's, with and without
+    /// seccomp), against a plain one.
+    #[command(args_override_self = true)]
+    InitStart(InitStartArgs),
     /// The outcome exporter's memory at that many injected pods on
     /// API-created nodes (bench/outcomes-memory.sh).
     #[command(args_override_self = true)]
@@ -305,6 +343,22 @@ async fn main() -> Result<()> {
                 Duration::from_secs(deadline),
             )
             .await?;
+            (common, out)
+        }
+        Part::InitStart(InitStartArgs {
+            pods,
+            image,
+            install_image,
+            runtime_log,
+            common,
+        }) => {
+            let opts = init_start::InitStartOpts {
+                pods,
+                image,
+                install_image: install_image.map(init_start::InstallImage::with_default_policy),
+                runtime_log,
+            };
+            let out = init_start::init_start(&client, &common.prefix, opts).await?;
             (common, out)
         }
         Part::OutcomesMemory {
@@ -799,7 +853,9 @@ async fn burst(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::{BusyArgs, Cli, Common, Part, StartArgs, longest_pause_ms, throttling};
+    use super::{
+        BusyArgs, Cli, Common, InitStartArgs, Part, StartArgs, longest_pause_ms, throttling,
+    };
     use clap::{CommandFactory as _, Parser as _};
 
     #[test]
@@ -914,6 +970,65 @@ mod tests {
         ));
     }
 
+    /// `init-start`'s options from `args` (after the binary's name).
+    fn init_start(args: &[&str]) -> InitStartArgs {
+        let argv = std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied());
+        let Part::InitStart(args) = Cli::try_parse_from(argv).unwrap().part else {
+            unreachable!()
+        };
+        args
+    }
+
+    #[test]
+    fn init_start_defaults_and_run_sh_line_parse() {
+        assert_eq!(
+            init_start(&["init-start"]),
+            InitStartArgs {
+                pods: 15,
+                image: "localhost/kube-prestop/busybox:test".to_owned(),
+                install_image: None,
+                runtime_log: "/var/lib/kube-prestop/cluster/logs/containerd.log".into(),
+                common: Common {
+                    prefix: "kpb".to_owned(),
+                    raw: None
+                },
+            }
+        );
+        // bench/run.sh's init-start line, and every option.
+        assert_eq!(
+            init_start(&[
+                "init-start",
+                "--pods",
+                "30",
+                "--image",
+                "reg/busybox:1",
+                "--install-image",
+                "reg/kube-prestop-sidecar:2",
+                "--runtime-log",
+                "/state/cluster/logs/containerd.log",
+                "--prefix",
+                "x",
+                "--raw",
+                "/tmp/w/cluster-init-start.json",
+            ]),
+            InitStartArgs {
+                pods: 30,
+                image: "reg/busybox:1".to_owned(),
+                install_image: Some("reg/kube-prestop-sidecar:2".to_owned()),
+                runtime_log: "/state/cluster/logs/containerd.log".into(),
+                common: Common {
+                    prefix: "x".to_owned(),
+                    raw: Some("/tmp/w/cluster-init-start.json".into())
+                },
+            }
+        );
+        // A later option replaces an earlier one (args_override_self).
+        assert_eq!(
+            init_start(&["init-start", "--pods", "3", "--pods", "4"]).pods,
+            4
+        );
+    }
+
     #[test]
     fn bad_lines_are_refused() {
         for bad in [
@@ -923,6 +1038,11 @@ mod tests {
             &["start", "--completions", "5"],
             &["burst", "--pods", "5"],
             &["burst", "--raw"],
+            &["init-start", "--pods", "0"],
+            &["init-start", "--pods", "-1"],
+            &["init-start", "--install-image"],
+            &["init-start", "--sources", "current"],
+            &["init-start", "--busy-pods", "2"],
             &["frobnicate"],
             &[],
         ] {
