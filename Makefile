@@ -139,5 +139,5 @@ bench-profiles: ## Candidate Cargo profiles (fat/thin LTO, codegen units): cold 
 	bench/profiles.sh
 
 .PHONY: bench
-bench: ## Benchmarks (not part of the tests; root): webhook vs ceiling and floor, sidecar costs, on-cluster pod start and burst (BENCH_PARTS=webhook,sidecar,cluster); one table into bench/out/results.md
+bench: ## Benchmarks (not part of the tests; root): webhook vs ceiling and floor, sidecar costs, on-cluster pod start and burst (BENCH_PARTS=webhook,sidecar,cluster, the default; init-start, optional: an init container's StartContainer per security context); one table into bench/out/results.md
 	bench/run.sh

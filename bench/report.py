@@ -19,7 +19,9 @@
         sidecar-lat.txt (bench/sidecar.py);
       - cluster: cluster-start.txt (per source: the start figures and the
         breakdown's step medians), cluster-burst.txt (kube-prestop-cluster-bench,
-        bench/cluster) and cluster-install.txt (image, replicas).
+        bench/cluster) and cluster-install.txt (image, replicas);
+      - init-start: cluster-init-start.txt (key=value lines, then the
+        part's own Markdown table, copied as it is).
       REPEAT, DURATION (s) and CONNECTIONS describe the load runs; STARTED is
       the run's start time and LOAD_START/LOAD_END the 1/5/15-minute load
       averages at its start and end.
@@ -308,6 +310,13 @@ def breakdown(fig):
     return out
 
 
+def init_start(fig):
+    """The init-start part's own Markdown (its lines without `=`), as lines."""
+    with open(fig.path("cluster-init-start.txt")) as f:
+        lines = [line.rstrip("\n") for line in f if "=" not in line]
+    return lines
+
+
 def burst_rows(fig, rows, notes):
     b = fig.kv("cluster-burst.txt")
     pods, comp = int(b["burst_pods"]), int(b["burst_completions"])
@@ -423,6 +432,8 @@ def table(work, repeat, dur, conns, started, load_start, load_end):
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     if fig.have("cluster-start.txt"):
         out += breakdown(fig)
+    if fig.have("cluster-init-start.txt"):
+        out += init_start(fig)
     out.append("\nNotes:\n")
     out += [f"- {n}" for n in notes]
     return "\n".join(out) + "\n"

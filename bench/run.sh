@@ -24,11 +24,18 @@
 # brings one up (tests/cluster/up.sh), installs the product
 # (tests/install-product.sh) and takes the cluster down at the end; a cluster
 # that was already up is used as it is and left up.
+# Init start (part init-start, not run unless named): kube-prestop-cluster-bench
+# init-start on the same cluster: an init container's StartContainer (from
+# containerd's log) per security context, busybox `true` plain, with the
+# install container's restricted context, without its seccomp RuntimeDefault,
+# seccomp alone, and the install container as injected with and without
+# seccomp; one pod of each per round, one at a time; after the start and
+# burst parts when those run too.
 # Report: each part leaves its figures in a work directory (kept in
 # bench/out/raw/); bench/report.py makes the table from them.
 #
 # Knobs (environment): BENCH_PARTS (comma-separated, any of webhook, sidecar,
-# cluster; default all three), BENCH_DURATION (s per load run, 10),
+# cluster, init-start; default webhook,sidecar,cluster), BENCH_DURATION (s per load run, 10),
 # BENCH_CONNECTIONS (32), BENCH_REPEAT (saturation runs per server,
 # alternating, 3), BENCH_IDLE (sidecar watch window, 60 s), BENCH_RUNS
 # (exit->hook runs, 1000), BENCH_LATENCY_BUDGET (s; stop the runs early and
@@ -43,6 +50,7 @@
 # BENCH_BURST_COMMAND (the burst's container command, sh; default an echo),
 # BENCH_BURST_BUSY_PODS (pods spinning a CPU beside the burst, 0) and
 # BENCH_BURST_BUSY_CPU (each one's CPU request = limit, 400m): a saturated node,
+# BENCH_INIT_START_PODS (init-start: pods of each variant, 15),
 # BENCH_FLOOD_BYTES (4194304), BENCH_FLOOD_CONNECTIONS (64), BENCH_FLOOD_RATE
 # (ordinary reviews per second beside the flood, 50),
 # BENCH_NICE (niceness of the whole run, 10), BENCH_MUSL (1: also load the
@@ -73,6 +81,7 @@ burst_parallelism="${BENCH_BURST_PARALLELISM:-20}"
 burst_command="${BENCH_BURST_COMMAND:-echo index \$JOB_COMPLETION_INDEX}"
 burst_busy_pods="${BENCH_BURST_BUSY_PODS:-0}"
 burst_busy_cpu="${BENCH_BURST_BUSY_CPU:-400m}"
+init_start_pods="${BENCH_INIT_START_PODS:-15}"
 # The flood (webhook part): body size (the server's default cap), connections,
 # and the ordinary reviews' rate beside it.
 flood_bytes="${BENCH_FLOOD_BYTES:-4194304}"
@@ -110,8 +119,8 @@ die() { log "error: $*"; exit 1; }
 
 [[ "$(id -u)" == 0 ]] || die "needs root (the sidecar part uses PID and mount namespaces, the cluster part the local cluster)"
 for p in ${parts//,/ }; do
-    [[ "${p}" == webhook || "${p}" == sidecar || "${p}" == cluster ]] \
-        || die "BENCH_PARTS: unknown part ${p} (webhook, sidecar, cluster)"
+    [[ "${p}" == webhook || "${p}" == sidecar || "${p}" == cluster || "${p}" == init-start ]] \
+        || die "BENCH_PARTS: unknown part ${p} (webhook, sidecar, cluster, init-start)"
 done
 for t in python3 jq curl openssl unshare nsenter; do
     command -v "${t}" >/dev/null || die "${t} is required"
@@ -180,7 +189,7 @@ if want sidecar; then
     printf 'bin=%s\ntar=%s\nprofile=%s\n' "${sidecar_bin}" "${sidecar_tar}" "${SHIPPED_CARGO_PROFILE}" \
         > "${work}/sidecar-paths.txt"
 fi
-if want cluster; then
+if want cluster || want init-start; then
     log "building the cluster bench client (bench/cluster)"
     cargo build -p kube-prestop-cluster-bench >&2
 fi
@@ -348,7 +357,7 @@ cluster_reachable() {
     # shellcheck source=/dev/null
     ( source "${cluster_env}" && kubectl get --raw /readyz >/dev/null 2>&1 )
 }
-if want cluster; then
+if want cluster || want init-start; then
     if ! cluster_reachable; then
         log "no cluster reachable: bringing one up and installing kube-prestop (taken down at the end)"
         brought_up=1
@@ -362,6 +371,9 @@ if want cluster; then
     kubectl -n kube-prestop get deployment kube-prestop \
         -o jsonpath='image={.spec.template.spec.containers[0].image}{"\n"}replicas={.spec.replicas}{"\n"}' \
         > "${work}/cluster-install.txt"
+    runtime_log="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}/cluster/logs/containerd.log"
+fi
+if want cluster; then
     helm_args=()
     if [[ "${start_sources}" != current ]]; then
         # shellcheck source=tests/chart/tools.sh
@@ -369,7 +381,6 @@ if want cluster; then
         chart_tools_install >/dev/null
         helm_args=(--helm "${HELM}" --chart "${repo}/charts/kube-prestop")
     fi
-    runtime_log="${KUBE_PRESTOP_STATE_ROOT:-/var/lib/kube-prestop}/cluster/logs/containerd.log"
     log "cluster: pod start per source (${start_sources}), ${start_pods} pods of each kind per source, interleaved, ${start_busy_pods} busy pods of ${start_busy_cpu} CPU beside"
     gate_args=()
     [[ -z "${start_gate}" ]] || gate_args=(--gate "${start_gate}")
@@ -382,6 +393,11 @@ if want cluster; then
     "${cluster_bench_bin}" burst --completions "${burst_completions}" --parallelism "${burst_parallelism}" \
         --command "${burst_command}" --busy-pods "${burst_busy_pods}" --busy-cpu "${burst_busy_cpu}" \
         --raw "${work}/cluster-burst.json" > "${work}/cluster-burst.txt"
+fi
+if want init-start; then
+    log "init start: StartContainer per security context, ${init_start_pods} pods of each variant, interleaved"
+    "${cluster_bench_bin}" init-start --pods "${init_start_pods}" --runtime-log "${runtime_log}" \
+        --raw "${work}/cluster-init-start.json" > "${work}/cluster-init-start.txt"
 fi
 load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
 
