@@ -392,10 +392,8 @@ fn failure(pod: &Pod) -> Option<String> {
         .and_then(|c| c.state)
         .and_then(|s| s.terminated)
         .map(|t| {
-            format!(
-                ", init container exit code {} ({:?})",
-                t.exit_code, t.reason
-            )
+            let reason = t.reason.map(|r| format!(" ({r})")).unwrap_or_default();
+            format!(", init container exit code {}{reason}", t.exit_code)
         });
     Some(format!("pod {p}{}", exit.unwrap_or_default()))
 }
@@ -831,6 +829,28 @@ mod tests {
             let why = call_ms(c, 100, 1000).unwrap_err();
             assert!(why.contains(needle), "{c:?}: {why}");
         }
+    }
+
+    #[test]
+    fn only_a_succeeded_pod_counts() {
+        let with = |phase: &str, exit: i32| -> Pod {
+            serde_json::from_value(json!({
+                "status": {
+                    "phase": phase,
+                    "initContainerStatuses": [{
+                        "name": "init", "image": "i", "imageID": "", "ready": false,
+                        "restartCount": 0,
+                        "state": { "terminated": { "exitCode": exit, "reason": "Error" } }
+                    }]
+                }
+            }))
+            .unwrap()
+        };
+        assert_eq!(failure(&with("Succeeded", 0)), None);
+        assert_eq!(
+            failure(&with("Failed", 1)).unwrap(),
+            "pod Failed, init container exit code 1 (Error)"
+        );
     }
 
     /// containerd 2.4.2's lines for one pod's init container.
