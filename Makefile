@@ -81,7 +81,7 @@ lint: ## cargo fmt --check, cargo clippy -D warnings, the engine pure and portab
 
 .PHONY: unit
 unit: ## Rust unit, golden, HTTP and sidecar namespace tests (no cluster; the namespace tests as root, scripts/privileged-tests.sh)
-	cargo test --workspace --exclude kube-prestop-e2e --exclude kube-prestop-cluster-bench
+	cargo test --workspace --exclude kube-prestop-e2e
 	scripts/privileged-tests.sh
 
 .PHONY: chart-test
