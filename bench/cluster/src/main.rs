@@ -863,10 +863,16 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The command line `args` (after the binary's name), parsed.
+    fn try_parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(
+            std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied()),
+        )
+    }
+
     /// `start`'s options from `args` (after the binary's name).
     fn start(args: &[&str]) -> StartArgs {
-        let argv = std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied());
-        let Part::Start(args) = Cli::try_parse_from(argv).unwrap().part else {
+        let Part::Start(args) = try_parse(args).unwrap().part else {
             unreachable!()
         };
         args
@@ -972,8 +978,7 @@ mod tests {
 
     /// `init-start`'s options from `args` (after the binary's name).
     fn init_start(args: &[&str]) -> InitStartArgs {
-        let argv = std::iter::once("kube-prestop-cluster-bench").chain(args.iter().copied());
-        let Part::InitStart(args) = Cli::try_parse_from(argv).unwrap().part else {
+        let Part::InitStart(args) = try_parse(args).unwrap().part else {
             unreachable!()
         };
         args
@@ -1046,8 +1051,7 @@ mod tests {
             &["frobnicate"],
             &[],
         ] {
-            let args = std::iter::once("kube-prestop-cluster-bench").chain(bad.iter().copied());
-            assert!(Cli::try_parse_from(args).is_err(), "{bad:?}");
+            assert!(try_parse(bad).is_err(), "{bad:?}");
         }
     }
 
