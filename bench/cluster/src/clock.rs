@@ -88,6 +88,34 @@ pub fn parse_adjtimex<'a>(
     Ok(sec * NS_PER_S + sub * ns_each)
 }
 
+/// Why an event the bench timed (ns, on the host's clock, which the node
+/// shares: it is a network namespace here) cannot be true, if it cannot:
+/// `event` ("main started") at `at` happened before `earliest` or after
+/// `latest`, each given with what it is ("the Job create call"). The
+/// message names the event, how far outside it is (s, to the ms) and the
+/// bound it crossed. The windows of [`implausible`] and
+/// [`crate::init_start::call_ms`].
+pub fn outside(
+    event: &str,
+    at: i128,
+    (earliest, earliest_is): (i128, &str),
+    (latest, latest_is): (i128, &str),
+) -> Option<String> {
+    if at < earliest {
+        return Some(format!(
+            "{event} {:.3} s before {earliest_is}",
+            (earliest - at) as f64 / 1e9
+        ));
+    }
+    if at > latest {
+        return Some(format!(
+            "{event} {:.3} s after {latest_is}",
+            (at - latest) as f64 / 1e9
+        ));
+    }
+    None
+}
+
 /// Why a main-started time cannot be true, if it cannot (all in ns on the
 /// host's clock, which the node shares: it is a network namespace here).
 ///
@@ -105,21 +133,18 @@ pub fn implausible(
     finished_seen: i128,
     ran_at_least: i128,
 ) -> Option<String> {
-    if main_started < job_created {
-        return Some(format!(
-            "main started {:.3} s before the Job create call",
-            (job_created - main_started) as f64 / 1e9
-        ));
-    }
-    let latest = finished_seen - ran_at_least;
-    if main_started > latest {
-        return Some(format!(
-            "main started {:.3} s after the latest it can have (the pod seen finished, less the container's {:.1} s sleep)",
-            (main_started - latest) as f64 / 1e9,
-            ran_at_least as f64 / 1e9
-        ));
-    }
-    None
+    outside(
+        "main started",
+        main_started,
+        (job_created, "the Job create call"),
+        (
+            finished_seen - ran_at_least,
+            &format!(
+                "the latest it can have (the pod seen finished, less the container's {:.1} s sleep)",
+                ran_at_least as f64 / 1e9
+            ),
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -273,5 +298,19 @@ mod tests {
         assert!(check(103 * s).unwrap().contains("after the latest"));
         // The old parser's error: ns read as µs, up to 1,000 s late.
         assert!(check(101 * s + 666 * s).is_some());
+        assert_eq!(
+            check(103 * s).unwrap(),
+            "main started 0.500 s after the latest it can have (the pod seen finished, less the container's 1.5 s sleep)"
+        );
+    }
+
+    #[test]
+    fn a_window_names_the_event_the_distance_and_the_bound() {
+        let s = NS_PER_S;
+        let w = |at| outside("it", at, (10 * s, "the start"), (20 * s, "the end"));
+        assert_eq!(w(10 * s), None);
+        assert_eq!(w(20 * s), None);
+        assert_eq!(w(9 * s).unwrap(), "it 1.000 s before the start");
+        assert_eq!(w(20 * s + 1_500_000).unwrap(), "it 0.002 s after the end");
     }
 }

@@ -67,6 +67,7 @@ use kube_prestop_engine::EngineConfig;
 use kube_prestop_engine::mutate::{install_container, install_security_context};
 use serde_json::{Value, json};
 
+use crate::clock::outside;
 use crate::runtime_log::{Call, RuntimeLog};
 use crate::stats;
 use crate::{C, POD_TIMEOUT, log, ms, now_ns, out, out_ms, with_namespaces};
@@ -326,10 +327,10 @@ pub struct Sample {
 }
 
 /// The `StartContainer` call's duration (ms), or why it cannot be true:
-/// not both its lines in the log, requested before the pod create call
-/// (`created`), returned before requested, or returned after the pod was
-/// seen finished (`finished_seen`); all ns on the host's clock, which the
-/// node shares.
+/// not both its lines in the log, requested or returned outside the pod's
+/// window ([`outside`]: before the pod create call `created`, or after the
+/// pod was seen finished `finished_seen`), or returned before requested;
+/// all ns on the host's clock, which the node shares.
 pub fn call_ms(call: Call, created: i128, finished_seen: i128) -> Result<f64, String> {
     let (Some(req), Some(ret)) = (call.requested, call.returned) else {
         return Err(format!(
@@ -338,11 +339,16 @@ pub fn call_ms(call: Call, created: i128, finished_seen: i128) -> Result<f64, St
             call.returned.is_some()
         ));
     };
-    if req < created {
-        return Err(format!(
-            "StartContainer requested {:.3} s before the pod create call",
-            (created - req) as f64 / 1e9
-        ));
+    let window = |event, at| {
+        outside(
+            event,
+            at,
+            (created, "the pod create call"),
+            (finished_seen, "the pod was seen finished"),
+        )
+    };
+    if let Some(why) = window("StartContainer requested", req) {
+        return Err(why);
     }
     if ret < req {
         return Err(format!(
@@ -350,11 +356,8 @@ pub fn call_ms(call: Call, created: i128, finished_seen: i128) -> Result<f64, St
             ms(req - ret)
         ));
     }
-    if ret > finished_seen {
-        return Err(format!(
-            "StartContainer returned {:.3} s after the pod was seen finished",
-            (ret - finished_seen) as f64 / 1e9
-        ));
+    if let Some(why) = window("StartContainer returned", ret) {
+        return Err(why);
     }
     Ok(ms(ret - req))
 }

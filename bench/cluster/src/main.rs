@@ -10,10 +10,12 @@
 //! and `--help` lists its options and their defaults.
 //!
 //! `start [--pods 20] [--sources S,...|current] [--helm PATH --chart DIR]
-//! [--runtime-log PATH] [--gate http-get|exec|none] [--busy-pods N
-//! --busy-cpu Q]`: pod start per sidecar-binary source, against a plain pod
-//! and one with a do-nothing native sidecar, and where the time goes
-//! ([`start`]); `--gate` sets the injected pods' `kube-prestop.io/gate`;
+//! [--runtime-log PATH] [--gate http-get|exec|none] [--runtime-default-seccomp]
+//! [--busy-pods N --busy-cpu Q]`: pod start per sidecar-binary source,
+//! against a plain pod and one with a do-nothing native sidecar, and where
+//! the time goes ([`start`]); `--gate` sets the injected pods'
+//! `kube-prestop.io/gate`; `--runtime-default-seccomp` gives every pod the
+//! pod-level seccomp profile `RuntimeDefault` (Pod Security `restricted`);
 //! busy pods (as for `burst`) load the node's CPUs through the run.
 //!
 //! `burst [--completions 200] [--parallelism 20] [--command SH]
@@ -154,6 +156,11 @@ struct StartArgs {
     /// none (default: the webhook's).
     #[arg(long, value_name = "GATE")]
     gate: Option<String>,
+    /// Every pod (plain, reference, injected) sets the pod-level seccomp
+    /// profile `RuntimeDefault`, as Pod Security `restricted` requires
+    /// (default: none set, the kubelet's `seccompDefault` decides).
+    #[arg(long)]
+    runtime_default_seccomp: bool,
     #[command(flatten)]
     busy: BusyArgs,
     #[command(flatten)]
@@ -297,6 +304,7 @@ async fn main() -> Result<()> {
             chart,
             runtime_log,
             gate,
+            runtime_default_seccomp,
             busy,
             common,
         }) => {
@@ -314,6 +322,7 @@ async fn main() -> Result<()> {
                     .map(|(helm, chart)| release::Release { helm, chart }),
                 runtime_log,
                 gate,
+                runtime_default_seccomp,
                 load: busy.load(),
             };
             let out = start::start(&client, &common.prefix, opts).await?;
@@ -889,6 +898,7 @@ mod tests {
                 chart: None,
                 runtime_log: None,
                 gate: None,
+                runtime_default_seccomp: false,
                 busy: BusyArgs {
                     busy_pods: 0,
                     busy_cpu: "400m".to_owned()
@@ -913,6 +923,7 @@ mod tests {
                 "charts/kube-prestop",
                 "--gate",
                 "exec",
+                "--runtime-default-seccomp",
                 "--busy-pods",
                 "4",
                 "--busy-cpu",
@@ -929,6 +940,7 @@ mod tests {
                 chart: Some("charts/kube-prestop".into()),
                 runtime_log: Some("/var/lib/kube-prestop/cluster/logs/containerd.log".into()),
                 gate: Some("exec".to_owned()),
+                runtime_default_seccomp: true,
                 busy: BusyArgs {
                     busy_pods: 4,
                     busy_cpu: "300m".to_owned()

@@ -97,6 +97,13 @@ pub struct StartOpts {
     /// `kube-prestop.io/gate` on the injected pods (`http-get`, `exec`,
     /// `none`); none: the webhook's default.
     pub gate: Option<String>,
+    /// Every pod of the run (all three kinds) sets the pod-level
+    /// `securityContext.seccompProfile` to `RuntimeDefault`, as Pod
+    /// Security's `restricted` level requires. runc builds and loads that
+    /// filter at every container start and every exec, the exec start
+    /// gate's included (`docs/facts.md` R8). False: no profile is set, and
+    /// the kubelet's `seccompDefault` (false unless configured) decides.
+    pub runtime_default_seccomp: bool,
     /// Busy pods spinning the node's CPUs through the whole run (in the
     /// plain namespace; 0 pods: an idle node).
     pub load: crate::busy::Load,
@@ -229,17 +236,39 @@ fn reference_sidecar() -> Value {
     })
 }
 
-/// The bench's Job of `kind`; `gate` is the injected kind's
-/// `kube-prestop.io/gate` annotation, if any.
-fn start_job(name: &str, run: &str, kind: Kind, gate: Option<&str>) -> Result<Job> {
+/// What every Job of a run has in common besides its kind.
+#[derive(Debug, Clone, Copy)]
+struct PodShape<'a> {
+    /// The injected kind's `kube-prestop.io/gate` annotation, if any.
+    gate: Option<&'a str>,
+    /// [`StartOpts::runtime_default_seccomp`].
+    runtime_default_seccomp: bool,
+}
+
+impl StartOpts {
+    fn shape(&self) -> PodShape<'_> {
+        PodShape {
+            gate: self.gate.as_deref(),
+            runtime_default_seccomp: self.runtime_default_seccomp,
+        }
+    }
+}
+
+/// The bench's Job of `kind`, of the run's `shape`.
+fn start_job(name: &str, run: &str, kind: Kind, shape: PodShape<'_>) -> Result<Job> {
     let init: Vec<Value> = if kind == Kind::OneSidecar {
         vec![reference_sidecar()]
     } else {
         Vec::new()
     };
-    let annotations = match (kind, gate) {
+    let annotations = match (kind, shape.gate) {
         (Kind::Injected, Some(g)) => json!({ "kube-prestop.io/gate": g }),
         _ => json!({}),
+    };
+    let security_context = if shape.runtime_default_seccomp {
+        json!({ "seccompProfile": { "type": "RuntimeDefault" } })
+    } else {
+        json!({})
     };
     Ok(serde_json::from_value(json!({
         "metadata": { "name": name },
@@ -250,6 +279,7 @@ fn start_job(name: &str, run: &str, kind: Kind, gate: Option<&str>) -> Result<Jo
                 "spec": {
                     "restartPolicy": "Never",
                     "terminationGracePeriodSeconds": 5,
+                    "securityContext": security_context,
                     "initContainers": init,
                     "containers": [{
                         "name": C,
@@ -578,7 +608,7 @@ pub async fn start(client: &Client, prefix: &str, opts: StartOpts) -> Result<(St
                     source,
                     opts.pods,
                     opts.release.as_ref(),
-                    opts.gate.as_deref(),
+                    opts.shape(),
                 )
                 .await?);
             }
@@ -629,7 +659,7 @@ async fn run_phase(
     source: &str,
     pods: u32,
     release: Option<&Release>,
-    gate: Option<&str>,
+    shape: PodShape<'_>,
 ) -> Result<Phase> {
     let ns_inj = &names[0];
     if source != CURRENT {
@@ -645,7 +675,7 @@ async fn run_phase(
     if source != CURRENT && source != "configMap" {
         wait_delivery(client, ns_inj, &probe, source, DELIVERY_TIMEOUT).await?;
     }
-    let warm_up = start_job(&format!("warm-up-{idx}"), "warm-up", Kind::Injected, gate)?;
+    let warm_up = start_job(&format!("warm-up-{idx}"), "warm-up", Kind::Injected, shape)?;
     run_job(client, ns_inj, &warm_up, POD_TIMEOUT)
         .await
         .context("the warm-up Job")?;
@@ -669,7 +699,7 @@ async fn run_phase(
             };
             let ns = &names[usize::from(kind != Kind::Injected)];
             let job = format!("p{idx}-{i:03}");
-            match start_one(client, ns, &job, &run, &map, kind, (source, gate)).await? {
+            match start_one(client, ns, &job, &run, &map, kind, (source, shape)).await? {
                 Ok(sample) => {
                     log(&format!(
                         "{source} {job} ({}): pod added -> main started {:.1} ms",
@@ -765,12 +795,12 @@ async fn start_one(
     run: &str,
     map: &WatchMap,
     kind: Kind,
-    (source, gate): (&str, Option<&str>),
+    (source, shape): (&str, PodShape<'_>),
 ) -> Result<Result<StartSample, Refused>> {
     let expect_injected = kind == Kind::Injected;
     let jobs = Api::<Job>::namespaced(client.clone(), ns);
     let job_created = now_ns();
-    jobs.create(&PostParams::default(), &start_job(job, run, kind, gate)?)
+    jobs.create(&PostParams::default(), &start_job(job, run, kind, shape)?)
         .await
         .with_context(|| format!("creating Job {ns}/{job}"))?;
     let find = || -> Option<(String, Watched)> {
@@ -918,6 +948,15 @@ fn start_report(
         &mut lines,
         "start_gate",
         opts.gate.as_deref().unwrap_or("default"),
+    );
+    out(
+        &mut lines,
+        "start_pod_seccomp",
+        if opts.runtime_default_seccomp {
+            "RuntimeDefault"
+        } else {
+            "unset"
+        },
     );
     out(&mut lines, "start_busy_pods", opts.load.pods);
     out(&mut lines, "start_busy_cpu", &opts.load.cpu);
@@ -1112,6 +1151,7 @@ mod tests {
             }),
             runtime_log: None,
             gate: None,
+            runtime_default_seccomp: false,
             load: crate::busy::Load {
                 pods: 0,
                 cpu: "400m".into(),
@@ -1181,6 +1221,7 @@ mod tests {
             release: None,
             runtime_log: None,
             gate: Some("none".to_owned()),
+            runtime_default_seccomp: true,
             load: crate::busy::Load {
                 pods: 4,
                 cpu: "400m".into(),
@@ -1205,6 +1246,7 @@ mod tests {
         );
         assert_eq!(kv["start_boot_resamples"], "10000");
         assert_eq!(kv["start_gate"], "none");
+        assert_eq!(kv["start_pod_seccomp"], "RuntimeDefault");
         assert_eq!(kv["start_busy_pods"], "4");
         // The fixture has no sidecar lines: nothing compared.
         assert_eq!(kv["start_imageVolume_armed_compared"], "0");
@@ -1238,9 +1280,39 @@ mod tests {
         assert_eq!(armed_first(&refs), (1, 3));
     }
 
+    const NO_SHAPE: PodShape<'static> = PodShape {
+        gate: None,
+        runtime_default_seccomp: false,
+    };
+
+    #[test]
+    fn every_kind_gets_the_seccomp_profile_and_only_the_injected_the_gate() {
+        let shape = PodShape {
+            gate: Some("http-get"),
+            runtime_default_seccomp: true,
+        };
+        for kind in [Kind::Injected, Kind::Plain, Kind::OneSidecar] {
+            let job = serde_json::to_value(start_job("j", "r", kind, shape).unwrap()).unwrap();
+            let template = &job["spec"]["template"];
+            assert_eq!(
+                template["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
+                "{kind:?}"
+            );
+            let gate = &template["metadata"]["annotations"]["kube-prestop.io/gate"];
+            assert_eq!(
+                gate.as_str(),
+                (kind == Kind::Injected).then_some("http-get")
+            );
+        }
+        let job =
+            serde_json::to_value(start_job("j", "r", Kind::Plain, NO_SHAPE).unwrap()).unwrap();
+        assert!(job["spec"]["template"]["spec"]["securityContext"]["seccompProfile"].is_null());
+    }
+
     #[test]
     fn the_main_container_prints_the_status_too() {
-        let job = serde_json::to_value(start_job("j", "r", Kind::Plain, None).unwrap()).unwrap();
+        let job =
+            serde_json::to_value(start_job("j", "r", Kind::Plain, NO_SHAPE).unwrap()).unwrap();
         let cmd = &job["spec"]["template"]["spec"]["containers"][0]["command"][2];
         assert_eq!(cmd, "adjtimex | grep -E 'status:|tv_'; sleep 1.500");
     }
