@@ -233,9 +233,10 @@ def start_rows(fig, rows):
     n = s["start_pods_each"]
     if s.get("start_gate") or int(s.get("start_busy_pods", "0")):
         seccomp = s.get("start_pod_seccomp", "unset")
+        limit = s.get("start_sidecar_cpu_limit", "default")
         rows.append(("pod start conditions", f"kube-prestop.io/gate: {s.get('start_gate', 'default')}", "—",
                      f"{s.get('start_busy_pods', '0')} busy pods of {s.get('start_busy_cpu', '?')} CPU "
-                     f"spinning through the run; every pod's seccomp profile: {seccomp}"))
+                     f"spinning through the run; every pod's seccomp profile: {seccomp}; sidecar CPU limit: {limit}"))
     if "load_after_start" in s:
         rows.append(("machine load average (1/5/15 min) right after the pod start phases", s["load_after_start"],
                      "—", f"release's sidecarBinary.source before the phases (restored after): "

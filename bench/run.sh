@@ -46,7 +46,8 @@
 # kube-prestop.io/gate, exec, http-get or none; default the webhook's: exec),
 # BENCH_START_SECCOMP (RuntimeDefault: every pod of the start part sets that
 # pod-level seccomp profile, as Pod Security restricted requires; default
-# unset),
+# unset), BENCH_START_SIDECAR_CPU_LIMIT (the injected pods'
+# kube-prestop.io/sidecar-cpu-limit; default the webhook's, 200m),
 # BENCH_START_BUSY_PODS (pods spinning a CPU through the start part, 0) and
 # BENCH_START_BUSY_CPU (each one's CPU request = limit, 400m),
 # BENCH_BURST_COMPLETIONS (200), BENCH_BURST_PARALLELISM (20),
@@ -78,6 +79,7 @@ start_pods="${BENCH_START_PODS:-20}"
 start_sources="${BENCH_START_SOURCES:-imageVolume,configMap,installContainer}"
 start_gate="${BENCH_START_GATE:-}"
 start_seccomp="${BENCH_START_SECCOMP:-}"
+start_sidecar_cpu_limit="${BENCH_START_SIDECAR_CPU_LIMIT:-}"
 case "${start_seccomp}" in
     '' | RuntimeDefault) ;;
     *) echo "bench: BENCH_START_SECCOMP=${start_seccomp}: only RuntimeDefault (or unset) is measured" >&2; exit 2 ;;
@@ -393,6 +395,7 @@ if want cluster; then
     gate_args=()
     [[ -z "${start_gate}" ]] || gate_args=(--gate "${start_gate}")
     [[ -z "${start_seccomp}" ]] || gate_args+=(--runtime-default-seccomp)
+    [[ -z "${start_sidecar_cpu_limit}" ]] || gate_args+=(--sidecar-cpu-limit "${start_sidecar_cpu_limit}")
     "${cluster_bench_bin}" start --pods "${start_pods}" --sources "${start_sources}" "${helm_args[@]}" \
         "${gate_args[@]}" --busy-pods "${start_busy_pods}" --busy-cpu "${start_busy_cpu}" \
         --runtime-log "${runtime_log}" --raw "${work}/cluster-start.json" > "${work}/cluster-start.txt"

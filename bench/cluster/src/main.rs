@@ -11,10 +11,11 @@
 //!
 //! `start [--pods 20] [--sources S,...|current] [--helm PATH --chart DIR]
 //! [--runtime-log PATH] [--gate http-get|exec|none] [--runtime-default-seccomp]
-//! [--busy-pods N --busy-cpu Q]`: pod start per sidecar-binary source,
+//! [--sidecar-cpu-limit Q] [--busy-pods N --busy-cpu Q]`: pod start per sidecar-binary source,
 //! against a plain pod and one with a do-nothing native sidecar, and where
 //! the time goes ([`start`]); `--gate` sets the injected pods'
-//! `kube-prestop.io/gate`; `--runtime-default-seccomp` gives every pod the
+//! `kube-prestop.io/gate` and `--sidecar-cpu-limit` their
+//! `kube-prestop.io/sidecar-cpu-limit`; `--runtime-default-seccomp` gives every pod the
 //! pod-level seccomp profile `RuntimeDefault` (Pod Security `restricted`);
 //! busy pods (as for `burst`) load the node's CPUs through the run.
 //!
@@ -161,6 +162,10 @@ struct StartArgs {
     /// (default: none set, the kubelet's `seccompDefault` decides).
     #[arg(long)]
     runtime_default_seccomp: bool,
+    /// The injected pods' `kube-prestop.io/sidecar-cpu-limit` (default:
+    /// the webhook's).
+    #[arg(long, value_name = "Q")]
+    sidecar_cpu_limit: Option<String>,
     #[command(flatten)]
     busy: BusyArgs,
     #[command(flatten)]
@@ -305,6 +310,7 @@ async fn main() -> Result<()> {
             runtime_log,
             gate,
             runtime_default_seccomp,
+            sidecar_cpu_limit,
             busy,
             common,
         }) => {
@@ -323,6 +329,7 @@ async fn main() -> Result<()> {
                 runtime_log,
                 gate,
                 runtime_default_seccomp,
+                sidecar_cpu_limit,
                 load: busy.load(),
             };
             let out = start::start(&client, &common.prefix, opts).await?;
@@ -899,6 +906,7 @@ mod tests {
                 runtime_log: None,
                 gate: None,
                 runtime_default_seccomp: false,
+                sidecar_cpu_limit: None,
                 busy: BusyArgs {
                     busy_pods: 0,
                     busy_cpu: "400m".to_owned()
@@ -924,6 +932,8 @@ mod tests {
                 "--gate",
                 "exec",
                 "--runtime-default-seccomp",
+                "--sidecar-cpu-limit",
+                "500m",
                 "--busy-pods",
                 "4",
                 "--busy-cpu",
@@ -941,6 +951,7 @@ mod tests {
                 runtime_log: Some("/var/lib/kube-prestop/cluster/logs/containerd.log".into()),
                 gate: Some("exec".to_owned()),
                 runtime_default_seccomp: true,
+                sidecar_cpu_limit: Some("500m".to_owned()),
                 busy: BusyArgs {
                     busy_pods: 4,
                     busy_cpu: "300m".to_owned()

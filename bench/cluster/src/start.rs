@@ -104,6 +104,10 @@ pub struct StartOpts {
     /// gate's included (`docs/facts.md` R8). False: no profile is set, and
     /// the kubelet's `seccompDefault` (false unless configured) decides.
     pub runtime_default_seccomp: bool,
+    /// The injected pods' `kube-prestop.io/sidecar-cpu-limit` (none: the
+    /// webhook's default, 200m). The exec start gate runs in the
+    /// sidecar's cgroup, under this limit.
+    pub sidecar_cpu_limit: Option<String>,
     /// Busy pods spinning the node's CPUs through the whole run (in the
     /// plain namespace; 0 pods: an idle node).
     pub load: crate::busy::Load,
@@ -243,6 +247,8 @@ struct PodShape<'a> {
     gate: Option<&'a str>,
     /// [`StartOpts::runtime_default_seccomp`].
     runtime_default_seccomp: bool,
+    /// [`StartOpts::sidecar_cpu_limit`].
+    sidecar_cpu_limit: Option<&'a str>,
 }
 
 impl StartOpts {
@@ -250,6 +256,7 @@ impl StartOpts {
         PodShape {
             gate: self.gate.as_deref(),
             runtime_default_seccomp: self.runtime_default_seccomp,
+            sidecar_cpu_limit: self.sidecar_cpu_limit.as_deref(),
         }
     }
 }
@@ -261,10 +268,18 @@ fn start_job(name: &str, run: &str, kind: Kind, shape: PodShape<'_>) -> Result<J
     } else {
         Vec::new()
     };
-    let annotations = match (kind, shape.gate) {
-        (Kind::Injected, Some(g)) => json!({ "kube-prestop.io/gate": g }),
-        _ => json!({}),
-    };
+    let mut annotations = serde_json::Map::new();
+    if kind == Kind::Injected {
+        if let Some(g) = shape.gate {
+            annotations.insert(kube_prestop_engine::annotations::GATE.into(), g.into());
+        }
+        if let Some(q) = shape.sidecar_cpu_limit {
+            annotations.insert(
+                kube_prestop_engine::annotations::SIDECAR_CPU_LIMIT.into(),
+                q.into(),
+            );
+        }
+    }
     let security_context = if shape.runtime_default_seccomp {
         json!({ "seccompProfile": { "type": "RuntimeDefault" } })
     } else {
@@ -951,6 +966,11 @@ fn start_report(
     );
     out(
         &mut lines,
+        "start_sidecar_cpu_limit",
+        opts.sidecar_cpu_limit.as_deref().unwrap_or("default"),
+    );
+    out(
+        &mut lines,
         "start_pod_seccomp",
         if opts.runtime_default_seccomp {
             "RuntimeDefault"
@@ -1152,6 +1172,7 @@ mod tests {
             runtime_log: None,
             gate: None,
             runtime_default_seccomp: false,
+            sidecar_cpu_limit: None,
             load: crate::busy::Load {
                 pods: 0,
                 cpu: "400m".into(),
@@ -1222,6 +1243,7 @@ mod tests {
             runtime_log: None,
             gate: Some("none".to_owned()),
             runtime_default_seccomp: true,
+            sidecar_cpu_limit: Some("1".to_owned()),
             load: crate::busy::Load {
                 pods: 4,
                 cpu: "400m".into(),
@@ -1247,6 +1269,7 @@ mod tests {
         assert_eq!(kv["start_boot_resamples"], "10000");
         assert_eq!(kv["start_gate"], "none");
         assert_eq!(kv["start_pod_seccomp"], "RuntimeDefault");
+        assert_eq!(kv["start_sidecar_cpu_limit"], "1");
         assert_eq!(kv["start_busy_pods"], "4");
         // The fixture has no sidecar lines: nothing compared.
         assert_eq!(kv["start_imageVolume_armed_compared"], "0");
@@ -1283,13 +1306,15 @@ mod tests {
     const NO_SHAPE: PodShape<'static> = PodShape {
         gate: None,
         runtime_default_seccomp: false,
+        sidecar_cpu_limit: None,
     };
 
     #[test]
-    fn every_kind_gets_the_seccomp_profile_and_only_the_injected_the_gate() {
+    fn every_kind_gets_the_seccomp_profile_and_only_the_injected_our_annotations() {
         let shape = PodShape {
             gate: Some("http-get"),
             runtime_default_seccomp: true,
+            sidecar_cpu_limit: Some("1"),
         };
         for kind in [Kind::Injected, Kind::Plain, Kind::OneSidecar] {
             let job = serde_json::to_value(start_job("j", "r", kind, shape).unwrap()).unwrap();
@@ -1298,10 +1323,15 @@ mod tests {
                 template["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault",
                 "{kind:?}"
             );
-            let gate = &template["metadata"]["annotations"]["kube-prestop.io/gate"];
+            let annotations = &template["metadata"]["annotations"];
+            let injected = kind == Kind::Injected;
             assert_eq!(
-                gate.as_str(),
-                (kind == Kind::Injected).then_some("http-get")
+                annotations["kube-prestop.io/gate"].as_str(),
+                injected.then_some("http-get")
+            );
+            assert_eq!(
+                annotations["kube-prestop.io/sidecar-cpu-limit"].as_str(),
+                injected.then_some("1")
             );
         }
         let job =
