@@ -146,6 +146,25 @@ fn decimal<T: std::str::FromStr>(
         .ok_or_else(|| UsageError(format!("{flag} {value:?} is not {what}")))
 }
 
+/// [`decimal`] for a flag whose range ends at `T`'s largest value
+/// (`max`): digits that overflow `T` are named too large, with the
+/// maximum and its `unit`, rather than "not a whole number".
+fn decimal_up_to<T: std::str::FromStr + std::fmt::Display>(
+    flag: &str,
+    value: &str,
+    what: &str,
+    (max, unit): (T, &str),
+    valid: impl Fn(&T) -> bool,
+) -> Result<T, UsageError> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
+    if digits && value.parse::<T>().is_err() {
+        return err(format!(
+            "{flag} {value:?} is too large (at most {max}{unit})"
+        ));
+    }
+    decimal(flag, value, what, valid)
+}
+
 /// Parses `args` (without the program name).
 pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     let Some((sub, rest)) = args.split_first() else {
@@ -291,10 +310,11 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
     if sub == contract::SUBCOMMAND_POST_START {
         let timeout = match get(FLAG_TIMEOUT) {
             None => Duration::from_secs(contract::POST_START_TIMEOUT_SECONDS),
-            Some(v) => Duration::from_secs(decimal(
+            Some(v) => Duration::from_secs(decimal_up_to(
                 FLAG_TIMEOUT,
                 &v,
                 "a whole number of seconds",
+                (u64::MAX, " seconds"),
                 |_: &u64| true,
             )?),
         };
@@ -806,20 +826,20 @@ mod tests {
         assert_eq!(timeout("0"), Ok(Duration::ZERO));
         assert_eq!(timeout("30"), Ok(Duration::from_secs(30)));
         assert_eq!(timeout("007"), Ok(Duration::from_secs(7)));
-        for bad in [
-            "+1",
-            "-1",
-            " 1",
-            "1 ",
-            "1.5",
-            "1e3",
-            "0x10",
-            "١",
-            "99999999999999999999",
-        ] {
+        for bad in ["+1", "-1", " 1", "1 ", "1.5", "1e3", "0x10", "١"] {
             let e = timeout(bad).unwrap_err();
             assert!(e.contains("not a whole number of seconds"), "{bad:?}: {e}");
         }
+        // Digits beyond u64: too large, with the maximum, not "not a
+        // whole number".
+        assert_eq!(
+            timeout(&u64::MAX.to_string()),
+            Ok(Duration::from_secs(u64::MAX))
+        );
+        assert_eq!(
+            timeout("99999999999999999999").unwrap_err(),
+            "--timeout \"99999999999999999999\" is too large (at most 18446744073709551615 seconds)"
+        );
     }
 
     #[test]
