@@ -68,9 +68,9 @@ fn main() {
                 poststart::Mark::Live { .. } => 0,
                 mark => {
                     log!(
-                        "probe: watcher for container {} not armed yet ({}: {mark})",
+                        "probe: watcher for container {} not armed yet ({})",
                         t.container,
-                        armed.display()
+                        mark.describe(&armed)
                     );
                     1
                 }
@@ -103,11 +103,11 @@ fn main() {
                     // Into the sidecar's log too: the kubelet drops the
                     // output of a handler that succeeds.
                     let line = format!(
-                        "{} post-start: warning: watcher for container {} not armed after {} s ({}: {last}); letting the kubelet start the pod's next containers (its preStop may be missed)\n",
+                        "{} post-start: warning: watcher for container {} not armed after {} s ({}); letting the kubelet start the pod's next containers (its preStop may be missed)\n",
                         kube_prestop_sidecar::LOG_PREFIX,
                         target.container,
                         timeout.as_secs(),
-                        armed.display()
+                        last.describe(&armed)
                     );
                     let proc_root = Path::new(procfs::PROC_ROOT);
                     let logged = poststart::container_watcher(proc_root).is_some_and(|pid| {

@@ -22,7 +22,7 @@
 //! kernel's `PTRACE_MODE_READ` check passes). The line's timestamp in the
 //! container log says when the pod's next containers were let go.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::finder::Instance;
@@ -35,7 +35,7 @@ use kube_prestop_contract as contract;
 pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
 
 /// What the `armed` mark says, as the postStart handler (or `probe`) sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mark {
     /// No mark (nor state directory).
     Missing,
@@ -46,7 +46,13 @@ pub enum Mark {
     /// volume read-write): a FIFO, a socket, a device, a link. It is
     /// neither opened (but for a regular file swapped for it) nor followed,
     /// and counts as a malformed mark.
-    Refused(Found),
+    Refused {
+        /// The path refused: the mark's, or that of `state/` or of the
+        /// container's directory when that is what was refused.
+        path: PathBuf,
+        /// What was found there.
+        found: Found,
+    },
     /// The mark exists but could not be read (permissions, I/O, not
     /// UTF-8): counts as a malformed mark.
     Unreadable(std::io::ErrorKind),
@@ -68,10 +74,25 @@ impl std::fmt::Display for Mark {
         match self {
             Mark::Missing => f.write_str("missing"),
             Mark::Malformed => f.write_str("malformed"),
-            Mark::Refused(found) => write!(f, "refused, not read: {found}"),
+            Mark::Refused { path, found } => {
+                write!(f, "refused, not read: {}: {found}", path.display())
+            }
             Mark::Unreadable(kind) => write!(f, "unreadable: {kind}"),
             Mark::Stale { pid } => write!(f, "left by watcher pid {pid}, which is not running"),
             Mark::Live { pid } => write!(f, "written by running watcher pid {pid}"),
+        }
+    }
+}
+
+impl Mark {
+    /// The mark as the log lines of `post-start` and `probe` name it:
+    /// `<armed>: <what it says>`, `armed` being the mark's path; a refused
+    /// mark names the path actually refused instead, which is `state/` or
+    /// the container's directory when one of those is not a directory.
+    pub fn describe(&self, armed: &Path) -> String {
+        match self {
+            Mark::Refused { .. } => self.to_string(),
+            _ => format!("{}: {self}", armed.display()),
         }
     }
 }
@@ -87,7 +108,7 @@ pub fn check_mark(store: &StateStore, proc_root: &Path) -> Mark {
     let content = match store.read_checked(contract::ARMED_FILE) {
         Ok(Some(content)) => content,
         Ok(None) => return Mark::Missing,
-        Err(StateError::Refused { found, .. }) => return Mark::Refused(found),
+        Err(StateError::Refused { path, found }) => return Mark::Refused { path, found },
         Err(StateError::Read { source, .. } | StateError::OpenDir { source, .. }) => {
             return Mark::Unreadable(source.kind());
         }
@@ -109,7 +130,7 @@ pub fn check_mark(store: &StateStore, proc_root: &Path) -> Mark {
 }
 
 /// How a wait for the `armed` mark ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// A running watcher's mark exists; `waited` is how long it took to appear.
     Armed {
@@ -337,10 +358,14 @@ mod tests {
         let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
         nix::unistd::mkfifo(&mark, mode).unwrap();
         let start = Instant::now();
+        let refused = |found| Mark::Refused {
+            path: mark.clone(),
+            found,
+        };
         assert_eq!(
             wait_armed(&s, proc_root(), Duration::from_millis(50)),
             Outcome::TimedOut {
-                last: Mark::Refused(Found::OtherKind(FileKind::Fifo))
+                last: refused(Found::OtherKind(FileKind::Fifo))
             }
         );
         assert!(start.elapsed() < Duration::from_secs(5));
@@ -348,17 +373,63 @@ mod tests {
         let _socket = std::os::unix::net::UnixListener::bind(&mark).unwrap();
         assert_eq!(
             check_mark(&s, proc_root()),
-            Mark::Refused(Found::OtherKind(FileKind::Socket))
+            refused(Found::OtherKind(FileKind::Socket))
         );
         std::fs::remove_file(&mark).unwrap();
         // A link to a live mark is not followed either.
         std::os::unix::fs::symlink(&target, &mark).unwrap();
-        assert_eq!(check_mark(&s, proc_root()), Mark::Refused(Found::Symlink));
+        assert_eq!(check_mark(&s, proc_root()), refused(Found::Symlink));
         assert!(
-            Mark::Refused(Found::OtherKind(FileKind::Fifo))
+            refused(Found::OtherKind(FileKind::Fifo))
                 .to_string()
                 .contains("a FIFO")
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// When the container's directory itself is what is planted (a FIFO, a
+    /// link: X mounts the state volume, whose `state/x` is the mount point,
+    /// read-write only in a pod, but `--root` runs see it), the refusal
+    /// names that directory, not the `armed` mark under it, which was
+    /// never looked at. (Before, the path was dropped and the log lines
+    /// named `.../x/armed` as the FIFO or link.)
+    #[test]
+    fn a_refused_directory_is_named_not_the_mark_under_it() {
+        use crate::state::FileKind;
+        let d = tmp("refused-dir");
+        let s = StateStore::new(&d, "x");
+        let dir = s.dir().to_owned();
+        let armed = s.path(contract::ARMED_FILE);
+        std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+        let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
+        nix::unistd::mkfifo(&dir, mode).unwrap();
+        let mark = check_mark(&s, proc_root());
+        assert_eq!(
+            mark,
+            Mark::Refused {
+                path: dir.clone(),
+                found: Found::OtherKind(FileKind::Fifo)
+            }
+        );
+        let line = mark.describe(&armed);
+        assert!(
+            line.contains(&format!("{}: it is a FIFO", dir.display())),
+            "{line}"
+        );
+        assert!(!line.contains(&armed.display().to_string()), "{line}");
+        std::fs::remove_file(&dir).unwrap();
+        let elsewhere = d.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        let mark = check_mark(&s, proc_root());
+        assert_eq!(
+            mark,
+            Mark::Refused {
+                path: dir.clone(),
+                found: Found::Symlink
+            }
+        );
+        assert!(!mark.describe(&armed).contains("armed"), "{mark:?}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

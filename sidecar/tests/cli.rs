@@ -192,6 +192,56 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
     fs::remove_dir_all(&d).unwrap();
 }
 
+/// When `state/<container>` itself is not a directory (a FIFO, a link),
+/// `post-start` and `probe` name that directory as refused, not the
+/// `armed` mark under it, which was never looked at.
+#[test]
+fn a_refused_state_directory_is_named_in_the_message() {
+    use std::time::Duration;
+    let d = tmp("refused-dir");
+    let root = d.to_str().unwrap();
+    fs::create_dir_all(d.join("state")).unwrap();
+    let dir = d.join("state/main");
+    let armed = dir.join("armed");
+    nix::unistd::mkfifo(&dir, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let (c, err) = run_bounded(
+        &[
+            "post-start",
+            "--container",
+            "main",
+            "--timeout",
+            "0",
+            "--root",
+            root,
+        ],
+        Duration::from_secs(15),
+    )
+    .unwrap();
+    assert_eq!(c, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "refused, not read: {}: it is a FIFO",
+            dir.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains(&armed.display().to_string()), "{err}");
+    fs::remove_file(&dir).unwrap();
+    fs::create_dir_all(d.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(d.join("elsewhere"), &dir).unwrap();
+    let (c, err) = run(&["probe", "--container", "main", "--root", root]);
+    assert_eq!(c, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "refused, not read: {}: it is a symbolic link",
+            dir.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains(&armed.display().to_string()), "{err}");
+    fs::remove_dir_all(&d).unwrap();
+}
+
 /// Runs the binary with `args`, killing it if it has not exited within
 /// `limit`: `Err` with what it printed when it hung.
 fn run_bounded(args: &[&str], limit: std::time::Duration) -> Result<(i32, String), String> {
