@@ -64,7 +64,11 @@ fn main() {
         Cli::Probe(t) => {
             let store = StateStore::new(&t.root, &t.container);
             let armed = store.path(contract::ARMED_FILE);
-            match poststart::check_mark(&store, Path::new(procfs::PROC_ROOT)) {
+            match poststart::check_mark(
+                &store,
+                Path::new(procfs::PROC_ROOT),
+                poststart::Scope::OwnContainer,
+            ) {
                 poststart::Mark::Live { .. } => 0,
                 mark => {
                     log!(
@@ -79,18 +83,34 @@ fn main() {
         Cli::PostStart { target, timeout } => {
             let store = StateStore::new(&target.root, &target.container);
             let armed = store.path(contract::ARMED_FILE);
-            match poststart::wait_armed(&store, Path::new(procfs::PROC_ROOT), timeout) {
-                poststart::Outcome::Armed { waited, pid } => {
+            let proc_root = Path::new(procfs::PROC_ROOT);
+            // The kubelet runs this handler with no time limit, so all of
+            // it ends within `timeout`: the wait, then the log line, which
+            // gets what is left (at most LOG_WRITE_LIMIT; when nothing is,
+            // one write that does not block).
+            let start = std::time::Instant::now();
+            let log_limit = || {
+                timeout
+                    .saturating_sub(start.elapsed())
+                    .min(poststart::LOG_WRITE_LIMIT)
+            };
+            match poststart::wait_armed(&store, proc_root, timeout) {
+                poststart::Outcome::Armed {
+                    waited,
+                    pid,
+                    start_time,
+                } => {
                     // Into the sidecar's log (the kubelet drops a
                     // successful handler's output); on our own stderr if
-                    // the watcher's cannot be opened.
+                    // the watcher's cannot be written without blocking.
                     let line = format!(
                         "{} post-start done container={} watcher_pid={pid} waited={:.3}s: the kubelet may start the pod's next containers\n",
                         kube_prestop_sidecar::LOG_PREFIX,
                         target.container,
                         waited.as_secs_f64()
                     );
-                    if poststart::write_to_watcher_log(Path::new(procfs::PROC_ROOT), pid, &line)
+                    let watcher = kube_prestop_sidecar::finder::Instance { pid, start_time };
+                    if poststart::write_to_watcher_log(proc_root, watcher, &line, log_limit())
                         .is_err()
                     {
                         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
@@ -109,9 +129,9 @@ fn main() {
                         timeout.as_secs(),
                         last.describe(&armed)
                     );
-                    let proc_root = Path::new(procfs::PROC_ROOT);
-                    let logged = poststart::container_watcher(proc_root).is_some_and(|pid| {
-                        poststart::write_to_watcher_log(proc_root, pid, &line).is_ok()
+                    let logged = poststart::container_watcher(proc_root).is_some_and(|watcher| {
+                        poststart::write_to_watcher_log(proc_root, watcher, &line, log_limit())
+                            .is_ok()
                     });
                     if !logged {
                         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());

@@ -21,10 +21,33 @@
 //! `/proc/<pid>/fd/2` (same container, so same user and capabilities: the
 //! kernel's `PTRACE_MODE_READ` check passes). The line's timestamp in the
 //! container log says when the pod's next containers were let go.
+//!
+//! The `armed` mark is hostile input: X mounts its state volume read-write,
+//! so X's processes can write a well-formed mark naming any process of the
+//! pod (the PID namespace is shared), with its true start time. So a mark
+//! counts ([`Mark::Live`]) only when the process it names is verified to be
+//! the watcher ([`is_watcher`], the same check [`container_watcher`] makes):
+//! the oldest process of the sidecar's container (mount namespace) that runs
+//! this very executable and whose parent is outside that container. And the
+//! line is written only to that verified process's stderr, never blocking
+//! and within a bound ([`write_to_watcher_log`]): before, a mark naming a
+//! process of X whose fd 2 was a full pipe hung `post-start` in `write(2)`
+//! for ever (and the kubelet with it), one whose fd 2 was a FIFO without a
+//! reader hung it in `open(2)`, and one whose fd 2 was a read-only
+//! descriptor of some file had the line appended to that file.
 
+use std::io;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::stat::{Mode, SFlag, fstat};
+use nix::sys::time::TimeSpec;
+
+use crate::container_process;
 use crate::finder::Instance;
 use crate::state::{Found, StateError, StateStore};
 use kube_prestop_contract as contract;
@@ -33,6 +56,25 @@ use kube_prestop_contract as contract;
 /// arms within a few milliseconds of its start, and one look every 2 ms
 /// costs nothing measurable.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(2);
+
+/// Longest [`write_to_watcher_log`] waits for room in the watcher's log
+/// pipe when it is full (the runtime's shim copies it to the container log
+/// as it comes; a full pipe is a shim that is behind, or a pipe nobody
+/// reads). The write itself never blocks; after this the line goes to the
+/// caller's own stderr instead.
+pub const LOG_WRITE_LIMIT: Duration = Duration::from_millis(100);
+
+/// Where the process an `armed` mark names must run to count as the
+/// watcher ([`is_watcher`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// In the caller's own container (mount namespace): `post-start` and
+    /// `probe`, which the kubelet runs inside the sidecar container.
+    OwnContainer,
+    /// In another container than the caller's: the preStop wrapper, which
+    /// the kubelet runs inside X, reporting into X's sidecar's log.
+    OtherContainer,
+}
 
 /// What the `armed` mark says, as the postStart handler (or `probe`) sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,10 +104,25 @@ pub enum Mark {
         /// The PID the mark names.
         pid: i32,
     },
-    /// A mark written by a watcher that still runs: armed.
+    /// A mark naming a running process that is not the container's watcher
+    /// ([`is_watcher`]: another executable, another container, or not the
+    /// container's first process of this executable): not written by the
+    /// watcher (planted: X's processes can write a well-formed mark naming
+    /// any process of the pod), and counts as no mark. Nothing is opened
+    /// or written through it.
+    NotWatcher {
+        /// The PID the mark names.
+        pid: i32,
+    },
+    /// A mark written by a watcher that still runs, verified to be the
+    /// container's watcher ([`is_watcher`]): armed.
     Live {
         /// The watcher's PID.
         pid: i32,
+        /// Its start time (clock ticks since boot), which the writer checks
+        /// again once it has opened the watcher's stderr
+        /// ([`write_to_watcher_log`]).
+        start_time: u64,
     },
 }
 
@@ -79,7 +136,11 @@ impl std::fmt::Display for Mark {
             }
             Mark::Unreadable(kind) => write!(f, "unreadable: {kind}"),
             Mark::Stale { pid } => write!(f, "left by watcher pid {pid}, which is not running"),
-            Mark::Live { pid } => write!(f, "written by running watcher pid {pid}"),
+            Mark::NotWatcher { pid } => write!(
+                f,
+                "names running pid {pid}, which is not this container's watcher (not the first process of the container running this executable); ignored"
+            ),
+            Mark::Live { pid, .. } => write!(f, "written by running watcher pid {pid}"),
         }
     }
 }
@@ -101,31 +162,52 @@ impl Mark {
 /// [`StateStore::read_checked`]: never blocking on a planted FIFO, never
 /// following a link, at most [`crate::state::MAX_RECORD_BYTES`]) and checks
 /// that the watcher it names runs: same PID *and* start time in the procfs
-/// at `proc_root` (a reused PID does not count, nor does a zombie). The
-/// handler runs in the watcher's own container, so it sees the watcher in
-/// the same PID namespace and `/proc`. Only [`Mark::Live`] means armed.
-pub fn check_mark(store: &StateStore, proc_root: &Path) -> Mark {
+/// at `proc_root` (a reused PID does not count, nor does a zombie), and
+/// that it is the container's watcher, as `scope` says where
+/// ([`is_watcher`]): a running process that is not is
+/// [`Mark::NotWatcher`]. The handler runs in the watcher's own container,
+/// so it sees the watcher in the same PID namespace and `/proc`. Only
+/// [`Mark::Live`] means armed.
+pub fn check_mark(store: &StateStore, proc_root: &Path, scope: Scope) -> Mark {
+    match read_mark(store) {
+        Ok(named) => classify(proc_root, named, scope),
+        Err(mark) => mark,
+    }
+}
+
+/// The process the `armed` mark in `store` names; `Err` with what the mark
+/// is when it names none ([`Mark::Missing`], refused, unreadable,
+/// malformed).
+fn read_mark(store: &StateStore) -> Result<Instance, Mark> {
     let content = match store.read_checked(contract::ARMED_FILE) {
         Ok(Some(content)) => content,
-        Ok(None) => return Mark::Missing,
-        Err(StateError::Refused { path, found }) => return Mark::Refused { path, found },
+        Ok(None) => return Err(Mark::Missing),
+        Err(StateError::Refused { path, found }) => return Err(Mark::Refused { path, found }),
         Err(StateError::Read { source, .. } | StateError::OpenDir { source, .. }) => {
-            return Mark::Unreadable(source.kind());
+            return Err(Mark::Unreadable(source.kind()));
         }
-        Err(_) => return Mark::Unreadable(std::io::ErrorKind::Other),
+        Err(_) => return Err(Mark::Unreadable(std::io::ErrorKind::Other)),
     };
-    let Some(armed) = contract::ArmedRecord::parse(&content) else {
-        return Mark::Malformed;
-    };
-    let pid = armed.pid;
-    let watcher = Instance {
-        pid,
+    let armed = contract::ArmedRecord::parse(&content).ok_or(Mark::Malformed)?;
+    Ok(Instance {
+        pid: armed.pid,
         start_time: armed.start_time_ticks,
-    };
-    if watcher.is_alive(proc_root) {
-        Mark::Live { pid }
-    } else {
+    })
+}
+
+/// What a mark naming `named` is: [`Mark::Stale`], [`Mark::Live`] or
+/// [`Mark::NotWatcher`] ([`is_watcher`] in `scope`).
+fn classify(proc_root: &Path, named: Instance, scope: Scope) -> Mark {
+    let pid = named.pid;
+    if !named.is_alive(proc_root) {
         Mark::Stale { pid }
+    } else if is_watcher(proc_root, named, scope) {
+        Mark::Live {
+            pid,
+            start_time: named.start_time,
+        }
+    } else {
+        Mark::NotWatcher { pid }
     }
 }
 
@@ -138,6 +220,8 @@ pub enum Outcome {
         waited: Duration,
         /// The armed watcher's PID (in the pod's PID namespace).
         pid: i32,
+        /// The armed watcher's start time (clock ticks since boot).
+        start_time: u64,
     },
     /// No running watcher's mark appeared within the timeout; `last` is
     /// what the last look found.
@@ -147,8 +231,10 @@ pub enum Outcome {
     },
 }
 
-/// Waits until the `armed` mark in `store` names a running watcher
-/// ([`check_mark`]; a refused or malformed mark never ends it), looking
+/// Waits until the `armed` mark in `store` names a running watcher of the
+/// caller's own container ([`check_mark`] with [`Scope::OwnContainer`]: a
+/// refused or malformed mark, or one naming any other process, never ends
+/// it), looking
 /// every [`POLL_INTERVAL`], for at most `timeout`. The watcher removes its
 /// mark when it starts and when it exits, but a watcher killed with SIGKILL
 /// leaves it behind, and the restarted sidecar's handler may look before the
@@ -156,12 +242,30 @@ pub enum Outcome {
 /// so it never ends the wait.
 pub fn wait_armed(store: &StateStore, proc_root: &Path, timeout: Duration) -> Outcome {
     let start = Instant::now();
+    // A process found not to be the watcher stays so while it runs (the
+    // watcher is the container's first process of this executable, which
+    // the runtime started before any exec), so a mark still naming it is
+    // not verified again: no scan of `/proc` every poll for a planted mark.
+    let mut not_watcher = None;
     loop {
-        let seen = check_mark(store, proc_root);
-        if let Mark::Live { pid } = seen {
+        let seen = match read_mark(store) {
+            Err(mark) => mark,
+            Ok(named) if not_watcher == Some(named) && named.is_alive(proc_root) => {
+                Mark::NotWatcher { pid: named.pid }
+            }
+            Ok(named) => {
+                let mark = classify(proc_root, named, Scope::OwnContainer);
+                if let Mark::NotWatcher { .. } = mark {
+                    not_watcher = Some(named);
+                }
+                mark
+            }
+        };
+        if let Mark::Live { pid, start_time } = seen {
             return Outcome::Armed {
                 waited: start.elapsed(),
                 pid,
+                start_time,
             };
         }
         let elapsed = start.elapsed();
@@ -173,17 +277,137 @@ pub fn wait_armed(store: &StateStore, proc_root: &Path, timeout: Duration) -> Ou
 }
 
 /// Writes `line` (one log line, newline included) into the log of the
-/// container whose watcher is `pid`: that process's stderr, opened through
-/// `<proc_root>/<pid>/fd/2`, with a single `write(2)` (a line shorter than
-/// `PIPE_BUF` never interleaves with the watcher's own). Errors: the open or
-/// the write failed (the watcher exited, or another user's process).
-pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let path = proc_root.join(pid.to_string()).join("fd/2");
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)?
-        .write_all(line.as_bytes())
+/// container whose watcher is `watcher` (PID and start time, verified by
+/// the caller: [`check_mark`]'s [`Mark::Live`] or [`container_watcher`]):
+/// that process's stderr, opened anew through `<proc_root>/<pid>/fd/2`.
+///
+/// Where that stderr comes from: the runtime's shim gives the container's
+/// first process its stdio. containerd's shim (runc) hands it the write
+/// end of a pipe it made (`pkg/process/io.go` `newPipeIO`) and copies what
+/// comes out into the FIFO that the CRI plugin made for the container log
+/// (`cio.NewFIFOSetInDir`), which the CRI plugin reads and writes to the
+/// log file; CRI-O's conmon likewise hands it a pipe. With `tty: true` it
+/// is a terminal (a character device), and a watcher run by hand or by the
+/// tests may have a regular file. So the open is refused for anything
+/// else, and:
+///
+/// - it never blocks: `O_WRONLY | O_APPEND | O_NONBLOCK | O_NOCTTY |
+///   O_CLOEXEC`, never `O_CREAT` or `O_TRUNC`. Opening `/proc/PID/fd/N`
+///   makes a new open file description (unlike `dup`), so `O_NONBLOCK`
+///   applies to this descriptor only, never to the watcher's own fd 2; on
+///   a FIFO with no reader the open fails at once (`ENXIO`) instead of
+///   waiting for one, and `O_NOCTTY` keeps a terminal from becoming our
+///   controlling one. `O_APPEND` makes a regular file's line land at its
+///   end, not over the start;
+/// - only the watcher's own output: its fd 2 must be open for writing
+///   (`<pid>/fdinfo/2` flags, checked before the open), the opened file a
+///   FIFO or pipe, a character device or a regular file (`fstat`), and
+///   the process still the one verified once the file is open (same start
+///   time: a PID reused in between does not pass);
+/// - bounded: a single `write(2)` (a line of at most `PIPE_BUF` bytes goes
+///   into a pipe whole or not at all, never interleaved with the
+///   watcher's own lines); while the pipe is full (`EAGAIN`) it waits for
+///   room with `ppoll` for at most `limit` in all, then gives up.
+///
+/// Errors: the open, the checks or the write failed, or the pipe stayed
+/// full for `limit` (`WouldBlock`); the caller then writes the line on its
+/// own stderr.
+pub fn write_to_watcher_log(
+    proc_root: &Path,
+    watcher: Instance,
+    line: &str,
+    limit: Duration,
+) -> io::Result<()> {
+    let start = Instant::now();
+    let process = proc_root.join(watcher.pid.to_string());
+    if !fd_open_for_writing(&std::fs::read_to_string(process.join("fdinfo/2"))?) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the watcher's fd 2 is not open for writing",
+        ));
+    }
+    let fd: OwnedFd = nix::fcntl::open(
+        &process.join("fd/2"),
+        OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    if !watcher.is_alive(proc_root) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("watcher pid {} has exited", watcher.pid),
+        ));
+    }
+    let kind = SFlag::from_bits_truncate(fstat(fd.as_fd())?.st_mode & SFlag::S_IFMT.bits());
+    if ![SFlag::S_IFIFO, SFlag::S_IFCHR, SFlag::S_IFREG].contains(&kind) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the watcher's stderr is not a pipe, a terminal or a regular file",
+        ));
+    }
+    let mut rest = line.as_bytes();
+    while !rest.is_empty() {
+        match nix::unistd::write(&fd, rest) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => rest = &rest[n..],
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let left = limit.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!("the watcher's log stayed full for {limit:?}"),
+                    ));
+                }
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+                match ppoll(&mut fds, Some(TimeSpec::from_duration(left)), None) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `fdinfo` (the text of `/proc/PID/fdinfo/N`) says the descriptor
+/// is open for writing: its `flags:` (octal) access mode is `O_WRONLY` or
+/// `O_RDWR`.
+fn fd_open_for_writing(fdinfo: &str) -> bool {
+    fdinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
+        .is_some_and(|flags| {
+            let mode = flags & libc::O_ACCMODE;
+            mode == libc::O_WRONLY || mode == libc::O_RDWR
+        })
+}
+
+/// The executable of `process` (a PID, or `self`) in `proc_root`, as the
+/// device and inode of `<process>/exe`: the same file whatever path or
+/// mount of the binary's volume it was started through.
+fn executable(proc_root: &Path, process: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(proc_root.join(process).join("exe"))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// The watcher of the container whose mount namespace is `namespace`, as
+/// the caller (`me`, never itself a candidate) sees it in `proc_root`: the
+/// oldest process that runs the executable `exe`, in that namespace, whose
+/// parent is outside it ([`container_process::first_process`]). The one
+/// rule behind [`container_watcher`] and [`is_watcher`].
+fn watcher_in(proc_root: &Path, namespace: &Path, me: i32, exe: (u64, u64)) -> Option<Instance> {
+    let processes = container_process::processes(proc_root, namespace).ok()?;
+    let pid = container_process::first_process(&processes, me, |pid| {
+        executable(proc_root, &pid.to_string()) == Some(exe)
+    })?;
+    processes.iter().find(|p| p.pid == pid).map(|p| Instance {
+        pid,
+        start_time: p.start_time,
+    })
 }
 
 /// The watcher of the container this process runs in, as the postStart
@@ -196,22 +420,56 @@ pub fn write_to_watcher_log(proc_root: &Path, pid: i32, line: &str) -> std::io::
 /// watcher, whose stderr is the container's log, also when it never armed.
 /// `None` when there is none (it exited, or this is not run in a sidecar
 /// container).
-pub fn container_watcher(proc_root: &Path) -> Option<i32> {
-    use std::os::unix::fs::MetadataExt as _;
-    let exe = |process: &str| {
-        std::fs::metadata(proc_root.join(process).join("exe"))
-            .ok()
-            .map(|m| (m.dev(), m.ino()))
+pub fn container_watcher(proc_root: &Path) -> Option<Instance> {
+    let exe = executable(proc_root, "self")?;
+    let (namespace, me) = container_process::caller(proc_root).ok()?;
+    watcher_in(proc_root, &namespace, me, exe)
+}
+
+/// Whether `watcher` (PID and start time, from an `armed` mark) is the
+/// watcher of a sidecar container, by the rule of [`container_watcher`]:
+/// the first process, running this same executable, of
+///
+/// - [`Scope::OwnContainer`]: the caller's own container (`post-start`
+///   and `probe` run in the sidecar container). X's processes, whatever
+///   they write in the mark, are in X's mount namespace and cannot enter
+///   the sidecar's (`setns` needs `CAP_SYS_ADMIN`), and a process exec'd
+///   into the sidecar is younger than the watcher;
+/// - [`Scope::OtherContainer`]: the container the named process runs in,
+///   which must not be the caller's (the preStop wrapper runs in X). This
+///   is weaker: any sidecar's watcher of the pod passes, not only X's. The
+///   wrapper runs with X's user and capabilities, so what it can write
+///   through a mark (one line into another sidecar's log, when that
+///   sidecar runs as X's user) X's processes can write themselves.
+///
+/// The process must also still run with that start time (not a zombie).
+pub fn is_watcher(proc_root: &Path, watcher: Instance, scope: Scope) -> bool {
+    let Some(exe) = executable(proc_root, "self") else {
+        return false;
     };
-    let own_exe = exe("self")?;
-    crate::container_process::find(proc_root, |pid| exe(&pid.to_string()) == Some(own_exe))
-        .ok()
-        .flatten()
+    // Cheap first: most processes a planted mark could name run another
+    // executable, and need no scan of the container's processes.
+    if executable(proc_root, &watcher.pid.to_string()) != Some(exe) {
+        return false;
+    }
+    let Ok((own, me)) = container_process::caller(proc_root) else {
+        return false;
+    };
+    let namespace = match scope {
+        Scope::OwnContainer => own,
+        Scope::OtherContainer => {
+            match std::fs::read_link(proc_root.join(watcher.pid.to_string()).join("ns/mnt")) {
+                Ok(ns) if ns != own => ns,
+                _ => return false,
+            }
+        }
+    };
+    watcher_in(proc_root, &namespace, me, exe) == Some(watcher) && watcher.is_alive(proc_root)
 }
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
     use crate::procfs::{self, PROC_ROOT};
 
@@ -246,15 +504,197 @@ mod tests {
         .to_string()
     }
 
+    /// A procfs stand-in under `<d>/proc`, for the watcher's verification
+    /// (a real watcher, the first process of its container with a parent
+    /// outside it, needs namespaces: `tests/pod.rs`). `self` is PID
+    /// [`FakeProc::ME`].
+    struct FakeProc {
+        root: PathBuf,
+        ours: PathBuf,
+        other: PathBuf,
+    }
+
+    impl FakeProc {
+        const ME: i32 = 9;
+        /// The sidecar container's mount namespace, and X's.
+        const SIDECAR: &str = "mnt:[4026532001]";
+        const X: &str = "mnt:[4026532002]";
+
+        fn new(d: &Path) -> Self {
+            let root = d.join("proc");
+            std::fs::create_dir_all(&root).unwrap();
+            let (ours, other) = (d.join("kube-prestop"), d.join("sleep"));
+            std::fs::write(&ours, "ours").unwrap();
+            std::fs::write(&other, "other").unwrap();
+            std::os::unix::fs::symlink(Self::ME.to_string(), root.join("self")).unwrap();
+            FakeProc { root, ours, other }
+        }
+
+        /// Adds `pid` (parent `ppid`, started at `start`) in mount
+        /// namespace `ns`, running our executable or another one, its
+        /// stderr a link to `stderr`, open write-only.
+        fn add(&self, pid: i32, ppid: i32, start: u64, ns: &str, ours: bool, stderr: &Path) {
+            use std::os::unix::fs::symlink;
+            let p = self.root.join(pid.to_string());
+            for sub in ["ns", "fd", "fdinfo"] {
+                std::fs::create_dir_all(p.join(sub)).unwrap();
+            }
+            std::fs::write(
+                p.join("stat"),
+                format!("{pid} (p) S {ppid} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0\n"),
+            )
+            .unwrap();
+            symlink(ns, p.join("ns/mnt")).unwrap();
+            symlink(if ours { &self.ours } else { &self.other }, p.join("exe")).unwrap();
+            symlink(stderr, p.join("fd/2")).unwrap();
+            std::fs::write(p.join("fdinfo/2"), "pos:\t0\nflags:\t02000001\n").unwrap();
+        }
+
+        fn path(&self) -> &Path {
+            &self.root
+        }
+    }
+
+    fn armed(pid: i32, start: u64) -> String {
+        contract::ArmedRecord {
+            pid,
+            start_time_ticks: start,
+        }
+        .to_string()
+    }
+
+    /// The sidecar container of a pod, as `post-start` (PID 9, exec'd into
+    /// it) sees it: its watcher 5, the watcher's hook child 8, a process of
+    /// X (6, older), the pause process 1, a process of X running another
+    /// executable (7).
+    fn sidecar_pod(d: &Path) -> FakeProc {
+        let p = FakeProc::new(d);
+        let log = d.join("log");
+        std::fs::write(&log, "").unwrap();
+        p.add(1, 0, 1, "mnt:[4026531840]", false, &log);
+        p.add(5, 0, 100, FakeProc::SIDECAR, true, &log);
+        p.add(6, 0, 50, FakeProc::X, true, &log);
+        p.add(7, 0, 60, FakeProc::X, false, &log);
+        p.add(8, 5, 150, FakeProc::SIDECAR, true, &log);
+        p.add(FakeProc::ME, 0, 200, FakeProc::SIDECAR, true, &log);
+        p
+    }
+
     #[test]
     fn a_live_watchers_mark_returns_at_once() {
         let d = tmp("exists");
+        let procs = sidecar_pod(&d);
         let (s, mark) = store(&d);
-        std::fs::write(&mark, live_record()).unwrap();
+        std::fs::write(&mark, armed(5, 100)).unwrap();
+        assert_eq!(
+            check_mark(&s, procs.path(), Scope::OwnContainer),
+            Mark::Live {
+                pid: 5,
+                start_time: 100
+            }
+        );
         assert!(matches!(
-            wait_armed(&s, proc_root(), Duration::ZERO),
-            Outcome::Armed { .. }
+            wait_armed(&s, procs.path(), Duration::ZERO),
+            Outcome::Armed {
+                pid: 5,
+                start_time: 100,
+                ..
+            }
         ));
+        assert_eq!(
+            container_watcher(procs.path()),
+            Some(Instance {
+                pid: 5,
+                start_time: 100
+            })
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A well-formed mark naming a running process that is not the
+    /// container's watcher (X's processes can write one: they mount the
+    /// state volume read-write and see every process of the pod) does not
+    /// arm: not a process of another executable, of another container
+    /// (X's, even older and of our executable), the watcher's own child,
+    /// nor PID 1 or the caller. (Before, any live PID armed, and
+    /// `post-start` then wrote into that process's stderr.)
+    #[test]
+    fn a_mark_naming_another_process_than_the_watcher_does_not_arm() {
+        let d = tmp("not-watcher");
+        let procs = sidecar_pod(&d);
+        let (s, mark) = store(&d);
+        for (pid, start) in [(1, 1), (6, 50), (7, 60), (8, 150), (FakeProc::ME, 200)] {
+            std::fs::write(&mark, armed(pid, start)).unwrap();
+            assert_eq!(
+                check_mark(&s, procs.path(), Scope::OwnContainer),
+                Mark::NotWatcher { pid },
+                "pid {pid}"
+            );
+        }
+        assert_eq!(
+            wait_armed(&s, procs.path(), Duration::from_millis(20)),
+            Outcome::TimedOut {
+                last: Mark::NotWatcher { pid: FakeProc::ME }
+            }
+        );
+        // The watcher's PID with another start time: a reused PID.
+        std::fs::write(&mark, armed(5, 101)).unwrap();
+        assert_eq!(
+            check_mark(&s, procs.path(), Scope::OwnContainer),
+            Mark::Stale { pid: 5 }
+        );
+        // Live processes on the real /proc: PID 1, this test process, a child.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        for pid in [1, std::process::id() as i32, child.id() as i32] {
+            let start = procfs::read_stat(proc_root(), pid).unwrap().start_time;
+            std::fs::write(&mark, armed(pid, start)).unwrap();
+            assert_eq!(
+                check_mark(&s, proc_root(), Scope::OwnContainer),
+                Mark::NotWatcher { pid },
+                "pid {pid}"
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The preStop wrapper runs in X and looks for the watcher in another
+    /// container: the first process of our executable in its own mount
+    /// namespace, which is not the caller's.
+    #[test]
+    fn the_wrapper_takes_a_sidecars_watcher_only() {
+        let d = tmp("other");
+        let p = FakeProc::new(&d);
+        let log = d.join("log");
+        std::fs::write(&log, "").unwrap();
+        p.add(5, 0, 100, FakeProc::SIDECAR, true, &log);
+        p.add(8, 5, 150, FakeProc::SIDECAR, true, &log);
+        p.add(6, 0, 50, FakeProc::X, false, &log);
+        p.add(7, 6, 70, FakeProc::X, true, &log);
+        p.add(FakeProc::ME, 0, 200, FakeProc::X, true, &log);
+        let (s, mark) = store(&d);
+        std::fs::write(&mark, armed(5, 100)).unwrap();
+        assert!(matches!(
+            check_mark(&s, p.path(), Scope::OtherContainer),
+            Mark::Live { pid: 5, .. }
+        ));
+        // From inside X the sidecar's watcher is not of the caller's container.
+        assert_eq!(
+            check_mark(&s, p.path(), Scope::OwnContainer),
+            Mark::NotWatcher { pid: 5 }
+        );
+        for (pid, start) in [(8, 150), (7, 70), (6, 50)] {
+            std::fs::write(&mark, armed(pid, start)).unwrap();
+            assert_eq!(
+                check_mark(&s, p.path(), Scope::OtherContainer),
+                Mark::NotWatcher { pid },
+                "pid {pid}"
+            );
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -290,7 +730,10 @@ mod tests {
             .to_string(),
         )
         .unwrap();
-        assert_eq!(check_mark(&s, proc_root()), Mark::Stale { pid });
+        assert_eq!(
+            check_mark(&s, proc_root(), Scope::OwnContainer),
+            Mark::Stale { pid }
+        );
         // A PID no process has.
         std::fs::write(
             &mark,
@@ -309,13 +752,17 @@ mod tests {
         );
         // An empty mark, as earlier versions of the watcher could leave.
         std::fs::write(&mark, "").unwrap();
-        assert_eq!(check_mark(&s, proc_root()), Mark::Malformed);
+        assert_eq!(
+            check_mark(&s, proc_root(), Scope::OwnContainer),
+            Mark::Malformed
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn a_mark_written_during_the_wait_ends_it() {
         let d = tmp("later");
+        let procs = sidecar_pod(&d);
         let (s, mark) = store(&d);
         // A stale mark first, then the new watcher's own.
         std::fs::write(
@@ -332,13 +779,13 @@ mod tests {
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(30));
                 let _ = std::fs::remove_file(&mark);
-                std::fs::write(&mark, live_record()).unwrap();
+                std::fs::write(&mark, armed(5, 100)).unwrap();
             })
         };
-        let outcome = wait_armed(&s, proc_root(), Duration::from_secs(60));
+        let outcome = wait_armed(&s, procs.path(), Duration::from_secs(60));
         writer.join().unwrap();
         assert!(
-            matches!(outcome, Outcome::Armed { waited, pid } if waited >= Duration::from_millis(30) && pid == std::process::id() as i32),
+            matches!(outcome, Outcome::Armed { waited, pid: 5, start_time: 100 } if waited >= Duration::from_millis(30)),
             "{outcome:?}"
         );
         std::fs::remove_dir_all(&d).unwrap();
@@ -372,13 +819,16 @@ mod tests {
         std::fs::remove_file(&mark).unwrap();
         let _socket = std::os::unix::net::UnixListener::bind(&mark).unwrap();
         assert_eq!(
-            check_mark(&s, proc_root()),
+            check_mark(&s, proc_root(), Scope::OwnContainer),
             refused(Found::OtherKind(FileKind::Socket))
         );
         std::fs::remove_file(&mark).unwrap();
         // A link to a live mark is not followed either.
         std::os::unix::fs::symlink(&target, &mark).unwrap();
-        assert_eq!(check_mark(&s, proc_root()), refused(Found::Symlink));
+        assert_eq!(
+            check_mark(&s, proc_root(), Scope::OwnContainer),
+            refused(Found::Symlink)
+        );
         assert!(
             refused(Found::OtherKind(FileKind::Fifo))
                 .to_string()
@@ -403,7 +853,7 @@ mod tests {
         std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
         let mode = nix::sys::stat::Mode::from_bits_truncate(0o666);
         nix::unistd::mkfifo(&dir, mode).unwrap();
-        let mark = check_mark(&s, proc_root());
+        let mark = check_mark(&s, proc_root(), Scope::OwnContainer);
         assert_eq!(
             mark,
             Mark::Refused {
@@ -421,7 +871,7 @@ mod tests {
         let elsewhere = d.join("elsewhere");
         std::fs::create_dir_all(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
-        let mark = check_mark(&s, proc_root());
+        let mark = check_mark(&s, proc_root(), Scope::OwnContainer);
         assert_eq!(
             mark,
             Mark::Refused {
@@ -433,26 +883,195 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// `child`'s PID and start time, as a verified mark gives them.
+    fn instance(child: &std::process::Child) -> Instance {
+        let pid = child.id() as i32;
+        Instance {
+            pid,
+            start_time: procfs::read_stat(proc_root(), pid).unwrap().start_time,
+        }
+    }
+
+    /// Runs `write` on a thread, failing the test (after `unblock`, which
+    /// must end a blocked write) if it has not returned within 10 s.
+    fn bounded<T: Send + 'static>(
+        write: impl FnOnce() -> T + Send + 'static,
+        unblock: impl FnOnce(),
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || tx.send(write()).unwrap());
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(v) => {
+                t.join().unwrap();
+                v
+            }
+            Err(_) => {
+                unblock();
+                t.join().unwrap();
+                panic!("the write blocked for 10 s");
+            }
+        }
+    }
+
     #[test]
     fn a_line_reaches_the_watchers_stderr() {
         // A child whose stderr is a file stands in for the watcher.
         let d = tmp("log");
         let log = d.join("stderr");
+        std::fs::write(&log, "before\n").unwrap();
         let mut child = std::process::Command::new("sleep")
             .arg("5")
-            .stderr(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::OpenOptions::new().append(true).open(&log).unwrap())
             .spawn()
             .unwrap();
-        let pid = child.id() as i32;
-        write_to_watcher_log(proc_root(), pid, "kube-prestop: line\n").unwrap();
+        let watcher = instance(&child);
+        write_to_watcher_log(
+            proc_root(),
+            watcher,
+            "kube-prestop: line\n",
+            LOG_WRITE_LIMIT,
+        )
+        .unwrap();
+        // Not the process verified (another start time): nothing written.
+        let other = Instance {
+            start_time: watcher.start_time + 1,
+            ..watcher
+        };
+        assert!(write_to_watcher_log(proc_root(), other, "x\n", LOG_WRITE_LIMIT).is_err());
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(
             std::fs::read_to_string(&log).unwrap(),
-            "kube-prestop: line\n"
+            "before\nkube-prestop: line\n"
         );
         // Gone (reaped): an error, not a panic.
-        assert!(write_to_watcher_log(proc_root(), pid, "x\n").is_err());
+        assert!(write_to_watcher_log(proc_root(), watcher, "x\n", LOG_WRITE_LIMIT).is_err());
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A process whose fd 2 is a pipe nobody reads, and full: the line is
+    /// not written, and the write gives up after `limit` instead of
+    /// blocking for ever (before, `post-start` hung in `write(2)`).
+    #[test]
+    fn a_full_pipe_never_blocks_the_write() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+        while nix::unistd::write(&w, &[b'x'; 4096]).is_ok() {}
+        nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stderr(std::process::Stdio::from(w))
+            .spawn()
+            .unwrap();
+        let watcher = instance(&child);
+        let start = Instant::now();
+        let limit = Duration::from_millis(200);
+        let res = bounded(
+            move || write_to_watcher_log(proc_root(), watcher, "kube-prestop: line\n", limit),
+            || {
+                // Drain the pipe: a blocked write then returns.
+                let _ = nix::fcntl::fcntl(&r, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+                let mut buf = [0u8; 65536];
+                while nix::unistd::read(&r, &mut buf).is_ok_and(|n| n > 0) {}
+            },
+        );
+        let took = start.elapsed();
+        assert_eq!(
+            res.unwrap_err().kind(),
+            io::ErrorKind::WouldBlock,
+            "took {took:?}"
+        );
+        assert!(took >= limit && took < Duration::from_secs(5), "{took:?}");
+        // With no time at all: one attempt, no wait.
+        let start = Instant::now();
+        assert!(
+            write_to_watcher_log(proc_root(), watcher, "x\n", Duration::ZERO).is_err()
+                && start.elapsed() < Duration::from_secs(1)
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// A process whose fd 2 is the write end of a FIFO that has no reader
+    /// any more: reopening it never waits for one (before, `post-start`
+    /// hung in `open(2)`).
+    #[test]
+    fn a_fifo_without_a_reader_never_blocks_the_open() {
+        let d = tmp("fifo");
+        let fifo = d.join("fifo");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let rw = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let wo = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        drop(rw);
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stderr(wo)
+            .spawn()
+            .unwrap();
+        let watcher = instance(&child);
+        let unblock_fifo = fifo.clone();
+        let res = bounded(
+            move || write_to_watcher_log(proc_root(), watcher, "line\n", LOG_WRITE_LIMIT),
+            move || {
+                // A reader lets a blocked open return.
+                use std::os::unix::fs::OpenOptionsExt as _;
+                let _ = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&unblock_fifo);
+            },
+        );
+        assert!(res.is_err(), "{res:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A process whose fd 2 is a read-only descriptor of some file: that
+    /// is not an output, and the file is left as it was (before, the line
+    /// was appended to it).
+    #[test]
+    fn a_read_only_fd_2_is_not_written_through() {
+        let d = tmp("victim");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "untouched\n").unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stderr(std::fs::File::open(&victim).unwrap())
+            .spawn()
+            .unwrap();
+        let res = write_to_watcher_log(proc_root(), instance(&child), "line\n", LOG_WRITE_LIMIT);
+        assert_eq!(res.unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+        // Nor a directory, whatever its descriptor's mode.
+        let mut dir_child = std::process::Command::new("sleep")
+            .arg("30")
+            .stderr(std::fs::File::open(&d).unwrap())
+            .spawn()
+            .unwrap();
+        assert!(
+            write_to_watcher_log(proc_root(), instance(&dir_child), "x\n", LOG_WRITE_LIMIT)
+                .is_err()
+        );
+        for c in [&mut child, &mut dir_child] {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn fdinfo_flags_say_whether_fd_2_is_an_output() {
+        assert!(fd_open_for_writing(
+            "pos:\t0\nflags:\t02000001\nmnt_id:\t15\n"
+        ));
+        assert!(fd_open_for_writing("pos:\t0\nflags:\t0100002\n"));
+        assert!(!fd_open_for_writing("pos:\t0\nflags:\t0100000\n"));
+        assert!(!fd_open_for_writing("pos:\t0\n"));
+        assert!(!fd_open_for_writing("flags:\tzz\n"));
     }
 }

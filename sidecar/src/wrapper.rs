@@ -182,16 +182,22 @@ pub struct Marked {
 
 /// Writes `line` where an operator sees it: this process's stderr (which the
 /// kubelet discards for a preStop handler that succeeds) and the log of the
-/// container's watcher, found through its `armed` mark
-/// ([`poststart::write_to_watcher_log`]), best effort.
+/// container's watcher, found through its `armed` mark and verified as a
+/// sidecar's watcher ([`poststart::check_mark`] with
+/// [`poststart::Scope::OtherContainer`]: the wrapper runs in X, the watcher
+/// in its sidecar), best effort: never blocking, at most
+/// [`poststart::LOG_WRITE_LIMIT`] ([`poststart::write_to_watcher_log`]).
 fn report(target: &Target, proc_root: &Path, line: &str) {
     log!("{line}");
     let store = StateStore::new(&target.root, &target.container);
-    if let poststart::Mark::Live { pid } = poststart::check_mark(&store, proc_root) {
+    if let poststart::Mark::Live { pid, start_time } =
+        poststart::check_mark(&store, proc_root, poststart::Scope::OtherContainer)
+    {
         let _ = poststart::write_to_watcher_log(
             proc_root,
-            pid,
+            Instance { pid, start_time },
             &format!("{} {line}\n", crate::LOG_PREFIX),
+            poststart::LOG_WRITE_LIMIT,
         );
     }
 }

@@ -22,7 +22,12 @@ fn tmp(tag: &str) -> std::path::PathBuf {
 
 /// An `armed` mark as a running watcher writes it, naming this test process.
 fn live_armed_record() -> String {
-    let pid = std::process::id() as i32;
+    armed_record(std::process::id() as i32)
+}
+
+/// A well-formed `armed` mark naming running process `pid`, with its true
+/// start time: what X's processes can write in their state volume.
+fn armed_record(pid: i32) -> String {
     let st = procfs::read_stat(std::path::Path::new(procfs::PROC_ROOT), pid).unwrap();
     contract::ArmedRecord {
         pid,
@@ -103,13 +108,20 @@ fn probe_passes_only_once_armed() {
     let (c, err) = run(&["probe", "--container", "main", "--root", root]);
     assert_eq!(c, 1);
     assert!(err.contains("not running"), "{err}");
-    fs::write(d.join("state/main/armed"), live_armed_record()).unwrap();
-    assert_eq!(run(&["probe", "--container", "main", "--root", root]).0, 0);
+    // Nor one naming a running process that is not the container's
+    // watcher (this test process; PID 1): X can write such a mark. A real
+    // watcher's mark passes in `tests/pod.rs`, which has the namespaces.
+    for record in [live_armed_record(), armed_record(1)] {
+        fs::write(d.join("state/main/armed"), record).unwrap();
+        let (c, err) = run(&["probe", "--container", "main", "--root", root]);
+        assert_eq!(c, 1, "{err}");
+        assert!(err.contains("not this container's watcher"), "{err}");
+    }
     fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
-fn post_start_returns_once_armed_and_fails_open_on_timeout() {
+fn post_start_fails_open_on_timeout() {
     let d = tmp("post-start");
     let root = d.to_str().unwrap();
     // Never armed: after the timeout it still succeeds (a failing postStart
@@ -148,47 +160,112 @@ fn post_start_returns_once_armed_and_fails_open_on_timeout() {
         err.contains("not armed after 0 s") && err.contains("not running"),
         "{err}"
     );
-    // Armed while it waits: it returns long before its timeout, saying so
-    // in the watcher's log (its stderr; a `sleep` whose stderr is a file
-    // stands in for the watcher here), nothing on its own stderr.
-    let watcher_log = d.join("watcher.log");
-    let mut watcher = Command::new("sleep")
-        .arg("60")
-        .stderr(fs::File::create(&watcher_log).unwrap())
-        .spawn()
-        .unwrap();
-    let wpid = watcher.id() as i32;
-    let wstart = procfs::read_stat(std::path::Path::new(procfs::PROC_ROOT), wpid)
-        .unwrap()
-        .start_time;
-    let mut child = Command::new(bin())
-        .args(["post-start", "--container", "main", "--root", root])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    fs::write(
-        d.join("state/main/armed"),
-        contract::ArmedRecord {
-            pid: wpid,
-            start_time_ticks: wstart,
-        }
-        .to_string(),
+    // (Armed while it waits, by a real watcher: `tests/pod.rs`, which has
+    // the namespaces a watcher is verified by.)
+    fs::remove_dir_all(&d).unwrap();
+}
+
+/// A well-formed `armed` mark planted by X (which mounts its state volume
+/// read-write and sees every process of the pod) naming a running process
+/// that is not the watcher, one whose stderr is a full pipe nobody reads,
+/// the write end of a FIFO without a reader, a read-only descriptor of a
+/// file outside the state directory, or PID 1: `post-start` is not armed
+/// by it and still ends at its `--timeout` (fail-open), `probe` fails, and
+/// nothing is written through that process's fd 2. (Before, `post-start`
+/// took any live PID for the watcher and then blocked for ever in the
+/// `write` to the pipe or the `open` of the FIFO, and appended its line to
+/// the file: `/work/newcomer/exp/plant_*.py`.)
+#[test]
+fn a_planted_mark_naming_another_process_neither_arms_nor_blocks_nor_writes() {
+    use std::time::{Duration, Instant};
+    let d = tmp("planted-pid");
+    let root = d.to_str().unwrap();
+    fs::create_dir_all(d.join("state/main")).unwrap();
+    // A full pipe that nobody reads.
+    let (r, w) = nix::unistd::pipe().unwrap();
+    nix::fcntl::fcntl(
+        &w,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
     )
     .unwrap();
-    let status = wait_exit(&mut child, T);
-    assert_eq!(code(status), 0);
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    watcher.kill().unwrap();
-    watcher.wait().unwrap();
-    assert!(err.is_empty(), "{err}");
-    let logged = fs::read_to_string(&watcher_log).unwrap();
-    assert!(
-        logged.starts_with(&format!(
-            "kube-prestop: post-start done container=main watcher_pid={wpid} waited="
-        )) && logged.ends_with("the kubelet may start the pod's next containers\n"),
-        "{logged:?}"
-    );
+    while nix::unistd::write(&w, &[b'x'; 4096]).is_ok() {}
+    nix::fcntl::fcntl(
+        &w,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .unwrap();
+    // A FIFO whose only reader is gone.
+    let fifo = d.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let wo = fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    drop(rw);
+    // A file outside the state directory, open read-only.
+    let victim = d.join("victim");
+    fs::write(&victim, "untouched\n").unwrap();
+    let sleeper = |stderr: Stdio| {
+        Command::new("sleep")
+            .arg("60")
+            .stderr(stderr)
+            .spawn()
+            .unwrap()
+    };
+    let mut children = [
+        ("a full pipe", sleeper(Stdio::from(w))),
+        ("a FIFO without a reader", sleeper(Stdio::from(wo))),
+        (
+            "a read-only file",
+            sleeper(Stdio::from(fs::File::open(&victim).unwrap())),
+        ),
+    ];
+    let mut named: Vec<(&str, i32)> = children
+        .iter()
+        .map(|(what, c)| (*what, c.id() as i32))
+        .collect();
+    named.push(("PID 1", 1));
+    for (what, pid) in named {
+        fs::write(d.join("state/main/armed"), armed_record(pid)).unwrap();
+        let start = Instant::now();
+        let (c, err) = run_bounded(
+            &[
+                "post-start",
+                "--container",
+                "main",
+                "--timeout",
+                "1",
+                "--root",
+                root,
+            ],
+            Duration::from_secs(15),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let took = start.elapsed();
+        assert_eq!(c, 0, "{what}: {err}");
+        assert!(took < Duration::from_secs(3), "{what}: took {took:?}");
+        assert!(
+            err.contains("not armed after 1 s")
+                && err.contains(&format!(
+                    "names running pid {pid}, which is not this container's watcher"
+                )),
+            "{what}: {err}"
+        );
+        let (c, err) = run_bounded(
+            &["probe", "--container", "main", "--root", root],
+            Duration::from_secs(15),
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(c, 1, "{what}: {err}");
+    }
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "untouched\n");
+    for (_, c) in &mut children {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    drop(r);
     fs::remove_dir_all(&d).unwrap();
 }
 

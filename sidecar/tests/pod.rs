@@ -414,6 +414,58 @@ fn a_sigkilled_watchers_mark_does_not_satisfy_the_next_post_start() {
     );
 }
 
+/// X mounts its state volume read-write and sees every process of the
+/// pod, so it can replace the watcher's `armed` mark with a well-formed one
+/// naming its own process: that neither arms `post-start` (which fails open
+/// at its timeout, its warning in the real watcher's log) nor passes
+/// `probe`; the watcher's own mark does both.
+#[test]
+#[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
+fn a_mark_planted_by_x_naming_its_own_process_does_not_arm() {
+    require_root_and_util_linux();
+    let mut pod = Pod::new("plantedpid");
+    let sc = pod.sidecar(&pod.hook(), &[]);
+    let (_m, id) = pod.watched_sleeper();
+    let armed = pod.state().join("armed");
+    let own = fs::read_to_string(&armed).unwrap();
+    let probe = || {
+        std::process::Command::new("nsenter")
+            .arg(format!("--target={}", pod.init))
+            .args(["--pid", "--mount", "--"])
+            .arg(bin())
+            .args(["probe", "--container", C, "--root"])
+            .arg(pod.vol())
+            .output()
+            .unwrap()
+    };
+    assert!(probe().status.success(), "the watcher's own mark");
+    // X's process, as the pod's PID namespace numbers it, with its start time.
+    let (x_pid, x_start) = {
+        let (pid, start) = id.split_once('-').unwrap();
+        (pid.to_owned(), start.to_owned())
+    };
+    fs::remove_file(&armed).unwrap();
+    fs::write(&armed, format!("pid={x_pid}\nstart_time_ticks={x_start}\n")).unwrap();
+    let out = probe();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not this container's watcher"),
+        "{out:?}"
+    );
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "fail-open: {err}");
+    let log = sc.log_text();
+    assert!(
+        log.contains("not armed after 0 s") && log.contains("not this container's watcher"),
+        "the warning is in the real watcher's log: {log}"
+    );
+    fs::remove_file(&armed).unwrap();
+    fs::write(&armed, own).unwrap();
+    let (c, err) = pod.post_start(0);
+    assert_eq!(c, 0, "{err}");
+    assert!(err.is_empty(), "armed by the watcher again: {err}");
+}
+
 #[test]
 #[ignore = "needs root and util-linux: make unit runs it as root (scripts/privileged-tests.sh)"]
 fn exit_while_sidecar_down_is_still_handled_once() {
