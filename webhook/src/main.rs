@@ -165,6 +165,7 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<ServerConfig> {
         .context("invalid engine flags")?;
     config.max_body_bytes = args.max_body_bytes;
     config.max_inflight_body_bytes = args.max_inflight_body_bytes;
+    config.max_inflight_parsed_bytes = args.max_inflight_parsed_bytes;
     config.body_read_timeout = args.read_timeout;
     config.conn_limits = ConnLimits {
         max_connections: args.max_connections,

@@ -27,7 +27,7 @@ use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_metrics::labels::DecisionLabel;
 use kube_prestop_server::FailureMode;
-use kube_prestop_server::admission::review;
+use kube_prestop_server::admission::{ParseBudget, review};
 use serde_json::{Value, json};
 
 /// The server binary's allocator (src/main.rs), so the floor is measured
@@ -74,7 +74,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let config = EngineConfig::default();
     let mode = FailureMode::Allow;
 
-    let first = review(&body, &cache, &config, mode);
+    let first = review(&body, &cache, &config, mode, &ParseBudget::default());
     if first.decision != DecisionLabel::Inject {
         return Err(format!(
             "expected an injection, got {} ({})",
@@ -88,7 +88,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         .and_then(|v| v.parse::<u64>().ok())
     {
         for _ in 0..calls {
-            black_box(review(black_box(&body), &cache, &config, mode));
+            black_box(review(
+                black_box(&body),
+                &cache,
+                &config,
+                mode,
+                &ParseBudget::default(),
+            ));
         }
         println!("floor_request_bytes={}", body.len());
         println!("floor_calls={}", calls + 1);
@@ -99,7 +105,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     let warm = Instant::now();
     let mut calls: u64 = 0;
     while warm.elapsed().as_millis() < 500 {
-        black_box(review(black_box(&body), &cache, &config, mode));
+        black_box(review(
+            black_box(&body),
+            &cache,
+            &config,
+            mode,
+            &ParseBudget::default(),
+        ));
         calls += 1;
     }
     let per_call = warm.elapsed().as_secs_f64() / calls.max(1) as f64;
@@ -113,7 +125,13 @@ fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..batches {
         let t = Instant::now();
         for _ in 0..batch {
-            black_box(review(black_box(&body), &cache, &config, mode));
+            black_box(review(
+                black_box(&body),
+                &cache,
+                &config,
+                mode,
+                &ParseBudget::default(),
+            ));
         }
         ns.push(t.elapsed().as_nanos() as f64 / batch as f64);
     }

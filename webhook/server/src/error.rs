@@ -38,6 +38,18 @@ pub enum HttpError {
         /// The limit, bytes.
         budget_bytes: usize,
     },
+    /// The pods being reviewed are at their memory budget
+    /// (`--max-inflight-parsed-bytes`; HTTP 503): this review, estimated at
+    /// `bytes` once parsed, is shed unparsed.
+    #[error(
+        "overloaded: the reviews being parsed are at their memory budget of {budget_bytes} bytes (--max-inflight-parsed-bytes); this one (about {bytes} bytes parsed) was not parsed"
+    )]
+    ParsingOverloaded {
+        /// This review's estimate, bytes.
+        bytes: usize,
+        /// The budget, bytes.
+        budget_bytes: usize,
+    },
     /// The server requires a client certificate (`--client-ca-file`) and
     /// the connection presented none (HTTP 401): only the API server, with
     /// the certificate of its `AdmissionConfiguration`, may post reviews.
@@ -58,7 +70,9 @@ impl HttpError {
             Self::BadReview(_) | Self::ReadBody(_) => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Overloaded { .. } | Self::ParsingOverloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Self::Unauthenticated => StatusCode::UNAUTHORIZED,
             Self::Serialize(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -72,7 +86,9 @@ impl HttpError {
             Self::BadReview(_) => Some((DecisionLabel::Invalid, reason::BAD_REQUEST)),
             Self::BodyTooLarge { .. } => Some((DecisionLabel::Invalid, reason::BODY_TOO_LARGE)),
             Self::Serialize(_) => Some((DecisionLabel::Error, reason::SERIALIZE)),
-            Self::Overloaded { .. } => Some((DecisionLabel::Error, reason::OVERLOADED)),
+            Self::Overloaded { .. } | Self::ParsingOverloaded { .. } => {
+                Some((DecisionLabel::Error, reason::OVERLOADED))
+            }
             Self::Unauthenticated => Some((DecisionLabel::Invalid, reason::UNAUTHENTICATED)),
             Self::ReadBody(_) | Self::BodyTimeout => None,
         }

@@ -78,6 +78,14 @@ pub const METRICS_MAX_CONNECTIONS: usize = 32;
 /// at once, or thousands of ordinary ones.
 pub const DEFAULT_MAX_INFLIGHT_BODY_BYTES: usize = 16 * 1024 * 1024;
 
+/// Default memory budget of the reviews being parsed at once: 64 MiB,
+/// estimated from their JSON before parsing ([`admission::ParseBudget`];
+/// a pod's k8s-openapi structs cost up to about 200 times its JSON). With
+/// the body budget and the process's own 16 to 18 MiB this keeps the
+/// webhook under the chart's 128 MiB memory limit; one review may take
+/// half of it, 32 MiB, about 5,000 volumes or 7,000 containers.
+pub const DEFAULT_MAX_INFLIGHT_PARSED_BYTES: usize = 64 * 1024 * 1024;
+
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -106,6 +114,10 @@ pub struct ServerConfig {
     /// Request body bytes held at once across `/mutate` requests (more:
     /// HTTP 503; see [`body::BodyBudget`]).
     pub max_inflight_body_bytes: usize,
+    /// Estimated memory of the reviews being parsed at once (more: HTTP
+    /// 503; a pod estimated over half of it is not parsed, see
+    /// [`admission::ParseBudget`]).
+    pub max_inflight_parsed_bytes: usize,
     /// Per-connection limits.
     pub conn_limits: ConnLimits,
     /// PEM CA certificates that a `/mutate` client's certificate must
@@ -137,6 +149,7 @@ impl ServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_read_timeout: Duration::from_secs(10),
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+            max_inflight_parsed_bytes: DEFAULT_MAX_INFLIGHT_PARSED_BYTES,
             conn_limits: ConnLimits {
                 max_connections: 1024,
                 handshake_timeout: Duration::from_secs(10),
@@ -256,6 +269,7 @@ impl Server {
             body_read_timeout: config.body_read_timeout,
             max_inflight_body_bytes: config.max_inflight_body_bytes,
             body_budget: BodyBudget::new(config.max_inflight_body_bytes),
+            parse_budget: admission::ParseBudget::new(config.max_inflight_parsed_bytes),
             require_client_cert: config.client_ca_file.is_some(),
         });
         Ok(Self {

@@ -41,6 +41,9 @@ pub struct AppState {
     pub max_inflight_body_bytes: usize,
     /// The budget itself.
     pub body_budget: BodyBudget,
+    /// The memory budget of the reviews being parsed
+    /// (`--max-inflight-parsed-bytes`; [`admission::ParseBudget`]).
+    pub parse_budget: admission::ParseBudget,
     /// `/mutate` refuses a client without a verified certificate
     /// (`--client-ca-file`; [`crate::tls::ClientCert`]).
     pub require_client_cert: bool,
@@ -134,7 +137,13 @@ async fn metrics(State(app): State<Arc<AppState>>) -> Response {
 /// counted and logged; answered with the AdmissionReview or the error.
 async fn mutate(State(app): State<Arc<AppState>>, body: ReviewBody) -> Result<Answer, HttpError> {
     let started = Instant::now();
-    let outcome = admission::review(body.bytes(), &app.cache, &app.engine, app.failure_mode);
+    let outcome = admission::review(
+        body.bytes(),
+        &app.cache,
+        &app.engine,
+        app.failure_mode,
+        &app.parse_budget,
+    );
     let seconds = started.elapsed().as_secs_f64();
     app.metrics
         .record_admission(outcome.decision, outcome.reason, seconds);

@@ -33,7 +33,7 @@ use kube_prestop_cluster::sidecar_configmap::SidecarConfigMaps;
 use kube_prestop_engine::Support;
 use kube_prestop_engine::delivery::NodeFacts;
 use kube_prestop_metrics::labels::DecisionLabel;
-use kube_prestop_server::admission::{FailureMode, Outcome, review};
+use kube_prestop_server::admission::{FailureMode, Outcome, ParseBudget, review};
 use serde_json::{Value, json};
 
 /// The AdmissionReview the API server sends for `pod` in `namespace`.
@@ -120,6 +120,7 @@ async fn webhook_patch_gives_the_golden_output() {
                 &cache,
                 &config,
                 FailureMode::Allow,
+                &ParseBudget::default(),
             )
         };
         let outcome = admit("u1", &input);
@@ -151,6 +152,7 @@ async fn webhook_patch_gives_the_golden_output() {
                 &cache,
                 &config,
                 FailureMode::Deny,
+                &ParseBudget::default(),
             );
             let denied: Value = serde_json::from_slice(&denied.body()).unwrap();
             assert_eq!(denied["response"]["allowed"], false, "{case}: {denied}");

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_metrics::labels;
-use kube_prestop_server::admission::{FailureMode, review};
+use kube_prestop_server::admission::{FailureMode, ParseBudget, review};
 use proptest::prelude::*;
 use proptest::test_runner::Config;
 use serde_json::{Value, json};
@@ -34,6 +34,7 @@ fn check_body(data: &[u8], mode: FailureMode) -> u16 {
         &ClusterCache::disconnected(),
         &EngineConfig::default(),
         mode,
+        &ParseBudget::default(),
     );
     let body: Value = serde_json::from_slice(&outcome.body()).expect("response body is JSON");
     // Every outcome is one of the series pre-registered in the metrics.
@@ -103,6 +104,7 @@ fn fuzz_seeds_and_regressions_are_answered_per_contract() {
                     &ClusterCache::disconnected(),
                     &EngineConfig::default(),
                     mode,
+                    &ParseBudget::default(),
                 );
                 if out.decision == labels::DecisionLabel::Inject {
                     injected += 1;

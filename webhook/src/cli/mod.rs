@@ -26,7 +26,9 @@ pub use duration::{
 };
 pub use engine_flags::EngineArgs;
 
-use kube_prestop_server::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BODY_BYTES};
+use kube_prestop_server::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INFLIGHT_BODY_BYTES, DEFAULT_MAX_INFLIGHT_PARSED_BYTES,
+};
 
 /// Mutating admission webhook that makes a Job container's preStop command
 /// run when the container exits on its own.
@@ -137,6 +139,15 @@ pub struct ServeArgs {
     /// 16 MiB.
     #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_BODY_BYTES, env = "KUBE_PRESTOP_MAX_INFLIGHT_BODY_BYTES")]
     pub max_inflight_body_bytes: usize,
+    /// Estimated memory of the reviews being parsed at once, bytes: each
+    /// review's cost is estimated from its JSON before it is parsed (a
+    /// pod's typed structs take up to about 200 times its JSON) and held
+    /// until it is answered; a review that does not fit is shed (HTTP 503,
+    /// `reason="overloaded"`), and a pod estimated over half of it is not
+    /// parsed (`reason="pod_too_large"`; `--failure-mode` decides). Default
+    /// 64 MiB, which keeps the webhook under the chart's 128 MiB limit.
+    #[arg(long, default_value_t = DEFAULT_MAX_INFLIGHT_PARSED_BYTES, env = "KUBE_PRESTOP_MAX_INFLIGHT_PARSED_BYTES")]
+    pub max_inflight_parsed_bytes: usize,
     /// Connections served at once, shared by peer address: when all are
     /// held, a client from an address holding fewer than the one holding
     /// the most may get the slot of that address's connection whose

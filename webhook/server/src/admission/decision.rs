@@ -12,9 +12,10 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::value::RawValue;
 
 use super::answer::{self, PATCH_CAPACITY, base_response, base64_string};
+use super::cost::{self, NotParsed, ParseBudget};
 use super::error::PodError;
 use super::refusal::{self, FailureMode};
-use super::wire::{self, Object, operation_name};
+use super::wire::{self, Object, ReviewError, operation_name};
 use crate::error::{HttpError, json_response};
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::{
@@ -161,25 +162,73 @@ impl RequestFacts {
     }
 }
 
-/// Decide on one request body: parse it, hand a pod CREATE to the engine,
-/// and render its verdict.
+/// Decide on one request body: estimate what parsing it costs and take
+/// that from `budget` (held until the answer is made), parse it, hand a
+/// pod CREATE to the engine, and render its verdict. A review that does
+/// not fit in what is left of `budget` is shed (HTTP 503), one whose pod
+/// alone is over [`ParseBudget::max_per_review`] is answered without
+/// parsing the pod ([`PodError::TooCostly`], the failure mode decides).
 pub fn review(
     body: &[u8],
     cache: &ClusterCache,
     config: &EngineConfig,
     failure_mode: FailureMode,
+    budget: &ParseBudget,
 ) -> Outcome {
+    let cost = match cost::estimate_review(body) {
+        Ok(cost) => cost,
+        Err(e) => return refused(ReviewError::NotJson(e).into(), RequestFacts::default()),
+    };
+    let (_held, too_costly) = match budget.take(cost.bytes) {
+        Ok(held) => (held, None),
+        Err(NotParsed::Spent {
+            bytes,
+            budget_bytes,
+        }) => {
+            let error = HttpError::ParsingOverloaded {
+                bytes,
+                budget_bytes,
+            };
+            return refused(error, RequestFacts::default());
+        }
+        // Parse the review without its pod, if that fits.
+        Err(NotParsed::TooCostly { max_bytes, .. }) => {
+            let around = cost.bytes.saturating_sub(cost.pod_bytes);
+            match budget.take(around) {
+                Ok(held) => (held, Some((cost, max_bytes))),
+                Err(NotParsed::Spent {
+                    bytes,
+                    budget_bytes,
+                }) => {
+                    let error = HttpError::ParsingOverloaded {
+                        bytes,
+                        budget_bytes,
+                    };
+                    return refused(error, RequestFacts::default());
+                }
+                Err(NotParsed::TooCostly { bytes, max_bytes }) => {
+                    let error = ReviewError::TooCostly {
+                        bytes,
+                        max_bytes,
+                        longest_list: cost.longest_list,
+                    };
+                    return refused(error.into(), RequestFacts::default());
+                }
+            }
+        }
+    };
     let wire::Parsed {
         request,
         object,
         object_bytes,
-    } = match wire::parse(body) {
+    } = match wire::parse(body, too_costly.as_ref().map(|(cost, _)| cost.clone())) {
         Ok(parsed) => parsed,
         Err(e) => return refused(HttpError::from(e), RequestFacts::default()),
     };
+    let max_bytes = too_costly.map_or(0, |(_, max)| max);
     let mut facts = RequestFacts::of(&request);
     let mut response = base_response(&request);
-    let pod = match admitted_pod(&request, object) {
+    let pod = match admitted_pod(&request, object, max_bytes) {
         Ok(pod) => pod,
         Err(Err(ignored)) => {
             return answer(&response, None, DecisionLabel::Ignored, ignored, facts);
@@ -343,10 +392,12 @@ fn skipped_patch(
 }
 
 /// The pod of a pod CREATE; `Err(Err(reason))` for a request that is not
-/// one (ignored), `Err(Ok(error))` for one without a usable pod.
+/// one (ignored), `Err(Ok(error))` for one without a usable pod (one not
+/// parsed for its cost is told its bound, `max_per_review` bytes).
 fn admitted_pod(
     request: &AdmissionRequest<DynamicObject>,
     object: Object,
+    max_per_review: usize,
 ) -> Result<Pod, Result<PodError, &'static str>> {
     let is_pods = request.resource.group.is_empty()
         && request.resource.resource == "pods"
@@ -360,6 +411,10 @@ fn admitted_pod(
     match object {
         Object::Pod(pod) => Ok(pod),
         Object::Invalid(e) => Err(Ok(PodError::Unparsable(e))),
+        Object::TooCostly(cost) => Err(Ok(PodError::TooCostly {
+            cost,
+            max_bytes: max_per_review,
+        })),
         Object::Absent => Err(Ok(PodError::NoObject)),
     }
 }
@@ -559,6 +614,7 @@ mod tests {
                 &ClusterCache::disconnected(),
                 &EngineConfig::default(),
                 FailureMode::Allow,
+                &ParseBudget::default(),
             );
             assert_eq!(out.status().as_u16(), 400, "{}", String::from_utf8_lossy(body));
         }
@@ -589,6 +645,120 @@ mod tests {
         .unwrap()
     }
 
+    /// A Job pod with `volumes` volumes `{"name": "vN"}`: about 14 bytes of
+    /// JSON each, 3,208 bytes each as k8s-openapi `Volume`s.
+    fn review_with_volumes(volumes: usize) -> Vec<u8> {
+        let volumes: Vec<_> = (0..volumes)
+            .map(|i| json!({"name": format!("v{i}")}))
+            .collect();
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "ns", "operation": "CREATE", "userInfo": {},
+                "object": {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"generateName": "j-", "namespace": "ns", "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": true}
+                    ]},
+                    "spec": {"restartPolicy": "Never", "volumes": volumes, "containers": [{
+                        "name": "main", "image": "busybox",
+                        "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
+                    }]}
+                }
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_too_costly_to_parse_is_not_parsed_and_follows_the_failure_mode() {
+        let cache = ClusterCache::disconnected();
+        let config = EngineConfig::default();
+        // 30,000 volumes: 530 KB of JSON, about 96 MiB of typed values.
+        let body = review_with_volumes(30_000);
+        assert!(body.len() < 600_000);
+        let budget = ParseBudget::default();
+        let allowed = review(&body, &cache, &config, FailureMode::Allow, &budget);
+        assert_eq!(
+            (allowed.decision, allowed.reason),
+            (DecisionLabel::Error, reason::POD_TOO_LARGE)
+        );
+        let response = response_of(&allowed);
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["uid"], "u");
+        let warning = response["warnings"][0].as_str().unwrap();
+        for needle in [
+            "admitted without the preStop sidecar",
+            "its longest list, spec.volumes, has 30000 entries",
+            "--max-inflight-parsed-bytes",
+            &budget.max_per_review().to_string(),
+        ] {
+            assert!(warning.contains(needle), "{needle}: {warning}");
+        }
+        // Nothing held once answered.
+        assert_eq!(budget.in_use_bytes(), 0);
+        let denied = review(&body, &cache, &config, FailureMode::Deny, &budget);
+        let response = response_of(&denied);
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 413);
+        // A few hundred volumes are parsed and injected as ever.
+        let fine = review(
+            &review_with_volumes(300),
+            &cache,
+            &config,
+            FailureMode::Allow,
+            &budget,
+        );
+        assert_eq!(fine.reason, reason::INJECTED);
+    }
+
+    #[test]
+    fn a_review_that_does_not_fit_in_what_is_left_is_shed() {
+        let cache = ClusterCache::disconnected();
+        let config = EngineConfig::default();
+        let body = review_with_volumes(300);
+        let cost = cost::estimate_review(&body).unwrap();
+        // Other reviews hold all but less than this one's cost.
+        let budget = ParseBudget::new(cost.bytes * 4);
+        let held = (
+            budget.take(cost.bytes * 2).unwrap(),
+            budget.take(cost.bytes + 4096).unwrap(),
+        );
+        let shed = review(&body, &cache, &config, FailureMode::Allow, &budget);
+        assert_eq!(shed.status().as_u16(), 503);
+        assert_eq!(
+            (shed.decision, shed.reason),
+            (DecisionLabel::Error, reason::OVERLOADED)
+        );
+        let text = String::from_utf8(shed.body()).unwrap();
+        assert!(text.contains("--max-inflight-parsed-bytes"), "{text}");
+        drop(held);
+        let served = review(&body, &cache, &config, FailureMode::Allow, &budget);
+        assert_eq!(served.reason, reason::INJECTED);
+    }
+
+    #[test]
+    fn a_review_whose_envelope_alone_is_too_costly_is_refused_unread() {
+        let cache = ClusterCache::disconnected();
+        let config = EngineConfig::default();
+        let mut body: serde_json::Value = serde_json::from_slice(&review_with_volumes(1)).unwrap();
+        body["request"]["options"] = json!({"x": vec![json!({"a": 1}); 40_000]});
+        let body = serde_json::to_vec(&body).unwrap();
+        let out = review(
+            &body,
+            &cache,
+            &config,
+            FailureMode::Allow,
+            &ParseBudget::default(),
+        );
+        assert_eq!(out.status().as_u16(), 400);
+        let text = String::from_utf8(out.body()).unwrap();
+        assert!(text.contains("without its object"), "{text}");
+        assert!(text.contains("x (under request)"), "{text}");
+    }
+
     fn response_of(outcome: &Outcome) -> serde_json::Value {
         serde_json::from_slice::<serde_json::Value>(&outcome.body()).unwrap()["response"].clone()
     }
@@ -603,11 +773,18 @@ mod tests {
             &cache,
             &config,
             FailureMode::Allow,
+            &ParseBudget::default(),
         );
         assert_eq!(small.reason, reason::INJECTED);
         // 900 KiB of env, copied into the sidecar: over 1.5 MiB.
         let body = review_with_env(900 * 1024);
-        let allowed = review(&body, &cache, &config, FailureMode::Allow);
+        let allowed = review(
+            &body,
+            &cache,
+            &config,
+            FailureMode::Allow,
+            &ParseBudget::default(),
+        );
         assert_eq!(
             (allowed.decision, allowed.reason),
             (DecisionLabel::Error, reason::POD_TOO_LARGE)
@@ -629,7 +806,13 @@ mod tests {
             warning.contains(&MAX_PATCHED_POD_BYTES.to_string()),
             "{warning}"
         );
-        let denied = review(&body, &cache, &config, FailureMode::Deny);
+        let denied = review(
+            &body,
+            &cache,
+            &config,
+            FailureMode::Deny,
+            &ParseBudget::default(),
+        );
         let response = response_of(&denied);
         assert_eq!(response["allowed"], false);
         assert!(response.get("patch").is_none());
@@ -667,7 +850,7 @@ mod tests {
         ] {
             assert!(body.len() > MAX_PATCHED_POD_BYTES, "{what}");
             for mode in [FailureMode::Allow, FailureMode::Deny] {
-                let out = review(&body, &cache, &config, mode);
+                let out = review(&body, &cache, &config, mode, &ParseBudget::default());
                 assert_eq!(
                     (out.decision, out.reason),
                     (DecisionLabel::Inject, reason::INJECTED),
@@ -680,7 +863,13 @@ mod tests {
         }
         // The pod itself that large: still over the bound.
         let big = review_of(&job_pod(serde_json::Value::Null, None, inflation), false);
-        let denied = review(&big, &cache, &config, FailureMode::Deny);
+        let denied = review(
+            &big,
+            &cache,
+            &config,
+            FailureMode::Deny,
+            &ParseBudget::default(),
+        );
         assert_eq!(
             (denied.decision, denied.reason),
             (DecisionLabel::Error, reason::POD_TOO_LARGE)
@@ -799,6 +988,7 @@ mod tests {
             &ClusterCache::disconnected(),
             &EngineConfig::default(),
             FailureMode::Allow,
+            &ParseBudget::default(),
         )
     }
 
@@ -947,6 +1137,7 @@ mod tests {
             &ClusterCache::disconnected(),
             &EngineConfig::default(),
             FailureMode::Deny,
+            &ParseBudget::default(),
         );
         let response = response_of(&outcome);
         assert_eq!(response["allowed"], false);
@@ -974,6 +1165,7 @@ mod tests {
                 &ClusterCache::disconnected(),
                 &EngineConfig::default(),
                 mode,
+                &ParseBudget::default(),
             );
             assert_eq!(
                 (outcome.decision, outcome.reason),

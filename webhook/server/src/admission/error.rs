@@ -38,6 +38,20 @@ pub enum PodError {
         /// The bound, bytes.
         max_bytes: usize,
     },
+    /// The pod would cost more memory to parse than one review may take
+    /// ([`super::ParseBudget::max_per_review`], half of
+    /// `--max-inflight-parsed-bytes`): not parsed at all.
+    #[error(
+        "the pod would take about {} bytes of the webhook's memory to parse, over its {max_bytes}-byte bound per review (half of --max-inflight-parsed-bytes){}",
+        cost.pod_bytes,
+        super::cost::longest_list_note(cost.longest_list.as_ref())
+    )]
+    TooCostly {
+        /// The estimate.
+        cost: super::Cost,
+        /// The bound, bytes.
+        max_bytes: usize,
+    },
 }
 
 impl PodError {
@@ -53,7 +67,8 @@ impl PodError {
     }
 
     /// The `reason` label it is counted under (with decision `error`):
-    /// `invalid_pod`, `engine_panic`, `patch_error`, `pod_too_large` or the
+    /// `invalid_pod`, `engine_panic`, `patch_error`, `pod_too_large` (too
+    /// large to inject, or to parse) or the
     /// engine error's
     /// label.
     pub fn reason(&self) -> &'static str {
@@ -61,7 +76,7 @@ impl PodError {
             Self::Unparsable(_) | Self::NoObject => reason::INVALID_POD,
             Self::EnginePanic => reason::ENGINE_PANIC,
             Self::Patch(_) => reason::PATCH_ERROR,
-            Self::TooLarge { .. } => reason::POD_TOO_LARGE,
+            Self::TooLarge { .. } | Self::TooCostly { .. } => reason::POD_TOO_LARGE,
             Self::Engine(e) => labels::engine_error(e),
         }
     }

@@ -11,18 +11,22 @@
 //! ([`kube_prestop_engine::patch::operations`]) instead of diffing whole
 //! documents; and the answer is serialized in one pass.
 //!
-//! One concern per file: `wire.rs` (the AdmissionReview as received),
+//! One concern per file: `cost.rs` (what a review will cost in memory once
+//! parsed, estimated from its JSON before it is, and the budget of those
+//! estimates in flight), `wire.rs` (the AdmissionReview as received),
 //! `decision.rs` (which requests the engine sees, and the outcome),
 //! `error.rs` (why a pod is not injected), `refusal.rs` (the failure mode
 //! and the status of a refused pod), `answer.rs` (the AdmissionReview sent
 //! back).
 
 mod answer;
+mod cost;
 mod decision;
 mod error;
 mod refusal;
 mod wire;
 
+pub use cost::{Cost, NotParsed, ParseBudget, estimate, estimate_review};
 pub use decision::{Answer, MAX_PATCHED_POD_BYTES, Outcome, RequestFacts, review};
 pub use error::PodError;
 pub use refusal::{FailureMode, Refusal};

@@ -109,7 +109,8 @@ impl Refusal {
     /// The refusal for a pod that cannot be injected: [`Refusal::of`] an
     /// engine error, naming the pod `pod_name` (its `metadata.name`);
     /// 413 `RequestEntityTooLarge` for a pod the patch would take over
-    /// [`super::MAX_PATCHED_POD_BYTES`];
+    /// [`super::MAX_PATCHED_POD_BYTES`] or that would cost too much memory
+    /// to parse ([`PodError::TooCostly`]);
     /// [`Refusal::internal`] for everything else (an unreadable pod object
     /// the API server accepted, a panic, a patch that does not serialize).
     pub fn of_pod_error(error: &PodError, pod_name: &str) -> Self {
@@ -121,7 +122,7 @@ impl Refusal {
             // What the API server itself answers for an object over its
             // limits: 413 `RequestEntityTooLarge`; the message names the
             // bound.
-            PodError::TooLarge { .. } => Self {
+            PodError::TooLarge { .. } | PodError::TooCostly { .. } => Self {
                 code: 413,
                 reason: "RequestEntityTooLarge",
                 field: None,

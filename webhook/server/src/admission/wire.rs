@@ -39,6 +39,22 @@ pub enum ReviewError {
     /// `request.uid` is empty: there is nothing to answer to.
     #[error("the AdmissionReview request has no uid")]
     NoUid,
+    /// The review around its object (`request.options`,
+    /// `request.userInfo`, ...) would cost more memory to parse than one
+    /// review may take ([`super::ParseBudget::max_per_review`]); no API
+    /// server sends that.
+    #[error(
+        "the AdmissionReview without its object would take about {bytes} bytes of memory to parse, over the {max_bytes}-byte bound per review{}",
+        super::cost::longest_list_note(longest_list.as_ref())
+    )]
+    TooCostly {
+        /// The estimate, bytes.
+        bytes: usize,
+        /// The bound, bytes.
+        max_bytes: usize,
+        /// The review's longest list and its length.
+        longest_list: Option<(String, usize)>,
+    },
 }
 
 /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
@@ -149,6 +165,9 @@ pub(super) enum Object {
     Pod(Pod),
     /// Not a Pod: where and why.
     Invalid(InvalidPod),
+    /// Not parsed: it would cost more memory than one review may take
+    /// ([`super::ParseBudget::max_per_review`]).
+    TooCostly(super::Cost),
     /// Absent or null.
     Absent,
 }
@@ -170,17 +189,20 @@ pub(super) struct Parsed {
 /// a JSON array is [`ReviewError::NotJson`]). One pass over the review
 /// with the object borrowed as raw text, then one over the object into a
 /// `Pod` (again, naming the field, only when that fails). A malformed pod
-/// still yields a request (with its uid) to answer.
-pub(super) fn parse(body: &[u8]) -> Result<Parsed, ReviewError> {
+/// still yields a request (with its uid) to answer. With `too_costly`
+/// the object is not parsed: it is [`Object::TooCostly`] (or
+/// [`Object::Absent`]).
+pub(super) fn parse(body: &[u8], too_costly: Option<super::Cost>) -> Result<Parsed, ReviewError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let review: WireReview<&RawValue> = object(&mut de)
         .and_then(|review| de.end().map(|()| review))
         .map_err(ReviewError::NotJson)?;
     let (request, raw) = into_request(review)?;
     let object_bytes = raw.map_or(0, |raw| raw.get().len());
-    let object = match raw {
-        None => Object::Absent,
-        Some(raw) => match serde_json::from_str::<Pod>(raw.get()) {
+    let object = match (raw, too_costly) {
+        (None, _) => Object::Absent,
+        (Some(_), Some(cost)) => Object::TooCostly(cost),
+        (Some(raw), None) => match serde_json::from_str::<Pod>(raw.get()) {
             Ok(pod) => Object::Pod(pod),
             Err(_) => match parse_pod(raw.get()) {
                 Ok(pod) => Object::Pod(pod),
@@ -335,7 +357,7 @@ mod tests {
             let Ok(Parsed {
                 object: Object::Invalid(e),
                 ..
-            }) = parse(&body)
+            }) = parse(&body, None)
             else {
                 panic!("{object} parsed");
             };
@@ -409,7 +431,7 @@ mod tests {
         }
         for body in bodies {
             let old = kube_parse(&body);
-            let new = parse(&body).ok().map(
+            let new = parse(&body, None).ok().map(
                 |Parsed {
                      request, object, ..
                  }| {
@@ -417,6 +439,7 @@ mod tests {
                         Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
                         Object::Invalid(_) => Some(Value::Null),
                         Object::Absent => None,
+                        Object::TooCostly(_) => unreachable!("parsed without a cost bound"),
                     };
                     (request.uid, object)
                 },
