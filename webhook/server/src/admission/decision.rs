@@ -12,7 +12,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::value::RawValue;
 
 use super::answer::{self, PATCH_CAPACITY, base_response, base64_string};
-use super::cost::{self, NotParsed, ParseBudget};
+use super::cost::{self, Cost, NotParsed, ParseBudget};
 use super::error::PodError;
 use super::refusal::{self, FailureMode};
 use super::wire::{self, Object, ReviewError, operation_name};
@@ -22,6 +22,7 @@ use kube_prestop_engine::{
     self as engine, ClusterContext, EngineConfig, Plan, Verdict, Warning, annotations,
 };
 use kube_prestop_metrics::labels::{self, DecisionLabel, reason};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// The API server's bound on a object's annotations, keys and values
 /// together, in bytes: `TotalAnnotationSizeLimitB` (256 KiB), checked by
@@ -175,47 +176,9 @@ pub fn review(
     failure_mode: FailureMode,
     budget: &ParseBudget,
 ) -> Outcome {
-    let cost = match cost::estimate_review(body) {
-        Ok(cost) => cost,
-        Err(e) => return refused(ReviewError::NotJson(e).into(), RequestFacts::default()),
-    };
-    let (_held, too_costly) = match budget.take(cost.bytes) {
-        Ok(held) => (held, None),
-        Err(NotParsed::Spent {
-            bytes,
-            budget_bytes,
-        }) => {
-            let error = HttpError::ParsingOverloaded {
-                bytes,
-                budget_bytes,
-            };
-            return refused(error, RequestFacts::default());
-        }
-        // Parse the review without its pod, if that fits.
-        Err(NotParsed::TooCostly { max_bytes, .. }) => {
-            let around = cost.bytes.saturating_sub(cost.pod_bytes);
-            match budget.take(around) {
-                Ok(held) => (held, Some((cost, max_bytes))),
-                Err(NotParsed::Spent {
-                    bytes,
-                    budget_bytes,
-                }) => {
-                    let error = HttpError::ParsingOverloaded {
-                        bytes,
-                        budget_bytes,
-                    };
-                    return refused(error, RequestFacts::default());
-                }
-                Err(NotParsed::TooCostly { bytes, max_bytes }) => {
-                    let error = ReviewError::TooCostly {
-                        bytes,
-                        max_bytes,
-                        longest_list: cost.longest_list,
-                    };
-                    return refused(error.into(), RequestFacts::default());
-                }
-            }
-        }
+    let (_held, too_costly) = match reserve(body, budget) {
+        Ok(reserved) => reserved,
+        Err(e) => return refused(e, RequestFacts::default()),
     };
     let wire::Parsed {
         request,
@@ -255,6 +218,45 @@ pub fn review(
         dry_run: request.dry_run,
     };
     render(response, failure_mode, &pod, &verdict, &write, facts)
+}
+
+/// What parsing `body` is estimated to cost ([`cost::estimate_review`]),
+/// taken from `budget` and held by the permit returned. When the whole
+/// review is over [`ParseBudget::max_per_review`], only the review around
+/// its pod is taken, and the pod's cost and that bound are returned: the
+/// pod is then not parsed. Errors: not JSON (400), no room left now
+/// ([`HttpError::ParsingOverloaded`], 503), or the review around its pod
+/// alone over the bound ([`ReviewError::TooCostly`], 400).
+fn reserve(
+    body: &[u8],
+    budget: &ParseBudget,
+) -> Result<(OwnedSemaphorePermit, Option<(Cost, usize)>), HttpError> {
+    let cost = cost::estimate_review(body).map_err(ReviewError::NotJson)?;
+    let refusal = |e: NotParsed, longest_list: Option<(String, usize)>| match e {
+        NotParsed::Spent {
+            bytes,
+            budget_bytes,
+        } => HttpError::ParsingOverloaded {
+            bytes,
+            budget_bytes,
+        },
+        NotParsed::TooCostly { bytes, max_bytes } => HttpError::from(ReviewError::TooCostly {
+            bytes,
+            max_bytes,
+            longest_list,
+        }),
+    };
+    match budget.take(cost.bytes) {
+        Ok(held) => Ok((held, None)),
+        Err(NotParsed::TooCostly { max_bytes, .. }) => {
+            let around = cost.bytes.saturating_sub(cost.pod_bytes);
+            let held = budget
+                .take(around)
+                .map_err(|e| refusal(e, cost.longest_list.clone()))?;
+            Ok((held, Some((cost, max_bytes))))
+        }
+        Err(e) => Err(refusal(e, cost.longest_list)),
+    }
 }
 
 /// What rendering an injection needs beside the verdict: where to schedule
