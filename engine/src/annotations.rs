@@ -10,6 +10,7 @@ use kube_prestop_contract::{HookRoot, RunOn};
 use super::EngineError;
 use super::config::ResourceDefaults;
 use super::quantity::{self, FloorError};
+use super::shown::{MAX_SHOWN_VALUE_CHARS, shown};
 
 /// Prefix of every kube-prestop annotation and label.
 pub const PREFIX: &str = "kube-prestop.io/";
@@ -170,8 +171,8 @@ pub const MAX_UNKNOWN_ANNOTATIONS_LISTED: usize = 5;
 /// Longest name (the part after [`PREFIX`]) of an unknown annotation shown
 /// in full, in characters: 63, the longest valid annotation name
 /// (`IsQualifiedName` in k8s.io/apimachinery `pkg/util/validation`). A
-/// longer one is shown cut there, with its length.
-pub const MAX_SHOWN_NAME_CHARS: usize = 63;
+/// longer one is shown cut there, with its length ([`crate::shown`]).
+pub const MAX_SHOWN_NAME_CHARS: usize = crate::shown::MAX_SHOWN_NAME_CHARS;
 
 /// An annotation under [`PREFIX`] that kube-prestop does not know, most
 /// likely misspelt. It is ignored (the pod is handled as if it were absent);
@@ -188,19 +189,15 @@ pub struct UnknownAnnotation {
 }
 
 impl UnknownAnnotation {
-    /// The key for messages: whole when its name has at most
-    /// [`MAX_SHOWN_NAME_CHARS`] characters, else cut there and marked
-    /// `...(N bytes)` with the key's length in bytes.
-    pub fn shown_key(&self) -> std::borrow::Cow<'_, str> {
+    /// The key for messages ([`crate::shown::shown`]): whole when its
+    /// name has at most [`MAX_SHOWN_NAME_CHARS`] characters, else cut there
+    /// and marked `...(N bytes)` with the key's length in bytes; control
+    /// characters escaped (a key is not validated before admission).
+    pub fn shown_key(&self) -> String {
         let name = self.key.strip_prefix(PREFIX).unwrap_or(&self.key);
-        match name.char_indices().nth(MAX_SHOWN_NAME_CHARS) {
-            Some((at, _)) => {
-                let kept = self.key.len() - name.len() + at;
-                let cut = self.key.get(..kept).unwrap_or_default();
-                format!("{cut}...({} bytes)", self.key.len()).into()
-            }
-            None => self.key.as_str().into(),
-        }
+        // The prefix is ASCII: its bytes are characters.
+        let prefix_chars = self.key.len() - name.len();
+        shown(&self.key, prefix_chars + MAX_SHOWN_NAME_CHARS).to_string()
     }
 }
 
@@ -348,7 +345,13 @@ fn per_container<T>(
         ));
     }
     for entry in entries {
-        let bad_value = |v: &str| invalid(key, value, &format!("{v:?} is not one of {allowed}"));
+        let bad_value = |v: &str| {
+            invalid(
+                key,
+                value,
+                &format!("{:?} is not one of {allowed}", shown_name(v)),
+            )
+        };
         match entry.split_once('=') {
             None => {
                 let v = parse(entry).ok_or_else(|| bad_value(entry))?;
@@ -367,12 +370,16 @@ fn per_container<T>(
                     return Err(invalid(
                         key,
                         value,
-                        &format!("{name:?} is not a valid container name"),
+                        &format!("{:?} is not a valid container name", shown_name(name)),
                     ));
                 }
                 let v = parse(v).ok_or_else(|| bad_value(v))?;
                 if out.by_name.iter().any(|(n, _)| n == name) {
-                    return Err(invalid(key, value, &format!("names {name:?} twice")));
+                    return Err(invalid(
+                        key,
+                        value,
+                        &format!("names {:?} twice", shown_name(name)),
+                    ));
                 }
                 out.by_name.push((name.to_owned(), v));
             }
@@ -381,6 +388,15 @@ fn per_container<T>(
     Ok(out)
 }
 
+/// A name (a container's, an entry of a value) as a reason shows it:
+/// [`crate::shown::shown`] to [`MAX_SHOWN_NAME_CHARS`].
+pub(crate) fn shown_name(name: &str) -> crate::shown::Shown<'_> {
+    shown(name, MAX_SHOWN_NAME_CHARS)
+}
+
+/// [`EngineError::InvalidAnnotation`]; `reason` shows the pod's strings it
+/// names through [`shown`] (the value itself is shown cut by the error's
+/// message).
 fn invalid(annotation: &str, value: &str, reason: &str) -> EngineError {
     EngineError::InvalidAnnotation {
         annotation: annotation.to_owned(),
@@ -512,7 +528,7 @@ impl PodOverrides {
                     return Err(invalid(
                         CONTAINERS,
                         value,
-                        &format!("{bad:?} is not a valid container name"),
+                        &format!("{:?} is not a valid container name", shown_name(bad)),
                     ));
                 }
                 // As in the per-container settings: each name at most once.
@@ -521,7 +537,7 @@ impl PodOverrides {
                     return Err(invalid(
                         CONTAINERS,
                         value,
-                        &format!("names {twice:?} twice"),
+                        &format!("names {:?} twice", shown_name(twice)),
                     ));
                 }
                 Some(names)
@@ -634,7 +650,11 @@ fn request_and_limit(
             return Err(invalid(
                 request_key,
                 &r.0,
-                &format!("request {} exceeds the limit {} of {limit_key}", r.0, l.0),
+                &format!(
+                    "request {} exceeds the limit {} of {limit_key}",
+                    shown(&r.0, MAX_SHOWN_VALUE_CHARS),
+                    shown(&l.0, MAX_SHOWN_VALUE_CHARS)
+                ),
             ));
         }
         (Some(r), Some(l)) => (r.clone(), l.clone()),
@@ -899,6 +919,106 @@ mod tests {
         }
         let e = PodOverrides::parse(Some(&ann(&[(RUN_ON, "work=failure,work=success")])));
         assert!(e.unwrap_err().to_string().contains("twice"));
+    }
+
+    /// The message of the [`EngineError::InvalidAnnotation`] `pairs` give.
+    fn message_of(pairs: &[(&str, &str)]) -> String {
+        match PodOverrides::parse(Some(&ann(pairs))) {
+            Err(e @ EngineError::InvalidAnnotation { .. }) => e.to_string(),
+            other => panic!("expected InvalidAnnotation, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn huge_invalid_values_are_shown_cut_with_their_length() {
+        // The newcomer's reproductions: a 4 MB container list (shown twice,
+        // as the value and as the invalid name, 8.38 MB), a 3 MB gate, a
+        // run-on given 100,000 times.
+        let containers = "a".repeat(4_190_000);
+        let gate = "g".repeat(3_000_000);
+        let run_on = "failure,".repeat(100_000);
+        for (key, value, reason) in [
+            (
+                CONTAINERS,
+                containers.as_str(),
+                format!(
+                    "\"{}\"...(4190000 bytes) is not a valid container name",
+                    "a".repeat(MAX_SHOWN_NAME_CHARS)
+                ),
+            ),
+            (
+                GATE,
+                gate.as_str(),
+                "is not one of exec, http-get, none".to_owned(),
+            ),
+            (
+                RUN_ON,
+                run_on.as_str(),
+                "gives more than one value for every container (use NAME=VALUE for the others)"
+                    .to_owned(),
+            ),
+        ] {
+            let message = message_of(&[(key, value)]);
+            assert!(message.len() < 1000, "{key}: {} bytes", message.len());
+            // The annotation, the start of the value and its length, and
+            // what is wrong.
+            let start: String = value.chars().take(MAX_SHOWN_VALUE_CHARS).collect();
+            assert_eq!(
+                message,
+                format!(
+                    "invalid annotation {key}: \"{start}\"...({} bytes): {reason}",
+                    value.len()
+                )
+            );
+            // The error itself keeps the value whole.
+            assert_eq!(err_of(&[(key, value)]), (key.to_owned(), value.to_owned()));
+        }
+        // A long name inside a short enough value, and one given twice.
+        let long_name = "n".repeat(300);
+        let message = message_of(&[(RUN_ON, &format!("{long_name}=sometimes"))]);
+        assert!(message.len() < 1000, "{message}");
+        assert!(
+            message.contains(&format!(
+                "\"{}\"...(300 bytes) is not a valid container name",
+                "n".repeat(MAX_SHOWN_NAME_CHARS)
+            )),
+            "{message}"
+        );
+        let message = message_of(&[(HOOK_ROOT, &format!("main={}", "v".repeat(300)))]);
+        assert!(
+            message.ends_with(&format!(
+                "\"{}\"...(300 bytes) is not one of sidecar, container",
+                "v".repeat(MAX_SHOWN_NAME_CHARS)
+            )),
+            "{message}"
+        );
+        // Values up to the bound are shown whole, as before.
+        assert_eq!(
+            message_of(&[(GATE, "tcp")]),
+            "invalid annotation kube-prestop.io/gate: \"tcp\": is not one of exec, http-get, none"
+        );
+    }
+
+    #[test]
+    fn control_characters_of_invalid_values_are_escaped() {
+        let message = message_of(&[(
+            GATE,
+            "x\nFAKE 2026-12-07T00:00:00Z INFO admission decision=injected\u{1b}[31m",
+        )]);
+        assert_eq!(
+            message,
+            "invalid annotation kube-prestop.io/gate: \"x\\nFAKE 2026-12-07T00:00:00Z INFO \
+             admission decision=injected\\u{1b}[31m\": is not one of exec, http-get, none"
+        );
+        let message = message_of(&[(CONTAINERS, "main\r\nx")]);
+        assert!(!message.chars().any(char::is_control), "{message}");
+        // An unknown key, which the API server validates only after
+        // admission.
+        let unknown = unknown_annotations(Some(&ann(&[("kube-prestop.io/x\ny\u{1b}", "v")])));
+        assert_eq!(
+            unknown.listed[0].shown_key(),
+            "kube-prestop.io/x\\ny\\u{1b}"
+        );
     }
 
     #[test]

@@ -21,10 +21,14 @@
 //! [`patch`] (the mutation as a JSON Patch), [`gate`] (each sidecar's start
 //! gate: httpGet or exec, its port, the meshes' exclusions), [`delivery`] (where the
 //! sidecar binary comes from),
-//! [`quantity`] (Kubernetes quantities), [`config`] (configuration).
+//! [`quantity`] (Kubernetes quantities), [`config`] (configuration),
+//! [`shown`] (a pod's or request's string as errors, warnings and logs show
+//! it: cut, with its length, control characters escaped).
 //! `ANNOTATIONS.md` beside this file is the user-facing annotation table.
 
 use k8s_openapi::api::core::v1::{LimitRange, Pod, PodTemplateSpec};
+
+use shown::{MAX_SHOWN_NAME_CHARS, MAX_SHOWN_VALUE_CHARS, shown};
 
 pub mod annotations;
 pub mod config;
@@ -37,6 +41,7 @@ pub mod patch;
 pub mod quantity;
 pub mod resources;
 pub mod select;
+pub mod shown;
 pub mod verdict;
 pub mod workload;
 
@@ -120,6 +125,12 @@ pub enum OwnerHint {
 /// A pod the engine cannot handle. The server admits it uninjected with a
 /// warning naming the error and the annotation
 /// [`annotations::SKIPPED`] (or denies it, if configured to).
+///
+/// The fields keep the pod's strings whole; the messages show each through
+/// [`shown::shown`] (values at most [`MAX_SHOWN_VALUE_CHARS`] characters,
+/// names [`MAX_SHOWN_NAME_CHARS`], then cut with their length; control
+/// characters escaped), so that a message stays a few hundred bytes
+/// whatever the pod carries.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
     /// The pod is malformed (e.g. it has no spec).
@@ -129,17 +140,25 @@ pub enum EngineError {
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
     /// A `kube-prestop.io/` annotation has an invalid value.
-    #[error("invalid annotation {annotation}: {value:?}: {reason}")]
+    #[error(
+        "invalid annotation {annotation}: {:?}: {reason}",
+        shown(.value, MAX_SHOWN_VALUE_CHARS)
+    )]
     InvalidAnnotation {
         /// The annotation key, e.g. `kube-prestop.io/sidecar-cpu-limit`.
         annotation: String,
         /// Its value, as written.
         value: String,
-        /// What is wrong with it.
+        /// What is wrong with it (the pod's strings it names already shown
+        /// through [`shown::shown`]).
         reason: String,
     },
     /// A cpu or memory quantity in the pod or a LimitRange does not parse.
-    #[error("invalid quantity at {location}: {value:?}")]
+    #[error(
+        "invalid quantity at {}: {:?}",
+        shown(.location, MAX_SHOWN_VALUE_CHARS),
+        shown(.value, MAX_SHOWN_VALUE_CHARS)
+    )]
     InvalidQuantity {
         /// Where it was, e.g. `container "main" limits.cpu`.
         location: String,
@@ -160,7 +179,8 @@ pub enum EngineError {
     /// `kubernetes.io/arch`, or every node's) and no sidecar binary is
     /// shipped for it.
     #[error(
-        "no sidecar binary for architecture {architecture:?} (from {field}); shipped: {shipped}"
+        "no sidecar binary for architecture {:?} (from {field}); shipped: {shipped}",
+        shown(.architecture, MAX_SHOWN_NAME_CHARS)
     )]
     UnsupportedArchitecture {
         /// The architecture, as written.
@@ -198,7 +218,11 @@ pub enum EngineError {
     /// A watched container already mounts something under
     /// `/.kube-prestop`, where our volumes go (its identifying mount among
     /// them).
-    #[error("container {container:?} already mounts {path:?}, which kube-prestop needs")]
+    #[error(
+        "container {:?} already mounts {:?}, which kube-prestop needs",
+        shown(.container, MAX_SHOWN_NAME_CHARS),
+        shown(.path, MAX_SHOWN_VALUE_CHARS)
+    )]
     MountPathConflict {
         /// The container.
         container: String,
@@ -390,6 +414,42 @@ pub fn inject_template(
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn errors_show_the_pods_strings_cut_and_escaped() {
+        let huge = "z".repeat(2_000_000);
+        let errors = [
+            EngineError::InvalidQuantity {
+                location: format!("container {huge:?} limits.cpu"),
+                value: huge.clone(),
+            },
+            EngineError::UnsupportedArchitecture {
+                architecture: huge.clone(),
+                field: "spec.nodeSelector[kubernetes.io/arch]".into(),
+                shipped: "amd64,arm64".into(),
+            },
+            EngineError::MountPathConflict {
+                container: huge.clone(),
+                path: format!("/.kube-prestop/{huge}"),
+                field: "spec.containers[0].volumeMounts[0].mountPath".into(),
+            },
+        ];
+        for e in errors {
+            let message = e.to_string();
+            assert!(message.len() < 1000, "{} bytes", message.len());
+            assert!(message.contains("...(2000000 bytes)"), "{message}");
+        }
+        let e = EngineError::MountPathConflict {
+            container: "main\nFAKE".into(),
+            path: "/.kube-prestop\u{1b}[2J".into(),
+            field: "spec.containers[0].volumeMounts[0].mountPath".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "container \"main\\nFAKE\" already mounts \"/.kube-prestop\\u{1b}[2J\", which \
+             kube-prestop needs"
+        );
+    }
     use k8s_openapi::api::core::v1::{Container, ExecAction, Lifecycle, LifecycleHandler, PodSpec};
 
     fn template() -> PodTemplateSpec {

@@ -217,13 +217,14 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
                     .iter()
                     .any(|&i| spec.containers.get(i).is_some_and(|c| &c.name == *n))
             }) {
+                let shown = annotations::shown_name(missing);
                 let reason = match workload::owning_system(input.kinds, missing) {
                     Some(kind) => format!(
-                        "{missing:?} belongs to {} itself and is never watched",
+                        "{shown:?} belongs to {} itself and is never watched",
                         kind.title()
                     ),
                     None => format!(
-                        "{missing:?} is not a regular container with a lifecycle.preStop.exec command"
+                        "{shown:?} is not a regular container with a lifecycle.preStop.exec command"
                     ),
                 };
                 return Err(EngineError::InvalidAnnotation {
@@ -278,7 +279,10 @@ pub fn select(pod: &Pod, spec: &PodSpec, input: SelectInput<'_>) -> Result<Selec
                     .and_then(|a| a.get(key))
                     .cloned()
                     .unwrap_or_default(),
-                reason: format!("{stray:?} is not a watched container"),
+                reason: format!(
+                    "{:?} is not a watched container",
+                    annotations::shown_name(stray)
+                ),
             });
         }
     }

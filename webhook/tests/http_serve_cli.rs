@@ -196,6 +196,148 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
     assert!(logs.contains("SIGTERM received"), "{logs}");
 }
 
+/// `serve --no-cluster --log-format FORMAT` posted `reviews` (bodies), then
+/// stopped with SIGTERM: its stderr, the log.
+async fn logs_of(format: &str, reviews: &[String]) -> String {
+    install_crypto();
+    let pki = Pki::new();
+    let issued = pki.issue("serve");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = write_pair(dir.path(), &issued);
+    let mut child = Command::new(BIN)
+        .args(["--log-format", format, "--log-level", "info", "serve"])
+        .args([
+            "--listen-addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .args(["--no-cluster", "--drain-delay", "0s"])
+        .env_remove("RUST_LOG")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let https = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("https="))
+        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+        .expect(&line);
+    let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
+    let client = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let base = format!("https://localhost:{}", https.port());
+    for body in reviews {
+        let r = client
+            .post(format!("{base}/mutate"))
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    logs
+}
+
+/// The newcomer's reproductions (t10, t13): a review whose uid,
+/// namespace and pod `generateName` carry line feeds, carriage returns and
+/// ESC forged a log line of their own with `--log-format text`; an
+/// invalid `gate` of 3 MB and a `containers` of 4 MB made a log line of as
+/// many megabytes. In both formats the decision line now shows each of
+/// them escaped and cut: no line is forged and none is over a few
+/// kilobytes.
+#[tokio::test]
+async fn decision_lines_escape_and_cut_the_requests_strings() {
+    let mut forged = review(
+        "u\nFAKE-LINE uid=evil\u{1b}[2J",
+        "pods",
+        "CREATE",
+        job_pod(),
+    );
+    forged["request"]["object"]["metadata"]["annotations"]["kube-prestop.io/gate"] =
+        "x\nFAKE 2026-12-07T00:00:00Z INFO admission decision=injected\u{1b}[31m".into();
+    forged["request"]["object"]["metadata"]["generateName"] = "p\nFAKE pod line\r".into();
+    forged["request"]["namespace"] = "ns\nFAKE ns".into();
+    let mut reviews = vec![forged.to_string()];
+    for (uid, key, value) in [
+        ("uid-gate", "kube-prestop.io/gate", "g".repeat(3_000_000)),
+        (
+            "uid-containers",
+            "kube-prestop.io/containers",
+            "a".repeat(4 * 1024 * 1024 - 3000),
+        ),
+    ] {
+        let mut pod = job_pod();
+        pod["metadata"]["annotations"][key] = value.into();
+        reviews.push(review(uid, "pods", "CREATE", pod).to_string());
+    }
+    for format in ["text", "json"] {
+        let logs = logs_of(format, &reviews).await;
+        for line in logs.lines() {
+            assert!(
+                line.len() < 8 * 1024,
+                "{format}: a line of {} bytes",
+                line.len()
+            );
+            assert!(
+                !line.contains("FAKE") || line.contains("\\nFAKE"),
+                "{format}: {line}"
+            );
+        }
+        assert!(!logs.contains(['\r', '\u{1b}']), "{format}: {logs}");
+        let decisions: Vec<&str> = logs.lines().filter(|l| l.contains("admission")).collect();
+        assert_eq!(decisions.len(), 3, "{format}: {logs}");
+        let line = decisions[0];
+        for field in [
+            "u\\nFAKE-LINE uid=evil\\u{1b}[2J",
+            "ns\\nFAKE ns",
+            "p\\nFAKE pod line\\r",
+        ] {
+            // JSON writes the backslash of the escape as `\\`.
+            let shown = match format {
+                "json" => field.replace('\\', "\\\\"),
+                _ => field.to_owned(),
+            };
+            assert!(line.contains(&shown), "{format}: {shown} not in {line}");
+        }
+        for (line, needle) in decisions[1..]
+            .iter()
+            .zip(["...(3000000 bytes)", "...(4191304 bytes)"])
+        {
+            assert!(line.contains("invalid annotation"), "{format}: {line}");
+            assert!(line.contains(needle), "{format}: {needle} not in {line}");
+        }
+        if format == "json" {
+            let uid = serde_json::from_str::<serde_json::Value>(line).unwrap()["uid"].clone();
+            assert_eq!(uid, "u\\nFAKE-LINE uid=evil\\u{1b}[2J");
+        }
+    }
+}
+
 /// `serve` with `args` (and `env`) besides a certificate that exists and
 /// `--no-cluster`; it must exit at once with an error: its stderr.
 fn serve_refused(args: &[&str], env: &[(&str, &str)]) -> String {

@@ -17,8 +17,10 @@ use crate::error::HttpError;
 use crate::health::Health;
 use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
+use kube_prestop_engine::shown::{Shown, shown};
 use kube_prestop_metrics::Metrics;
 use kube_prestop_metrics::labels::DecisionLabel;
+use tracing::field::DisplayValue;
 
 /// Everything a handler needs.
 #[derive(Debug)]
@@ -155,12 +157,29 @@ async fn mutate(State(app): State<Arc<AppState>>, body: ReviewBody) -> Result<An
     outcome.result
 }
 
+/// Most characters of a request's name in the log line (`uid`,
+/// `namespace`, `owner`, `pod`, `resource`): 253, the longest Kubernetes
+/// name (a DNS subdomain). They are the client's words, not yet validated
+/// at mutating admission (a `generateName` never is before it).
+const MAX_LOGGED_NAME_CHARS: usize = 253;
+
+/// Most characters of the log line's messages (`detail`,
+/// `unknown_annotations`, `sidecar_binary_why`), which show the pod's
+/// strings cut already: a bound of its own in case one does not.
+const MAX_LOGGED_TEXT_CHARS: usize = 4096;
+
 /// One line per admission decision: at warn level for errors, invalid
 /// requests, pods with unknown `kube-prestop.io/` annotations
 /// (field `unknown_annotations`) and pods that opted in with
 /// `kube-prestop.io/inject: "true"` but are skipped (their admission
 /// warning never reaches anyone when a controller such as the Job
 /// controller creates them), else at info level.
+///
+/// Every string from the request is logged through
+/// [`kube_prestop_engine::shown::shown`]: cut, with its length, and its
+/// control characters escaped, so that no value can end the line and
+/// write one of its own (`--log-format text` writes fields as they are;
+/// JSON escapes them anyway) or make the line megabytes long.
 fn log_outcome(outcome: &Outcome, seconds: f64) {
     let r = &outcome.request;
     let duration_ms = seconds * 1000.0;
@@ -169,23 +188,29 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
         DecisionLabel::Error | DecisionLabel::Invalid
     );
     // Fields that are `None` are left out of the line.
-    let detail = error.then(|| outcome.detail.as_deref().unwrap_or(""));
-    let unknown_annotations =
-        (error || !r.unknown_annotations.is_empty()).then_some(r.unknown_annotations.as_str());
+    fn name(s: &str) -> DisplayValue<Shown<'_>> {
+        tracing::field::display(shown(s, MAX_LOGGED_NAME_CHARS))
+    }
+    fn text(s: &str) -> DisplayValue<Shown<'_>> {
+        tracing::field::display(shown(s, MAX_LOGGED_TEXT_CHARS))
+    }
+    let detail = error.then(|| text(outcome.detail.as_deref().unwrap_or("")));
+    let warn_unknown = error || !r.unknown_annotations.is_empty();
+    let unknown_annotations = warn_unknown.then(|| text(&r.unknown_annotations));
     let sidecar_binary = (!r.sidecar_binary.is_empty()).then_some(r.sidecar_binary);
     let sidecar_binary_why =
-        (!r.sidecar_binary_why.is_empty()).then_some(r.sidecar_binary_why.as_str());
+        (!r.sidecar_binary_why.is_empty()).then(|| text(&r.sidecar_binary_why));
     let dry_run = r.dry_run.then_some(true);
     // One line, at a level fixed per call site (tracing's levels are static).
     macro_rules! admission_line {
         ($level:ident) => {
             tracing::$level!(
-                uid = %r.uid,
-                namespace = %r.namespace,
-                owner = %r.owner,
-                pod = %r.pod,
+                uid = name(&r.uid),
+                namespace = name(&r.namespace),
+                owner = name(&r.owner),
+                pod = name(&r.pod),
                 operation = %r.operation,
-                resource = %r.resource,
+                resource = name(&r.resource),
                 decision = outcome.decision.as_str(),
                 reason = %outcome.reason,
                 detail,
@@ -201,7 +226,7 @@ fn log_outcome(outcome: &Outcome, seconds: f64) {
     // Warn where someone has to act: an error, a misspelt annotation, or a
     // pod that asked for injection and did not get it (a Job's pod gets
     // its admission warnings dropped by the Job controller).
-    if error || unknown_annotations.is_some() || r.opted_in_but_skipped {
+    if error || warn_unknown || r.opted_in_but_skipped {
         admission_line!(warn);
     } else {
         admission_line!(info);

@@ -524,6 +524,99 @@ async fn failure_mode_deny_refuses_pods_the_engine_cannot_handle() {
     assert!(response.get("patch").is_some());
 }
 
+/// The newcomer's reproductions (issue: invalid annotation values echoed
+/// whole): a `kube-prestop.io/containers` value of about 4 MB gave an
+/// 8.38 MB answer, a 3 MB `gate` and a `run-on` given 100,000 times over a
+/// megabyte each. The answers now show the annotation, what is wrong and
+/// the value's start with its length, in a few kilobytes, under both
+/// failure modes; so do a review and a pod object that do not parse.
+#[tokio::test]
+async fn huge_values_are_cut_in_every_answer() {
+    // The review around the pod is about 1 KB: the body stays under the
+    // 4 MiB cap.
+    let containers = "a".repeat(4 * 1024 * 1024 - 3000);
+    let gate = "g".repeat(3_000_000);
+    let run_on = "failure,".repeat(100_000);
+    let cases = [
+        (
+            "kube-prestop.io/containers",
+            containers.as_str(),
+            "is not a valid container name",
+        ),
+        (
+            "kube-prestop.io/gate",
+            gate.as_str(),
+            "is not one of exec, http-get, none",
+        ),
+        (
+            "kube-prestop.io/run-on",
+            run_on.as_str(),
+            "gives more than one value for every container",
+        ),
+    ];
+    let allow = TestServer::start(|_| {}).await;
+    let deny = TestServer::start(|c| c.failure_mode = FailureMode::Deny).await;
+    for (key, value, wrong) in cases {
+        let start: String = value.chars().take(128).collect();
+        let shown = format!("\"{start}\"...({} bytes)", value.len());
+        let mut pod = job_pod();
+        pod["metadata"]["annotations"][key] = json!(value);
+        let body = review("uid-huge", "pods", "CREATE", pod.clone()).to_string();
+        let (status, answer) = allow.mutate(body.clone()).await;
+        assert_eq!(status, 200);
+        let size = answer.to_string().len();
+        assert!(size < 8 * 1024, "{key}: an answer of {size} bytes");
+        let response = assert_review_echo(&answer, "uid-huge");
+        let warning = warnings_of(&response).unwrap().remove(0);
+        for needle in [key, shown.as_str(), wrong] {
+            assert!(warning.contains(needle), "{key}: {needle} not in {warning}");
+        }
+        // No kube-prestop.io/skipped: the pod's annotations are over the
+        // API server's 256 KiB already.
+        assert!(skipped_of(&pod, &response).is_none(), "{key}");
+        let (status, answer) = deny.mutate(body).await;
+        assert_eq!(status, 200);
+        let size = answer.to_string().len();
+        assert!(size < 8 * 1024, "{key}: a refusal of {size} bytes");
+        let message = assert_review_echo(&answer, "uid-huge")["status"]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for needle in [key, shown.as_str(), wrong] {
+            assert!(message.contains(needle), "{key}: {needle} not in {message}");
+        }
+    }
+    // A pod object that does not parse: serde quotes the value whole.
+    let mut pod = job_pod();
+    pod["spec"]["containers"][0]["ports"] = json!([{"containerPort": gate}]);
+    let (status, answer) = allow
+        .mutate(review("uid-unparsable", "pods", "CREATE", pod).to_string())
+        .await;
+    assert_eq!(status, 200);
+    let size = answer.to_string().len();
+    assert!(size < 8 * 1024, "an unparsable pod: {size} bytes");
+    let warning = warnings_of(&assert_review_echo(&answer, "uid-unparsable"))
+        .unwrap()
+        .remove(0);
+    assert!(
+        warning.contains("spec.containers[0].ports[0].containerPort")
+            && warning.contains("gggg...(3000037 bytes)"),
+        "{warning}"
+    );
+    // Not a review at all: the 400's body quotes no value whole either.
+    let mut wrong_kind = review("uid-kind", "pods", "CREATE", job_pod());
+    wrong_kind["kind"] = json!(gate);
+    let mut wrong_operation = review("uid-operation", "pods", "CREATE", job_pod());
+    wrong_operation["request"]["operation"] = json!(gate);
+    for body in [wrong_kind, wrong_operation] {
+        let (status, answer) = allow.mutate(body.to_string()).await;
+        assert_eq!(status, 400, "{answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.len() < 1024, "a 400 of {} bytes", error.len());
+        assert!(error.contains("ggg"), "{error}");
+    }
+}
+
 #[tokio::test]
 async fn failure_mode_deny_keeps_500_for_internal_errors() {
     // A webhook misconfiguration is not the pod's fault.

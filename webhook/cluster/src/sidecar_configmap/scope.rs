@@ -11,8 +11,9 @@
 //! first list nothing is selected. Each refusal is counted
 //! (`kube_prestop_sidecar_configmap_refusals_total`) and logged at warn at
 //! most once per namespace every [`WARN_EVERY`] (for at most
-//! [`MAX_WARNED_NAMESPACES`] namespaces at a time: names in a crafted
-//! review cost no memory past that bound).
+//! [`MAX_WARNED_NAMESPACES`] namespaces at a time, each name kept and
+//! logged cut to 63 characters and escaped: names in a crafted review cost
+//! no memory past that bound, and write no log line of their own).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -24,6 +25,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::selected::Selected;
+use kube_prestop_engine::shown::{MAX_SHOWN_NAME_CHARS, Shown, shown};
 use kube_prestop_metrics::Metrics;
 use kube_prestop_metrics::labels::Refusal;
 
@@ -190,15 +192,19 @@ impl WriteScope {
             Verdict::Refused(refusal) => refusal,
         };
         self.inner.metrics.record_sidecar_configmap_refusal(refusal);
+        // The caller's word: shown cut and escaped, in the log line and as
+        // the limiter's key (a namespace name is at most 63 characters; a
+        // crafted one of megabytes is kept as its start and length).
+        let shown_namespace = shown_namespace(namespace);
         let warn = self
             .inner
             .warned
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .should_warn(namespace, Instant::now());
+            .should_warn(&shown_namespace.to_string(), Instant::now());
         if warn {
             tracing::warn!(
-                %namespace,
+                namespace = %shown_namespace,
                 name,
                 reason = refusal.label(),
                 selector = %self.inner.selector,
@@ -225,6 +231,14 @@ impl WriteScope {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.appeared.subscribe()
     }
+}
+
+/// A namespace named in a review, as the refusal's log line and the
+/// [`WarnLimiter`] show it: [`shown`] to [`MAX_SHOWN_NAME_CHARS`] (a
+/// namespace's name is a DNS label), so a crafted name of megabytes costs
+/// neither a line nor a limiter entry of that size.
+fn shown_namespace(namespace: &str) -> Shown<'_> {
+    shown(namespace, MAX_SHOWN_NAME_CHARS)
 }
 
 /// When to warn again about one namespace: pure, the caller passes the
@@ -350,5 +364,15 @@ mod tests {
         assert!(w.should_warn("a", t0 + every));
         assert!(w.should_warn("c", t0 + every + every));
         assert!(w.last.len() <= 2);
+    }
+
+    #[test]
+    fn a_crafted_namespace_is_shown_cut_and_escaped() {
+        assert_eq!(shown_namespace("team-a").to_string(), "team-a");
+        let huge = format!("x\n{}", "y".repeat(3_000_000));
+        let key = shown_namespace(&huge).to_string();
+        assert!(key.len() < 100, "{} bytes", key.len());
+        assert!(key.starts_with("x\\nyyy"), "{key}");
+        assert!(key.ends_with("...(3000002 bytes)"), "{key}");
     }
 }

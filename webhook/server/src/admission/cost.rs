@@ -391,10 +391,16 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
 
 /// `; its longest list, spec.volumes, has 30000 entries` for
 /// `Some(("spec.volumes", 30000))`, else nothing: the end of the messages
-/// that refuse a review or a pod for its cost.
+/// that refuse a review or a pod for its cost. The path holds a key of the
+/// review as sent, so it is shown cut and escaped
+/// ([`kube_prestop_engine::shown::shown`], at most 128 characters).
 pub fn longest_list_note(longest: Option<&(String, usize)>) -> String {
+    use kube_prestop_engine::shown::{MAX_SHOWN_VALUE_CHARS, shown};
     longest.map_or_else(String::new, |(path, n)| {
-        format!("; its longest list, {path}, has {n} entries")
+        format!(
+            "; its longest list, {}, has {n} entries",
+            shown(path, MAX_SHOWN_VALUE_CHARS)
+        )
     })
 }
 
@@ -617,6 +623,16 @@ mod tests {
             estimate_review(body.as_bytes()).unwrap().longest_list,
             Some(("spec.volumes".to_owned(), 1000))
         );
+    }
+
+    #[test]
+    fn a_huge_key_is_shown_cut_in_the_note() {
+        let key = "k".repeat(100_000);
+        let body = format!(r#"{{"request":{{"options":{{"{key}":[1,2]}}}}}}"#);
+        let cost = estimate_review(body.as_bytes()).unwrap();
+        let note = longest_list_note(cost.longest_list.as_ref());
+        assert!(note.len() < 300, "{}", note.len());
+        assert!(note.ends_with("...(100016 bytes), has 2 entries"), "{note}");
     }
 
     #[test]

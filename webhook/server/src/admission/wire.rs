@@ -16,16 +16,31 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use kube_prestop_engine::shown::{MAX_SHOWN_VALUE_CHARS, shown};
+
+/// Most characters of a parser's message or of a field path shown in an
+/// error ([`ReviewError::NotJson`], [`InvalidPod`]): serde quotes the value
+/// that does not parse whole (`invalid type: string "..."`, `unknown
+/// variant ...`), and a path names map keys, both the client's.
+const MAX_SHOWN_PARSE_ERROR_CHARS: usize = 256;
+
 /// Why a body is not an AdmissionReview this webhook can answer (the
-/// server answers HTTP 400 with this message).
+/// server answers HTTP 400 with this message, and logs it). The body's
+/// strings are shown through [`shown`]: cut, with their length, control
+/// characters escaped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReviewError {
     /// Not JSON, or JSON of another shape.
-    #[error("not a JSON AdmissionReview: {0}")]
+    #[error(
+        "not a JSON AdmissionReview: {}",
+        shown(&.0.to_string(), MAX_SHOWN_PARSE_ERROR_CHARS)
+    )]
     NotJson(serde_json::Error),
     /// JSON of another type than `admission.k8s.io/v1` `AdmissionReview`.
     #[error(
-        "expected apiVersion {META_API_VERSION_V1} kind {META_KIND}, got apiVersion {api_version} kind {kind}"
+        "expected apiVersion {META_API_VERSION_V1} kind {META_KIND}, got apiVersion {} kind {}",
+        shown(.api_version, MAX_SHOWN_VALUE_CHARS),
+        shown(.kind, MAX_SHOWN_VALUE_CHARS)
     )]
     WrongType {
         /// `apiVersion` as sent.
@@ -222,7 +237,8 @@ pub(super) fn parse(body: &[u8], too_costly: Option<super::Cost>) -> Result<Pars
 /// [`serde_path_to_error::Path`] prints it (`spec.containers[0].ports[0].containerPort`;
 /// `.` for the object itself), `message` serde's reason without the
 /// position (the object is one line of the review's JSON, so `line 1
-/// column N` told a Job author nothing).
+/// column N` told a Job author nothing); both as [`shown`] shows them, to
+/// [`MAX_SHOWN_PARSE_ERROR_CHARS`] (serde's message quotes the value whole).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("at {path}: {message}")]
 pub struct InvalidPod {
@@ -240,11 +256,10 @@ fn parse_pod(raw: &str) -> Result<Pod, InvalidPod> {
         let inner = e.into_inner();
         let text = inner.to_string();
         let position = format!(" at line {} column {}", inner.line(), inner.column());
+        let message = text.strip_suffix(&position).unwrap_or(&text);
         InvalidPod {
-            path,
-            message: text
-                .strip_suffix(&position)
-                .map_or_else(|| text.clone(), str::to_owned),
+            path: shown(&path, MAX_SHOWN_PARSE_ERROR_CHARS).to_string(),
+            message: shown(message, MAX_SHOWN_PARSE_ERROR_CHARS).to_string(),
         }
     })
 }
