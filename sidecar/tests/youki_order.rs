@@ -116,7 +116,9 @@ fn late_unsharing_true_containers_each_get_their_hook() {
 fn a_late_unsharing_container_run_while_the_watcher_was_stopped_gets_one_late_hook() {
     require_root_and_util_linux();
     let mut pod = Pod::new("youki-order-starved");
-    let mut sc = pod.sidecar(&pod.hook(), &[]);
+    // The finder's debug lines say when it judged the candidate after its
+    // exit (`post-mortem`), which the stop below waits for.
+    let mut sc = pod.sidecar(&pod.hook(), &[(kube_prestop_contract::ENV_DEBUG, "1")]);
     let (gate, mut m) = spawn_held(&mut pod, &sc);
     kill(sc.pid, libc::SIGSTOP);
     wait_for("the watcher to stop", T, || is_stopped(sc.pid));
@@ -127,6 +129,16 @@ fn a_late_unsharing_container_run_while_the_watcher_was_stopped_gets_one_late_ho
     // nsenter stops itself when its child stops: continue it too.
     kill(sc.nsenter_pid(), libc::SIGCONT);
     wait_for("the watcher to run again", T, || !is_stopped(sc.pid));
+    // Stop it only once it has judged the exited candidate: a SIGTERM that
+    // came first would end the search with the candidate still held, and
+    // the late hook would run as it must, but the log could not say the
+    // candidate was lost (a race of the test, seen once under load).
+    wait_for_or_show(
+        "the watcher to judge the exited candidate",
+        T,
+        || sc.log_text(),
+        || sc.log_text().contains("debug: post-mortem pid="),
+    );
     kill(sc.pid, libc::SIGTERM);
     assert_eq!(code(sc.wait(T)), 0, "{}", sc.log_text());
     let log = sc.log_text();
