@@ -16,6 +16,10 @@
 //! calls, and prints only the counts: for `perf stat -e instructions`
 //! (instructions per call = counted / (N + 1), start-up aside).
 //!
+//! It also times the parse-cost estimate alone (`floor_estimate_median_us`,
+//! [`kube_prestop_server::admission::estimate_review`]), which every call
+//! makes first.
+//!
 //! Run: `cargo bench -p kube-prestop-server --bench admission`. Prints
 //! `key=value` lines. Never part of the tests; no timed assertions.
 
@@ -27,7 +31,7 @@ use kube_prestop_cluster::cluster_cache::ClusterCache;
 use kube_prestop_engine::EngineConfig;
 use kube_prestop_metrics::labels::DecisionLabel;
 use kube_prestop_server::FailureMode;
-use kube_prestop_server::admission::{ParseBudget, review};
+use kube_prestop_server::admission::{ParseBudget, estimate_review, review};
 use serde_json::{Value, json};
 
 /// The server binary's allocator (src/main.rs), so the floor is measured
@@ -73,8 +77,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     let cache = ClusterCache::disconnected();
     let config = EngineConfig::default();
     let mode = FailureMode::Allow;
+    // One budget for every call, as the server holds one.
+    let budget = ParseBudget::default();
 
-    let first = review(&body, &cache, &config, mode, &ParseBudget::default());
+    let first = review(&body, &cache, &config, mode, &budget);
     if first.decision != DecisionLabel::Inject {
         return Err(format!(
             "expected an injection, got {} ({})",
@@ -88,13 +94,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .and_then(|v| v.parse::<u64>().ok())
     {
         for _ in 0..calls {
-            black_box(review(
-                black_box(&body),
-                &cache,
-                &config,
-                mode,
-                &ParseBudget::default(),
-            ));
+            black_box(review(black_box(&body), &cache, &config, mode, &budget));
         }
         println!("floor_request_bytes={}", body.len());
         println!("floor_calls={}", calls + 1);
@@ -105,13 +105,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let warm = Instant::now();
     let mut calls: u64 = 0;
     while warm.elapsed().as_millis() < 500 {
-        black_box(review(
-            black_box(&body),
-            &cache,
-            &config,
-            mode,
-            &ParseBudget::default(),
-        ));
+        black_box(review(black_box(&body), &cache, &config, mode, &budget));
         calls += 1;
     }
     let per_call = warm.elapsed().as_secs_f64() / calls.max(1) as f64;
@@ -125,13 +119,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     for _ in 0..batches {
         let t = Instant::now();
         for _ in 0..batch {
-            black_box(review(
-                black_box(&body),
-                &cache,
-                &config,
-                mode,
-                &ParseBudget::default(),
-            ));
+            black_box(review(black_box(&body), &cache, &config, mode, &budget));
         }
         ns.push(t.elapsed().as_nanos() as f64 / batch as f64);
     }
@@ -150,6 +138,22 @@ fn main() -> Result<(), Box<dyn Error>> {
         let calls = batch as f64 * batches as f64;
         println!("floor_cpu_us={:.2}", cpu * 1e6 / calls);
     }
+    // The share of it that is the parse-cost estimate (one pass over the
+    // body, nothing built: `admission::estimate_review`), timed alone the
+    // same way.
+    let mut est: Vec<f64> = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        let t = Instant::now();
+        for _ in 0..batch {
+            let _ = black_box(estimate_review(black_box(&body)));
+        }
+        est.push(t.elapsed().as_nanos() as f64 / batch as f64);
+    }
+    est.sort_by(f64::total_cmp);
+    println!(
+        "floor_estimate_median_us={:.2}",
+        est[est.len() / 2] / 1000.0
+    );
     Ok(())
 }
 
