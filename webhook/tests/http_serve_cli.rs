@@ -13,15 +13,32 @@ use http_common::{Pki, assert_review_echo, install_crypto, job_pod, review, writ
 
 const BIN: &str = env!("CARGO_BIN_EXE_kube-prestop-webhook");
 
-#[tokio::test]
-async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
+/// A `serve --no-cluster` process and what a test needs of it.
+struct Served {
+    child: std::process::Child,
+    /// Its HTTPS and metrics addresses, as its first stdout line gave them.
+    https: std::net::SocketAddr,
+    metrics: std::net::SocketAddr,
+    /// A client that trusts the certificate it serves.
+    client: reqwest::Client,
+    /// Holds its certificate files.
+    _dir: tempfile::TempDir,
+    /// Its stdout, kept open as long as it runs.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+/// Starts `serve --no-cluster` on loopback (any free ports) with
+/// `--log-format format` and `--drain-delay drain_delay`, its stdout and
+/// stderr piped, and reads the addresses from its first stdout line
+/// (`listening https=127.0.0.1:PORT metrics=127.0.0.1:PORT`).
+fn serve(format: &str, drain_delay: &str) -> Served {
     install_crypto();
     let pki = Pki::new();
     let issued = pki.issue("serve");
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = write_pair(dir.path(), &issued);
     let mut child = Command::new(BIN)
-        .args(["--log-format", "json", "--log-level", "info", "serve"])
+        .args(["--log-format", format, "--log-level", "info", "serve"])
         .args([
             "--listen-addr",
             "127.0.0.1:0",
@@ -32,7 +49,7 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
         .arg(&cert)
         .arg("--tls-key-file")
         .arg(&key)
-        .args(["--no-cluster", "--drain-delay", "200ms"])
+        .args(["--no-cluster", "--drain-delay", drain_delay])
         .env_remove("RUST_LOG")
         .env_remove("KUBECONFIG")
         .stdout(Stdio::piped())
@@ -42,25 +59,39 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
-    // "listening https=127.0.0.1:PORT metrics=127.0.0.1:PORT"
-    let mut https = None;
-    let mut metrics = None;
-    for word in line.split_whitespace() {
-        if let Some(a) = word.strip_prefix("https=") {
-            https = Some(a.parse::<std::net::SocketAddr>().unwrap());
-        }
-        if let Some(a) = word.strip_prefix("metrics=") {
-            metrics = Some(a.parse::<std::net::SocketAddr>().unwrap());
-        }
-    }
-    let (https, metrics) = (https.expect(&line), metrics.expect(&line));
-
+    let address = |key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            .expect(&line)
+    };
+    let (https, metrics) = (address("https="), address("metrics="));
     let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
     let client = reqwest::Client::builder()
         .tls_certs_only([ca])
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap();
+    Served {
+        child,
+        https,
+        metrics,
+        client,
+        _dir: dir,
+        _stdout: stdout,
+    }
+}
+
+#[tokio::test]
+async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
+    let Served {
+        mut child,
+        https,
+        metrics,
+        client,
+        _dir,
+        _stdout,
+    } = serve("json", "200ms");
     let base = format!("https://localhost:{}", https.port());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -199,44 +230,14 @@ async fn serve_prints_addresses_logs_json_and_stops_on_sigterm() {
 /// `serve --no-cluster --log-format FORMAT` posted `reviews` (bodies), then
 /// stopped with SIGTERM: its stderr, the log.
 async fn logs_of(format: &str, reviews: &[String]) -> String {
-    install_crypto();
-    let pki = Pki::new();
-    let issued = pki.issue("serve");
-    let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = write_pair(dir.path(), &issued);
-    let mut child = Command::new(BIN)
-        .args(["--log-format", format, "--log-level", "info", "serve"])
-        .args([
-            "--listen-addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-        ])
-        .arg("--tls-cert-file")
-        .arg(&cert)
-        .arg("--tls-key-file")
-        .arg(&key)
-        .args(["--no-cluster", "--drain-delay", "0s"])
-        .env_remove("RUST_LOG")
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    let https = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("https="))
-        .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
-        .expect(&line);
-    let ca = reqwest::Certificate::from_pem(pki.ca_pem().as_bytes()).unwrap();
-    let client = reqwest::Client::builder()
-        .tls_certs_only([ca])
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let Served {
+        mut child,
+        https,
+        client,
+        _dir,
+        _stdout,
+        ..
+    } = serve(format, "0s");
     let base = format!("https://localhost:{}", https.port());
     for body in reviews {
         let r = client
