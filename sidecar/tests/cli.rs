@@ -174,7 +174,7 @@ fn post_start_fails_open_on_timeout() {
 /// nothing is written through that process's fd 2. (Before, `post-start`
 /// took any live PID for the watcher and then blocked for ever in the
 /// `write` to the pipe or the `open` of the FIFO, and appended its line to
-/// the file: `/work/newcomer/exp/plant_*.py`.)
+/// the file, as a newcomer's attack pass found.)
 #[test]
 fn a_planted_mark_naming_another_process_neither_arms_nor_blocks_nor_writes() {
     use std::time::{Duration, Instant};

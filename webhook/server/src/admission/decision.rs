@@ -636,15 +636,7 @@ mod tests {
                 "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
             }]}
         });
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "ns", "operation": "CREATE", "userInfo": {}, "object": pod
-            }
-        }))
-        .unwrap()
+        review_of(&pod, false)
     }
 
     /// A Job pod with `volumes` volumes `{"name": "vN"}`: about 14 bytes of
@@ -653,25 +645,17 @@ mod tests {
         let volumes: Vec<_> = (0..volumes)
             .map(|i| json!({"name": format!("v{i}")}))
             .collect();
-        serde_json::to_vec(&json!({
-            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {
-                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "ns", "operation": "CREATE", "userInfo": {},
-                "object": {
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"generateName": "j-", "namespace": "ns", "ownerReferences": [
-                        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": true}
-                    ]},
-                    "spec": {"restartPolicy": "Never", "volumes": volumes, "containers": [{
-                        "name": "main", "image": "busybox",
-                        "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
-                    }]}
-                }
-            }
-        }))
-        .unwrap()
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "j-", "namespace": "ns", "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "1", "controller": true}
+            ]},
+            "spec": {"restartPolicy": "Never", "volumes": volumes, "containers": [{
+                "name": "main", "image": "busybox",
+                "lifecycle": {"preStop": {"exec": {"command": ["echo", "bye"]}}}
+            }]}
+        });
+        review_of(&pod, false)
     }
 
     #[test]
