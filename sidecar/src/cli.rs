@@ -361,10 +361,11 @@ pub fn parse(args: &[OsString]) -> Result<Cli, UsageError> {
             .into();
         let pod_containers = get(FLAG_POD_CONTAINERS)
             .map(|v| {
-                decimal(
+                decimal_up_to(
                     FLAG_POD_CONTAINERS,
                     &v,
                     "a positive whole number",
+                    (usize::MAX, " containers"),
                     |n: &usize| *n > 0,
                 )
             })
@@ -549,6 +550,32 @@ mod tests {
         assert!(
             bad.unwrap_err().0.contains("--pod-containers \"many\""),
             "names the flag and the value"
+        );
+        // Digits beyond usize: too large, with the maximum, not "not a
+        // positive whole number".
+        let pod_containers = |v: &str| {
+            parse(&s(&[
+                "watch",
+                "--container",
+                "m",
+                "--pod-containers",
+                v,
+                "--",
+                "x",
+            ]))
+            .map_err(|e| e.0)
+        };
+        assert_eq!(
+            pod_containers("99999999999999999999").unwrap_err(),
+            format!(
+                "--pod-containers \"99999999999999999999\" is too large (at most {} containers)",
+                usize::MAX
+            )
+        );
+        assert!(
+            pod_containers("0")
+                .unwrap_err()
+                .contains("is not a positive whole number")
         );
         let bad = parse(&s(&[
             "watch",
