@@ -11,6 +11,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::value::RawValue;
 
+use super::annotations_view::AnnotationsView;
 use super::answer::{self, PATCH_CAPACITY, base_response, base64_string};
 use super::cost::{self, Cost, NotParsed, ParseBudget};
 use super::error::PodError;
@@ -168,7 +169,9 @@ impl RequestFacts {
 /// pod CREATE to the engine, and render its verdict. A review that does
 /// not fit in what is left of `budget` is shed (HTTP 503), one whose pod
 /// alone is over [`ParseBudget::max_per_review`] is answered without
-/// parsing the pod ([`PodError::TooCostly`], the failure mode decides).
+/// parsing the pod ([`PodError::TooCostly`], the failure mode decides;
+/// under `allow` it is annotated like any pod the engine refused, from its
+/// annotations scanned, [`AnnotationsView::scan`]).
 pub fn review(
     body: &[u8],
     cache: &ClusterCache,
@@ -196,7 +199,13 @@ pub fn review(
         Err(Err(ignored)) => {
             return answer(&response, None, DecisionLabel::Ignored, ignored, facts);
         }
-        Err(Ok(error)) => return failure(response, failure_mode, error, "", facts),
+        Err(Ok((error, annotations))) => {
+            let annotate = annotations.as_ref().map(|view| Annotate {
+                view,
+                pod_bytes: object_bytes,
+            });
+            return failure(response, failure_mode, error, "", annotate, facts);
+        }
     };
     facts.owner = owner_of(&pod);
     facts.pod = pod_name(&pod);
@@ -206,7 +215,8 @@ pub fn review(
     let Ok(verdict) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         engine::review(&pod, &context, config)
     })) else {
-        return failure(response, failure_mode, PodError::EnginePanic, "", facts);
+        let error = PodError::EnginePanic;
+        return failure(response, failure_mode, error, "", None, facts);
     };
     facts.note(&verdict);
     let warnings: Vec<String> = verdict.warnings.iter().map(ToString::to_string).collect();
@@ -295,7 +305,10 @@ fn render(
                 .iter()
                 .rev()
                 .find(|w| matches!(w, Warning::OptedInButSkipped(_)))
-                .and_then(|w| skipped_patch(pod, reason, &w.to_string(), write.pod_bytes));
+                .and_then(|w| {
+                    let view = AnnotationsView::of(pod);
+                    skipped_patch(&view, reason, &w.to_string(), write.pod_bytes)
+                });
             answer(
                 &response,
                 note.as_deref(),
@@ -312,10 +325,7 @@ fn render(
 }
 
 /// The outcome for `pod`, read and reviewed, that cannot be injected
-/// because of `error`: [`failure`]'s, and under [`FailureMode::Allow`], for
-/// an error [`PodError::annotates_the_pod`], with the patch that writes
-/// [`annotations::SKIPPED`] ([`skipped_patch`]; none when it would take the
-/// pod over the bound).
+/// because of `error`: [`failure`]'s, with the pod's name and annotations.
 fn pod_failure(
     response: AdmissionResponse,
     mode: FailureMode,
@@ -325,33 +335,33 @@ fn pod_failure(
     facts: RequestFacts,
 ) -> Outcome {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    let note = match mode {
-        FailureMode::Allow if error.annotates_the_pod() => skipped_patch(
-            pod,
-            error.reason(),
-            &refusal::allowed_warning(&error),
-            write.pod_bytes,
-        ),
-        FailureMode::Allow | FailureMode::Deny => None,
-    };
-    let response = refusal::apply(response, mode, &error, name);
-    let mut outcome = answer(
-        &response,
-        note.as_deref(),
-        DecisionLabel::Error,
-        error.reason(),
-        facts,
-    );
-    outcome.detail.get_or_insert_with(|| error.to_string());
-    outcome
+    let view = AnnotationsView::of(pod);
+    let annotate = Some(Annotate {
+        view: &view,
+        pod_bytes: write.pod_bytes,
+    });
+    failure(response, mode, error, name, annotate, facts)
+}
+
+/// What [`skipped_patch`] needs of a pod admitted without injection: its
+/// annotations' view and the bytes of its JSON as sent
+/// ([`wire::Parsed::object_bytes`]).
+#[derive(Clone, Copy)]
+struct Annotate<'a> {
+    view: &'a AnnotationsView,
+    pod_bytes: usize,
 }
 
 /// The JSON Patch (rendered, see [`base64_string`]) that only writes
-/// [`annotations::SKIPPED`] on `pod`, admitted without injection:
-/// `<reason>: <message>` ([`annotations::skipped_value`]), the message being
-/// `warning`, the admission warning's text, without its `kube-prestop: `
-/// prefix. Built like the injection's annotations
-/// ([`engine::patch::annotation_operations`]). `None` when the pod already
+/// [`annotations::SKIPPED`] on a pod admitted without injection, whose
+/// annotations are seen through `view` (of the parsed pod,
+/// [`AnnotationsView::of`], or scanned from one too costly to parse,
+/// [`AnnotationsView::scan`]): `<reason>: <message>`
+/// ([`annotations::skipped_value`]), the message being `warning`, the
+/// admission warning's text, without its `kube-prestop: ` prefix. Built
+/// like the injection's annotations
+/// ([`engine::patch::annotation_operations`], on
+/// [`AnnotationsView::as_pod`]). `None` when the pod already
 /// has that value, when the pod's JSON as sent (`pod_bytes`,
 /// [`wire::Parsed::object_bytes`]) plus the patch would be over
 /// [`MAX_PATCHED_POD_BYTES`], when
@@ -360,7 +370,7 @@ fn pod_failure(
 /// after admission, where it was admitted before), or when it does not
 /// serialize (plain strings; not expected): the warning alone then.
 fn skipped_patch(
-    pod: &Pod,
+    view: &AnnotationsView,
     reason: &str,
     warning: &str,
     pod_bytes: usize,
@@ -370,20 +380,12 @@ fn skipped_patch(
         annotations::SKIPPED.to_owned(),
         annotations::skipped_value(reason, message),
     )];
-    let operations = engine::patch::annotation_operations(pod, &entry);
+    let operations = engine::patch::annotation_operations(&view.as_pod(), &entry);
     if operations.is_empty() {
         return None;
     }
-    let others: usize = pod
-        .metadata
-        .annotations
-        .iter()
-        .flatten()
-        .filter(|(k, _)| k.as_str() != annotations::SKIPPED)
-        .map(|(k, v)| k.len() + v.len())
-        .sum();
     let ours = entry[0].0.len() + entry[0].1.len();
-    if others.saturating_add(ours) > MAX_ANNOTATIONS_BYTES {
+    if view.others_bytes.saturating_add(ours) > MAX_ANNOTATIONS_BYTES {
         return None;
     }
     let patch = serde_json::to_vec(&operations).ok()?;
@@ -393,14 +395,18 @@ fn skipped_patch(
     base64_string(&patch).ok()
 }
 
+/// Why a pod CREATE has no usable pod, and the view of its annotations
+/// when one was scanned (a pod too costly to parse).
+type Unusable = (PodError, Option<AnnotationsView>);
+
 /// The pod of a pod CREATE; `Err(Err(reason))` for a request that is not
-/// one (ignored), `Err(Ok(error))` for one without a usable pod (one not
+/// one (ignored), `Err(Ok(unusable))` for one without a usable pod (one not
 /// parsed for its cost is told its bound, `max_per_review` bytes).
 fn admitted_pod(
     request: &AdmissionRequest<DynamicObject>,
     object: Object,
     max_per_review: usize,
-) -> Result<Pod, Result<PodError, &'static str>> {
+) -> Result<Pod, Result<Unusable, &'static str>> {
     let is_pods = request.resource.group.is_empty()
         && request.resource.resource == "pods"
         && request.sub_resource.as_deref().unwrap_or("").is_empty();
@@ -412,12 +418,15 @@ fn admitted_pod(
     }
     match object {
         Object::Pod(pod) => Ok(pod),
-        Object::Invalid(e) => Err(Ok(PodError::Unparsable(e))),
-        Object::TooCostly(cost) => Err(Ok(PodError::TooCostly {
-            cost,
-            max_bytes: max_per_review,
-        })),
-        Object::Absent => Err(Ok(PodError::NoObject)),
+        Object::Invalid(e) => Err(Ok((PodError::Unparsable(e), None))),
+        Object::TooCostly(cost, annotations) => Err(Ok((
+            PodError::TooCostly {
+                cost,
+                max_bytes: max_per_review,
+            },
+            annotations,
+        ))),
+        Object::Absent => Err(Ok((PodError::NoObject, None))),
     }
 }
 
@@ -531,15 +540,35 @@ fn owner_of(pod: &Pod) -> String {
 /// The outcome for a pod that cannot be injected because of `error`: the
 /// failure mode decides the answer ([`refusal::apply`]); counted as
 /// `error` with the error's reason. `pod_name`: see [`refusal::apply`].
+/// Under [`FailureMode::Allow`], for an error
+/// [`PodError::annotates_the_pod`] and a pod whose annotations are known
+/// (`annotate`), with the patch that writes [`annotations::SKIPPED`]
+/// ([`skipped_patch`]; none when it would take the pod over a bound).
 fn failure(
     response: AdmissionResponse,
     mode: FailureMode,
     error: PodError,
     pod_name: &str,
+    annotate: Option<Annotate<'_>>,
     facts: RequestFacts,
 ) -> Outcome {
+    let note = match (mode, annotate) {
+        (FailureMode::Allow, Some(pod)) if error.annotates_the_pod() => skipped_patch(
+            pod.view,
+            error.reason(),
+            &refusal::allowed_warning(&error),
+            pod.pod_bytes,
+        ),
+        _ => None,
+    };
     let response = refusal::apply(response, mode, &error, pod_name);
-    let mut outcome = answer(&response, None, DecisionLabel::Error, error.reason(), facts);
+    let mut outcome = answer(
+        &response,
+        note.as_deref(),
+        DecisionLabel::Error,
+        error.reason(),
+        facts,
+    );
     outcome.detail.get_or_insert_with(|| error.to_string());
     outcome
 }
@@ -1242,6 +1271,175 @@ mod tests {
             assert_eq!(outcome.reason, "mount_path_conflict");
             assert_eq!(patch_of(&outcome).is_some(), patched, "room {room}");
             assert!(response_of(&outcome)["warnings"][0].is_string());
+        }
+    }
+
+    /// `pod` with 200 more volumes: about 1.3 MB of typed values, over
+    /// the 32 KiB that [`too_costly`] lets a pod take.
+    fn costly(mut pod: serde_json::Value) -> serde_json::Value {
+        let volumes = pod["spec"]["volumes"].as_array_mut().unwrap();
+        volumes.extend((0..200).map(|i| json!({"name": format!("v{i}")})));
+        pod
+    }
+
+    /// The outcome for `body` (of a [`costly`] pod) under a budget so
+    /// small that its pod is too costly to parse (its envelope still fits).
+    fn too_costly(body: &[u8], mode: FailureMode) -> Outcome {
+        let budget = ParseBudget::new(64 * 1024);
+        let out = review(
+            body,
+            &ClusterCache::disconnected(),
+            &EngineConfig::default(),
+            mode,
+            &budget,
+        );
+        assert_eq!(
+            (out.decision, out.reason),
+            (DecisionLabel::Error, reason::POD_TOO_LARGE),
+            "{:?}",
+            out.detail
+        );
+        assert!(
+            out.detail.as_deref().unwrap().contains("to parse"),
+            "{:?}",
+            out.detail
+        );
+        assert_eq!(budget.in_use_bytes(), 0);
+        out
+    }
+
+    /// The warning of an allowed outcome.
+    fn warning_of(outcome: &Outcome) -> String {
+        let response = response_of(outcome);
+        assert_eq!(response["allowed"], true);
+        response["warnings"][0].as_str().unwrap().to_owned()
+    }
+
+    /// A pod too costly to parse is annotated as an engine error is, from
+    /// its annotations scanned in its JSON: the whole map when it has none
+    /// (absent or null), one `add` beside the others, an old value
+    /// replaced, none when it already has that value.
+    #[test]
+    fn a_pod_too_costly_to_parse_is_annotated_under_allow() {
+        for annotations in [serde_json::Value::Null, json!({"example.com/team": "a"})] {
+            let pod = costly(job_pod(annotations.clone(), None, 0));
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+            let warning = warning_of(&outcome);
+            assert!(warning.contains("to parse"), "{warning}");
+            let note = skipped_of(&outcome, &pod).unwrap();
+            assert_eq!(note, skipped_text(reason::POD_TOO_LARGE, &warning));
+            let patch = patch_of(&outcome).unwrap();
+            assert_eq!(patch.0.len(), 1, "{patch:?}");
+            let json_patch::PatchOperation::Add(add) = &patch.0[0] else {
+                panic!("{patch:?}");
+            };
+            let path = if annotations.is_null() {
+                "/metadata/annotations"
+            } else {
+                "/metadata/annotations/kube-prestop.io~1skipped"
+            };
+            assert_eq!(add.path.to_string(), path);
+        }
+        // `annotations: null` is no map, as k8s-openapi reads it: the
+        // whole map is added.
+        let mut pod = costly(job_pod(serde_json::Value::Null, None, 0));
+        pod["metadata"]["annotations"] = serde_json::Value::Null;
+        let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+        let patch = patch_of(&outcome).unwrap();
+        let json_patch::PatchOperation::Add(add) = &patch.0[0] else {
+            panic!("{patch:?}");
+        };
+        assert_eq!(add.path.to_string(), "/metadata/annotations");
+        assert!(skipped_of(&outcome, &pod).is_some());
+        // A value copied from an older pod: replaced.
+        let pod = costly(job_pod(json!({annotations::SKIPPED: "old"}), None, 0));
+        let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+        let note = skipped_of(&outcome, &pod).unwrap();
+        assert!(note.starts_with("pod_too_large: "), "{note}");
+        // Already that value (the API server's second call): no patch. The
+        // message names the pod's estimate, which the value itself changes:
+        // carry it until it no longer does.
+        let mut value = note;
+        for _ in 0..5 {
+            let pod = costly(job_pod(json!({annotations::SKIPPED: value}), None, 0));
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+            let Some(next) = skipped_of(&outcome, &pod) else {
+                let warning = warning_of(&outcome);
+                assert_eq!(value, skipped_text(reason::POD_TOO_LARGE, &warning));
+                return;
+            };
+            value = next;
+        }
+        panic!("the value never settled: {value}");
+    }
+
+    #[test]
+    fn a_pod_too_costly_to_parse_is_annotated_with_the_default_budget() {
+        // 30,000 volumes: about 96 MiB of typed values, over 32 MiB.
+        let volumes: Vec<_> = (0..30_000)
+            .map(|i| json!({"name": format!("v{i}")}))
+            .collect();
+        let mut pod = job_pod(json!({"example.com/team": "a"}), None, 0);
+        pod["spec"]["volumes"] = json!(volumes);
+        let outcome = allow(&review_of(&pod, false));
+        assert_eq!(outcome.reason, reason::POD_TOO_LARGE);
+        let warning = warning_of(&outcome);
+        let note = skipped_of(&outcome, &pod).unwrap();
+        assert_eq!(note, skipped_text(reason::POD_TOO_LARGE, &warning));
+        assert!(note.contains("spec.volumes, has 30000 entries"), "{note}");
+    }
+
+    /// The bounds of the other paths hold: no annotation past the API
+    /// server's 256 KiB of annotations, nor past the pod's 1.5 MiB.
+    #[test]
+    fn a_pod_too_costly_to_parse_is_not_annotated_past_a_bound() {
+        let key = "example.com/big".len();
+        for (room, patched) in [(2_000, true), (100, false)] {
+            let value = "x".repeat(MAX_ANNOTATIONS_BYTES - key - room);
+            let pod = costly(job_pod(json!({"example.com/big": value}), None, 0));
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+            assert!(!warning_of(&outcome).is_empty());
+            assert_eq!(patch_of(&outcome).is_some(), patched, "room {room}");
+        }
+        let size = |env: usize| {
+            serde_json::to_vec(&costly(job_pod(serde_json::Value::Null, None, env)))
+                .unwrap()
+                .len()
+        };
+        let base = size(0);
+        for (room, patched) in [(2000, true), (50, false)] {
+            let env = MAX_PATCHED_POD_BYTES - room - base;
+            let pod = costly(job_pod(serde_json::Value::Null, None, env));
+            assert_eq!(size(env), MAX_PATCHED_POD_BYTES - room);
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+            assert!(!warning_of(&outcome).is_empty());
+            assert_eq!(patch_of(&outcome).is_some(), patched, "room {room}");
+        }
+    }
+
+    /// Annotations the scan cannot read (not an object of strings): the
+    /// warning alone, as before; never a failed review.
+    #[test]
+    fn a_pod_too_costly_whose_annotations_do_not_scan_gets_the_warning_only() {
+        for annotations in [json!({"a": 5}), json!(["a"]), json!("a")] {
+            let pod = costly(job_pod(annotations.clone(), None, 0));
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Allow);
+            assert!(!warning_of(&outcome).is_empty(), "{annotations}");
+            assert!(patch_of(&outcome).is_none(), "{annotations}");
+        }
+    }
+
+    #[test]
+    fn a_pod_too_costly_to_parse_is_refused_under_deny_without_a_patch() {
+        for annotations in [serde_json::Value::Null, json!({"example.com/team": "a"})] {
+            let pod = costly(job_pod(annotations, None, 0));
+            let outcome = too_costly(&review_of(&pod, false), FailureMode::Deny);
+            let response = response_of(&outcome);
+            assert_eq!(response["allowed"], false);
+            assert!(response.get("patch").is_none());
+            assert!(response.get("patchType").is_none());
+            assert_eq!(response["status"]["code"], 413);
+            assert_eq!(response["status"]["reason"], "RequestEntityTooLarge");
         }
     }
 

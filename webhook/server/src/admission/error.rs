@@ -58,12 +58,17 @@ impl PodError {
     /// Whether a pod admitted without injection because of it (failure mode
     /// `allow`) is annotated with
     /// [`SKIPPED`](kube_prestop_engine::annotations::SKIPPED): an engine
-    /// error or a pod too large, which its author can fix. Not a request
-    /// without a readable pod (nothing to annotate), an engine panic or a
-    /// patch that did not serialize (faults of ours, answered with the
-    /// warning only).
+    /// error or a pod too large to inject or to parse, which its author
+    /// can fix (a pod too costly to parse is annotated from its
+    /// annotations scanned in its JSON, when that scan succeeds). Not a
+    /// request without a readable pod (nothing to annotate), an engine
+    /// panic or a patch that did not serialize (faults of ours, answered
+    /// with the warning only).
     pub fn annotates_the_pod(&self) -> bool {
-        matches!(self, Self::Engine(_) | Self::TooLarge { .. })
+        matches!(
+            self,
+            Self::Engine(_) | Self::TooLarge { .. } | Self::TooCostly { .. }
+        )
     }
 
     /// The `reason` label it is counted under (with decision `error`):

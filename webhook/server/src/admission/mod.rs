@@ -15,10 +15,13 @@
 //! parsed, estimated from its JSON before it is, and the budget of those
 //! estimates in flight), `wire.rs` (the AdmissionReview as received),
 //! `decision.rs` (which requests the engine sees, and the outcome),
-//! `error.rs` (why a pod is not injected), `refusal.rs` (the failure mode
+//! `annotations_view.rs` (what writing `kube-prestop.io/skipped` depends
+//! on in a pod's annotations, from a parsed pod or scanned from a pod too
+//! costly to parse), `error.rs` (why a pod is not injected), `refusal.rs` (the failure mode
 //! and the status of a refused pod), `answer.rs` (the AdmissionReview sent
 //! back).
 
+mod annotations_view;
 mod answer;
 mod cost;
 mod decision;

@@ -16,6 +16,7 @@ use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use super::annotations_view::AnnotationsView;
 use kube_prestop_engine::shown::{MAX_SHOWN_VALUE_CHARS, shown};
 
 /// Most characters of a parser's message or of a field path shown in an
@@ -181,8 +182,10 @@ pub(super) enum Object {
     /// Not a Pod: where and why.
     Invalid(InvalidPod),
     /// Not parsed: it would cost more memory than one review may take
-    /// ([`super::ParseBudget::max_per_review`]).
-    TooCostly(super::Cost),
+    /// ([`super::ParseBudget::max_per_review`]). With its annotations'
+    /// view, scanned from its JSON ([`AnnotationsView::scan`]), when the
+    /// scan succeeds: enough to write [`kube_prestop_engine::annotations::SKIPPED`].
+    TooCostly(super::Cost, Option<AnnotationsView>),
     /// Absent or null.
     Absent,
 }
@@ -206,7 +209,9 @@ pub(super) struct Parsed {
 /// `Pod` (again, naming the field, only when that fails). A malformed pod
 /// still yields a request (with its uid) to answer. With `too_costly`
 /// the object is not parsed: it is [`Object::TooCostly`] (or
-/// [`Object::Absent`]).
+/// [`Object::Absent`]), with only its annotations scanned (in memory of
+/// the largest annotation, whatever the pod's size); a scan that fails
+/// leaves the view out.
 pub(super) fn parse(body: &[u8], too_costly: Option<super::Cost>) -> Result<Parsed, ReviewError> {
     let mut de = serde_json::Deserializer::from_slice(body);
     let review: WireReview<&RawValue> = object(&mut de)
@@ -216,7 +221,7 @@ pub(super) fn parse(body: &[u8], too_costly: Option<super::Cost>) -> Result<Pars
     let object_bytes = raw.map_or(0, |raw| raw.get().len());
     let object = match (raw, too_costly) {
         (None, _) => Object::Absent,
-        (Some(_), Some(cost)) => Object::TooCostly(cost),
+        (Some(raw), Some(cost)) => Object::TooCostly(cost, AnnotationsView::scan(raw.get()).ok()),
         (Some(raw), None) => match serde_json::from_str::<Pod>(raw.get()) {
             Ok(pod) => Object::Pod(pod),
             Err(_) => match parse_pod(raw.get()) {
@@ -454,7 +459,7 @@ mod tests {
                         Object::Pod(pod) => Some(serde_json::to_value(pod).unwrap()),
                         Object::Invalid(_) => Some(Value::Null),
                         Object::Absent => None,
-                        Object::TooCostly(_) => unreachable!("parsed without a cost bound"),
+                        Object::TooCostly(..) => unreachable!("parsed without a cost bound"),
                     };
                     (request.uid, object)
                 },
