@@ -684,6 +684,15 @@ mod tests {
     }
 
     #[test]
+    fn an_estimate_over_u32_max_kib_is_charged_u32_max_kib() {
+        // Only a budget over 8 TiB lets such an estimate past the half.
+        let budget = ParseBudget::new(9 << 40);
+        let held = budget.take((4 << 40) + 1024).unwrap();
+        assert_eq!(held.num_permits(), u32::MAX as usize);
+        assert_eq!(budget.in_use_bytes(), MAX_TAKE_BYTES);
+    }
+
+    #[test]
     fn the_default_is_the_flags_default() {
         let budget = ParseBudget::default();
         assert_eq!(budget.bytes(), crate::DEFAULT_MAX_INFLIGHT_PARSED_BYTES);
