@@ -22,39 +22,35 @@ use axum::extract::{FromRequest, Request};
 use axum::http::header;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
+use crate::budget::ByteBudget;
 use crate::error::HttpError;
 use crate::routes::AppState;
-
-/// Budget unit: one permit is this many bytes.
-const UNIT: usize = 1024;
 
 /// A body of at most this many bytes is ordinary (a Job's pod is a few KiB;
 /// a pod with large env lists tens): it may use the whole budget.
 pub const ORDINARY_BODY_BYTES: usize = 64 * 1024;
 
-/// The bytes of request bodies held at once, across every connection.
-/// Cheap to clone (shared).
+/// The bytes of request bodies held at once, across every connection: a
+/// byte budget (`budget::ByteBudget`) whose last quarter only ordinary
+/// bodies may take. Cheap to clone (shared).
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
-    permits: Arc<Semaphore>,
-    total: usize,
+    budget: ByteBudget,
 }
 
 impl BodyBudget {
     /// A budget of `bytes` (rounded up to whole KiB, at least one).
     pub fn new(bytes: usize) -> Self {
-        let total = bytes.div_ceil(UNIT).max(1);
         Self {
-            permits: Arc::new(Semaphore::new(total)),
-            total,
+            budget: ByteBudget::new(bytes),
         }
     }
 
-    /// Permits kept for ordinary bodies: a quarter of the budget.
+    /// Permits (KiB) kept for ordinary bodies: a quarter of the budget.
     fn reserve(&self) -> usize {
-        self.total / 4
+        self.budget.units() / 4
     }
 
     /// Grows `held` (the share of one body, `None` before its first bytes)
@@ -66,34 +62,17 @@ impl BodyBudget {
         held: Option<OwnedSemaphorePermit>,
         total: usize,
     ) -> Option<OwnedSemaphorePermit> {
-        let have = held.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
-        let need = total.div_ceil(UNIT).max(1);
-        if need <= have {
-            return held;
-        }
-        let more = need - have;
-        if total > ORDINARY_BODY_BYTES
-            && self.permits.available_permits() < more.saturating_add(self.reserve())
-        {
-            return None;
-        }
-        let extra = self
-            .permits
-            .clone()
-            .try_acquire_many_owned(u32::try_from(more).ok()?)
-            .ok()?;
-        Some(match held {
-            Some(mut held) => {
-                held.merge(extra);
-                held
-            }
-            None => extra,
-        })
+        let keep_free = if total > ORDINARY_BODY_BYTES {
+            self.reserve()
+        } else {
+            0
+        };
+        self.budget.grow(held, total, keep_free)
     }
 
     /// Bytes of the budget in use now (for tests and debugging).
     pub fn in_use_bytes(&self) -> usize {
-        (self.total - self.permits.available_permits()) * UNIT
+        self.budget.in_use_bytes()
     }
 }
 
@@ -327,8 +306,12 @@ mod tests {
     }
 
     #[test]
-    fn a_weight_past_the_semaphore_is_refused_not_a_panic() {
-        let budget = BodyBudget::new(1024);
-        assert!(budget.grow(None, usize::MAX).is_none());
+    fn the_smallest_budget_is_one_kib_for_one_body() {
+        let budget = BodyBudget::new(0);
+        let held = budget.grow(None, 0).unwrap();
+        assert_eq!(budget.in_use_bytes(), 1024);
+        assert!(budget.grow(None, 0).is_none());
+        drop(held);
+        assert_eq!(budget.in_use_bytes(), 0);
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod admission;
 pub mod body;
+mod budget;
 pub mod error;
 mod health;
 mod listener;

@@ -24,11 +24,12 @@
 //! Ordinary pods come to tens or hundreds of KiB.
 
 use std::fmt;
-use std::sync::Arc;
 
 use serde::Deserializer;
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::budget::{ByteBudget, UNIT};
 
 /// Bytes counted for each element of `spec.volumes` (a `Volume` is 3,208
 /// bytes), times two for the vector's spare capacity.
@@ -407,15 +408,21 @@ pub fn longest_list_note(longest: Option<&(String, usize)>) -> String {
 /// The bytes of parsed pods in flight across reviews: each review holds
 /// its pod's [`Cost`] from before the pod is parsed until it is answered.
 /// A pod estimated over half the budget ([`Self::max_per_review`]) is not
-/// parsed at all. Cheap to clone (shared).
+/// parsed at all. A byte budget (`budget::ByteBudget`) of at least two KiB
+/// (so that half of it is a whole KiB). Cheap to clone (shared).
 #[derive(Debug, Clone)]
 pub struct ParseBudget {
-    permits: Arc<Semaphore>,
-    total_units: usize,
+    budget: ByteBudget,
 }
 
-/// Budget unit: one permit is this many bytes.
-const UNIT: usize = 1024;
+/// The smallest parse budget, bytes: two KiB.
+const MIN_BYTES: usize = 2 * UNIT;
+
+/// The most one [`ParseBudget::take`] asks of the budget, bytes: `u32::MAX`
+/// KiB (tokio's most permits in one), about 4 TiB. A larger estimate is
+/// charged this much, less than it is; only a budget over 8 TiB (a
+/// `max_per_review` over 4 TiB) lets one that large through.
+const MAX_TAKE_BYTES: usize = (u32::MAX as usize).saturating_mul(UNIT);
 
 /// Why a pod's parse is not started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -446,16 +453,14 @@ impl Default for ParseBudget {
 impl ParseBudget {
     /// A budget of `bytes` (rounded up to whole KiB, at least two).
     pub fn new(bytes: usize) -> Self {
-        let total_units = bytes.div_ceil(UNIT).max(2);
         Self {
-            permits: Arc::new(Semaphore::new(total_units)),
-            total_units,
+            budget: ByteBudget::new(bytes.max(MIN_BYTES)),
         }
     }
 
     /// The whole budget, bytes.
     pub fn bytes(&self) -> usize {
-        self.total_units * UNIT
+        self.budget.bytes()
     }
 
     /// The most one review's pod may be estimated at: half the budget, so
@@ -478,11 +483,9 @@ impl ParseBudget {
                 max_bytes: self.max_per_review(),
             });
         }
-        let units = u32::try_from(bytes.div_ceil(UNIT).max(1)).unwrap_or(u32::MAX);
-        self.permits
-            .clone()
-            .try_acquire_many_owned(units)
-            .map_err(|_| NotParsed::Spent {
+        self.budget
+            .take(bytes.min(MAX_TAKE_BYTES))
+            .ok_or(NotParsed::Spent {
                 bytes,
                 budget_bytes: self.bytes(),
             })
@@ -490,7 +493,7 @@ impl ParseBudget {
 
     /// Bytes of the budget in use now (for tests and debugging).
     pub fn in_use_bytes(&self) -> usize {
-        (self.total_units - self.permits.available_permits()) * UNIT
+        self.budget.in_use_bytes()
     }
 }
 
@@ -662,5 +665,37 @@ mod tests {
         let _c = budget.take(20 * 1024).unwrap();
         drop(b);
         assert_eq!(budget.in_use_bytes(), 20 * 1024);
+    }
+
+    #[test]
+    fn the_smallest_budget_is_two_kib_so_half_is_one() {
+        for bytes in [0, 1, 1024, 2048] {
+            let budget = ParseBudget::new(bytes);
+            assert_eq!(budget.bytes(), 2 * 1024, "{bytes}");
+            assert_eq!(budget.max_per_review(), 1024, "{bytes}");
+        }
+        assert_eq!(ParseBudget::new(2049).bytes(), 3 * 1024);
+        let budget = ParseBudget::new(0);
+        let a = budget.take(0).unwrap();
+        let _b = budget.take(1024).unwrap();
+        assert!(matches!(budget.take(1), Err(NotParsed::Spent { .. })));
+        drop(a);
+        assert_eq!(budget.in_use_bytes(), 1024);
+    }
+
+    #[test]
+    fn an_estimate_over_u32_max_kib_is_charged_u32_max_kib() {
+        // Only a budget over 8 TiB lets such an estimate past the half.
+        let budget = ParseBudget::new(9 << 40);
+        let held = budget.take((4 << 40) + 1024).unwrap();
+        assert_eq!(held.num_permits(), u32::MAX as usize);
+        assert_eq!(budget.in_use_bytes(), MAX_TAKE_BYTES);
+    }
+
+    #[test]
+    fn the_default_is_the_flags_default() {
+        let budget = ParseBudget::default();
+        assert_eq!(budget.bytes(), crate::DEFAULT_MAX_INFLIGHT_PARSED_BYTES);
+        assert_eq!(budget.max_per_review(), 32 * 1024 * 1024);
     }
 }
