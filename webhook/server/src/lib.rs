@@ -32,8 +32,8 @@ pub use admission::FailureMode;
 pub use error::HttpError;
 pub use health::Health;
 pub use listener::{
-    ConnLimits, DEFAULT_WRITE_TIMEOUT, HTTP2_MAX_CONCURRENT_STREAMS, HTTP2_MAX_HEADER_LIST_SIZE,
-    HTTP2_WINDOW_BYTES, MAX_WAITING_CONNECTIONS,
+    ConnLimits, DEFAULT_WRITE_TIMEOUT, HTTP1_MAX_BUF_BYTES, HTTP2_MAX_CONCURRENT_STREAMS,
+    HTTP2_MAX_HEADER_LIST_SIZE, HTTP2_WINDOW_BYTES, MAX_WAITING_CONNECTIONS,
 };
 
 use crate::tls::{ReloadEvent, ReloadingCertResolver, TlsLoadError};

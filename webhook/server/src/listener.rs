@@ -93,6 +93,16 @@ pub const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 100;
 /// take a few hundred bytes.
 pub const HTTP2_MAX_HEADER_LIST_SIZE: u32 = 16 * 1024;
 
+/// HTTP/1.1: largest read buffer of one connection (hyper's
+/// `max_buf_size`), bytes: 16 KiB, so a request's headers are bounded as
+/// over HTTP/2 ([`HTTP2_MAX_HEADER_LIST_SIZE`]); larger headers get 431.
+/// hyper's default, about 400 KiB, let every connection hold that much of
+/// an unfinished request head, charged to no budget: 600 connections each
+/// sending 300 KB of one header line took a debug build to 370 MiB resident
+/// (64 MiB with this bound).
+/// A body is read through the same buffer, in reads of at most this size.
+pub const HTTP1_MAX_BUF_BYTES: usize = 16 * 1024;
+
 /// HTTP/2: flow-control window of a connection and of each of its streams,
 /// bytes: 64 KiB, the protocol's own initial window (RFC 9113 section
 /// 6.9.2, 65,535). hyper's server default is 1 MiB each, which lets every
@@ -783,6 +793,7 @@ async fn serve_connection<I>(
         // writes onto one as it closes. The loop below times the headers
         // from their first byte instead.
         .header_read_timeout(None)
+        .max_buf_size(HTTP1_MAX_BUF_BYTES)
         .keep_alive(true);
     builder
         .http2()

@@ -321,7 +321,7 @@ impl<'de> Visitor<'de> for Walk<'_, 'de> {
                         prefix: self.at.prefix,
                         key: Some(match key {
                             KeyText::Borrowed(k) => k,
-                            KeyText::Escaped(_) => "(a key with escapes)",
+                            KeyText::Escaped { .. } => "(a key with escapes)",
                         }),
                         holder,
                         element_of_named: false,
@@ -343,20 +343,41 @@ impl<'de> Visitor<'de> for Walk<'_, 'de> {
     }
 }
 
-/// An object's key: borrowed from the JSON text, or only its length when
-/// it had escapes (then serde_json must unescape it into a buffer).
+/// An object's key: borrowed from the JSON text, or, when it had escapes
+/// (then serde_json must unescape it into a buffer), its length and, if
+/// the unescaped key is one of [`KNOWN_KEYS`], that key. The parsers match
+/// field names after unescaping (`"sp\u0065c"` is `spec` to them), so the
+/// places the weights know must be told by the unescaped key too: an
+/// escaped `spec` or `volumes` once had its volumes counted at the weight
+/// of any other element.
 struct Key<'de>(KeyText<'de>);
 
 enum KeyText<'de> {
     Borrowed(&'de str),
-    Escaped(usize),
+    Escaped {
+        len: usize,
+        known: Option<&'static str>,
+    },
 }
+
+/// The keys [`child`] knows.
+const KNOWN_KEYS: [&str; 9] = [
+    "request",
+    "object",
+    "spec",
+    "metadata",
+    "status",
+    "volumes",
+    "containers",
+    "initContainers",
+    "ephemeralContainers",
+];
 
 impl KeyText<'_> {
     fn len(&self) -> usize {
         match self {
             Self::Borrowed(k) => k.len(),
-            Self::Escaped(n) => *n,
+            Self::Escaped { len, .. } => *len,
         }
     }
 }
@@ -366,7 +387,7 @@ impl std::ops::Deref for KeyText<'_> {
     fn deref(&self) -> &str {
         match self {
             Self::Borrowed(k) => k,
-            Self::Escaped(_) => "",
+            Self::Escaped { known, .. } => known.unwrap_or(""),
         }
     }
 }
@@ -383,7 +404,10 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
                 Ok(Key(KeyText::Borrowed(s)))
             }
             fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(KeyText::Escaped(s.len())))
+                Ok(Key(KeyText::Escaped {
+                    len: s.len(),
+                    known: KNOWN_KEYS.into_iter().find(|k| *k == s),
+                }))
             }
         }
         d.deserialize_str(KeyVisitor)
@@ -636,6 +660,36 @@ mod tests {
         let note = longest_list_note(cost.longest_list.as_ref());
         assert!(note.len() < 300, "{}", note.len());
         assert!(note.ends_with("...(100016 bytes), has 2 entries"), "{note}");
+    }
+
+    /// The parsers unescape keys before matching field names, so an
+    /// escaped `spec`, `volumes` or `object` is the same place to them and
+    /// must count the same (it once counted volumes at the weight of any
+    /// other element: 14,000 volumes in 241 KB estimated under half the
+    /// budget, and two such reviews at once took a debug build to 157 MiB, 54 MiB
+    /// once counted right).
+    #[test]
+    fn escaped_keys_count_as_the_keys_they_spell() {
+        let plain = volumes(1000);
+        let plain_cost = estimate(&plain).unwrap();
+        for escaped in [
+            plain.replacen(r#""spec""#, r#""sp\u0065c""#, 1),
+            plain.replacen(r#""volumes""#, r#""volum\u0065s""#, 1),
+            plain.replacen(r#""volumes""#, r#""\u0076olumes""#, 1),
+        ] {
+            assert_ne!(escaped, plain);
+            let cost = estimate(&escaped).unwrap();
+            assert!(
+                cost.bytes >= 1000 * VOLUME_ELEMENT_BYTES,
+                "{escaped:.80}: {cost:?}"
+            );
+            assert_eq!(cost.bytes, plain_cost.bytes);
+            assert_eq!(cost.longest_list, Some(("spec.volumes".to_owned(), 1000)));
+        }
+        let body = format!(r#"{{"req\u0075est":{{"obj\u0065ct":{plain}}}}}"#);
+        let review = estimate_review(body.as_bytes()).unwrap();
+        assert_eq!(review.pod_bytes, plain_cost.bytes);
+        assert_eq!(review.longest_list, Some(("spec.volumes".to_owned(), 1000)));
     }
 
     #[test]
