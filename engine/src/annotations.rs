@@ -345,12 +345,15 @@ fn per_container<T>(
         ));
     }
     for entry in entries {
+        // The entry is named only when it is not the whole value, which
+        // the message already shows.
         let bad_value = |v: &str| {
-            invalid(
-                key,
-                value,
-                &format!("{:?} is not one of {allowed}", shown_name(v)),
-            )
+            let what = if v == value.trim() {
+                format!("is not one of {allowed}")
+            } else {
+                format!("{:?} is not one of {allowed}", shown_name(v))
+            };
+            invalid(key, value, &what)
         };
         match entry.split_once('=') {
             None => {
@@ -748,7 +751,15 @@ mod tests {
         match PodOverrides::parse(Some(&ann(&[(RUN_ON, "sometimes")]))) {
             Err(e) => assert_eq!(
                 e.to_string(),
-                "invalid annotation kube-prestop.io/run-on: \"sometimes\": \"sometimes\" is not one of always, success, failure"
+                "invalid annotation kube-prestop.io/run-on: \"sometimes\": is not one of always, success, failure"
+            ),
+            Ok(o) => panic!("{o:?}"),
+        }
+        // An entry of a longer value is named.
+        match PodOverrides::parse(Some(&ann(&[(RUN_ON, "success,main=sometimes")]))) {
+            Err(e) => assert_eq!(
+                e.to_string(),
+                "invalid annotation kube-prestop.io/run-on: \"success,main=sometimes\": \"sometimes\" is not one of always, success, failure"
             ),
             Ok(o) => panic!("{o:?}"),
         }
