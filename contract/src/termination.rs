@@ -241,6 +241,23 @@ pub struct HookRun {
     pub exit_ticks: u64,
 }
 
+/// The shortest line [`render`] can write for a run, `\n` included: a
+/// one-letter container, a three-character instance (`0-0`, `1-0`), empty
+/// `container_exit` and `hook` (a record's unknown values are passed on
+/// verbatim, and could be empty), `duration_ms=-`, `grace_cut=false`:
+/// `container=a instance=0-0 container_exit= hook= duration_ms=- grace_cut=false`.
+pub const MIN_RUN_LINE_BYTES: usize = 77;
+
+/// The shortest first line of a message (none left out), `\n` included.
+pub const MIN_HEADER_BYTES: usize = 38;
+
+/// The most runs one message can show: [`TERMINATION_MESSAGE_MAX_BYTES`]
+/// less the shortest header, in lines of [`MIN_RUN_LINE_BYTES`] (52).
+/// A reader of the records needs no more than the newest this many runs of
+/// any one container: older ones could never be shown.
+pub const MAX_RUNS_SHOWN: usize =
+    (TERMINATION_MESSAGE_MAX_BYTES - MIN_HEADER_BYTES) / MIN_RUN_LINE_BYTES;
+
 /// The message's first line when `left_out` older runs did not fit.
 fn header(left_out: usize) -> String {
     if left_out == 0 {
@@ -253,8 +270,16 @@ fn header(left_out: usize) -> String {
 /// The message for `runs` (any order), at most `max` bytes: oldest first
 /// (by exit time, then container, then instance); when they do not fit, the
 /// oldest are left out and the header says how many. Empty when there are
-/// no runs.
+/// no runs. [`render_with_left_out`] with none left out before.
 pub fn render(runs: &[HookRun], max: usize) -> String {
+    render_with_left_out(runs, 0, max)
+}
+
+/// [`render`] for `runs` that are what was kept of more: `left_out` runs
+/// were already left out by the caller (the sidecar reads only the newest
+/// runs of each state directory, `collect`), and the header counts them
+/// with the ones that do not fit. Empty when there are no runs.
+pub fn render_with_left_out(runs: &[HookRun], left_out: usize, max: usize) -> String {
     if runs.is_empty() {
         return String::new();
     }
@@ -273,11 +298,11 @@ pub fn render(runs: &[HookRun], max: usize) -> String {
     // its own state directory, which every sidecar of the pod reads).
     let mut body: usize = lines.iter().map(String::len).sum();
     let mut skip = 0;
-    while skip < lines.len() && header(skip).len() + body > max {
+    while skip < lines.len() && header(left_out + skip).len() + body > max {
         body -= lines[skip].len();
         skip += 1;
     }
-    let mut out = header(skip);
+    let mut out = header(left_out + skip);
     for l in &lines[skip..] {
         out.push_str(l);
     }
@@ -425,6 +450,38 @@ mod tests {
         )));
         assert!(render(&many, 10).len() <= 10);
         assert_eq!(render(&many, 10), "kube-prest");
+    }
+
+    #[test]
+    fn runs_left_out_before_are_counted_in_the_header() {
+        let runs = vec![run("a", "1-1", 10)];
+        let m = render_with_left_out(&runs, 7, 4096);
+        assert!(
+            m.starts_with("kube-prestop hook runs, oldest first (7 older left out):\n"),
+            "{m}"
+        );
+        assert_eq!(parse_message(&m).unwrap().left_out, 7);
+        let many: Vec<HookRun> = (0..200)
+            .map(|i| run("main", &format!("{i}-{i}"), i))
+            .collect();
+        let m = render_with_left_out(&many, 1000, 1228);
+        let parsed = parse_message(&m).unwrap();
+        assert_eq!(parsed.left_out + parsed.runs.len(), 1200);
+        assert_eq!(render_with_left_out(&[], 5, 4096), "");
+    }
+
+    #[test]
+    fn no_line_is_shorter_than_min_run_line_bytes() {
+        let shortest = RunLine {
+            container: "a".into(),
+            instance: "0-0".into(),
+            container_exit: Parsed::Verbatim(String::new()),
+            hook: HookToken::Verbatim(String::new()),
+            duration_ms: None,
+            grace_cut: false,
+        };
+        assert_eq!(format!("{shortest}\n").len(), MIN_RUN_LINE_BYTES);
+        assert_eq!(header(0).len(), MIN_HEADER_BYTES);
     }
 
     /// Many runs (a container can plant any number of records in its own
