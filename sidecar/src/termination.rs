@@ -325,12 +325,21 @@ mod tests {
         mine.sort();
         assert_eq!(mine, ["1-1 exit:0", "2-2 running"]);
         // The message counts what was not read with what did not fit.
-        let message =
-            kube_prestop_contract::termination::render_with_left_out(&got.runs, got.left_out, 4096);
+        let message = kube_prestop_contract::termination::render_with_left_out(
+            &got.runs,
+            got.left_out,
+            Some("main"),
+            4096,
+        );
         let parsed = kube_prestop_contract::parse_message(&message).unwrap();
         assert_eq!(
             parsed.left_out + parsed.runs.len(),
             PLANTED as usize + 1 + 2
+        );
+        // The watched container's runs are shown, whatever the others.
+        assert_eq!(
+            parsed.runs.iter().filter(|r| r.container == "main").count(),
+            2
         );
         fs::remove_dir_all(&root).unwrap();
     }

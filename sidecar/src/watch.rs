@@ -1107,6 +1107,7 @@ impl Watcher {
         let msg = contract::termination::render_with_left_out(
             &runs,
             left_out,
+            Some(&self.cfg.target.container),
             self.cfg.termination_message_max,
         );
         if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
