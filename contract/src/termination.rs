@@ -241,6 +241,23 @@ pub struct HookRun {
     pub exit_ticks: u64,
 }
 
+/// The shortest line [`render`] can write for a run, `\n` included: a
+/// one-letter container, a three-character instance (`0-0`, `1-0`), empty
+/// `container_exit` and `hook` (a record's unknown values are passed on
+/// verbatim, and could be empty), `duration_ms=-`, `grace_cut=false`:
+/// `container=a instance=0-0 container_exit= hook= duration_ms=- grace_cut=false`.
+pub const MIN_RUN_LINE_BYTES: usize = 77;
+
+/// The shortest first line of a message (none left out), `\n` included.
+pub const MIN_HEADER_BYTES: usize = 38;
+
+/// The most runs one message can show: [`TERMINATION_MESSAGE_MAX_BYTES`]
+/// less the shortest header, in lines of [`MIN_RUN_LINE_BYTES`] (52).
+/// A reader of the records needs no more than the newest this many runs of
+/// any one container: older ones could never be shown.
+pub const MAX_RUNS_SHOWN: usize =
+    (TERMINATION_MESSAGE_MAX_BYTES - MIN_HEADER_BYTES) / MIN_RUN_LINE_BYTES;
+
 /// The message's first line when `left_out` older runs did not fit.
 fn header(left_out: usize) -> String {
     if left_out == 0 {
@@ -253,8 +270,30 @@ fn header(left_out: usize) -> String {
 /// The message for `runs` (any order), at most `max` bytes: oldest first
 /// (by exit time, then container, then instance); when they do not fit, the
 /// oldest are left out and the header says how many. Empty when there are
-/// no runs.
+/// no runs. [`render_with_left_out`] with none left out before and no
+/// container preferred.
 pub fn render(runs: &[HookRun], max: usize) -> String {
+    render_with_left_out(runs, 0, None, max)
+}
+
+/// [`render`] for `runs` that are what was kept of more: `left_out` runs
+/// were already left out by the caller (the sidecar reads only the newest
+/// runs of each state directory, `collect`), and the header counts them
+/// with the ones that do not fit. Empty when there are no runs.
+///
+/// With `own` (the watched container of the sidecar writing the message),
+/// the runs of other containers are left out first, oldest first, and
+/// `own`'s only when no other's is left: another container decides its
+/// own lines, their `exit_observed_ticks` included, so without it one that
+/// planted enough runs with late exit times in its state directory would
+/// fill the message and leave out all of `own`'s. Then the header's count
+/// ("N older left out") may include runs newer than some shown.
+pub fn render_with_left_out(
+    runs: &[HookRun],
+    left_out: usize,
+    own: Option<&str>,
+    max: usize,
+) -> String {
     if runs.is_empty() {
         return String::new();
     }
@@ -268,18 +307,30 @@ pub fn render(runs: &[HookRun], max: usize) -> String {
     });
     let lines: Vec<String> = sorted.iter().map(|r| format!("{}\n", r.line)).collect();
     // The bytes of the lines kept, less each line left out as it goes: one
-    // pass (summing what is left again for each line left out took
-    // minutes at SIGTERM for the 200,000 records a container can plant in
-    // its own state directory, which every sidecar of the pod reads).
+    // pass over other containers' lines, then one over `own`'s (summing
+    // what is left again for each line left out took minutes at SIGTERM
+    // for the 200,000 records a container can plant in its own state
+    // directory, which every sidecar of the pod reads).
     let mut body: usize = lines.iter().map(String::len).sum();
+    let mut kept = vec![true; lines.len()];
     let mut skip = 0;
-    while skip < lines.len() && header(skip).len() + body > max {
-        body -= lines[skip].len();
-        skip += 1;
+    for owns in [false, true] {
+        for (i, r) in sorted.iter().enumerate() {
+            if header(left_out + skip).len() + body <= max {
+                break;
+            }
+            if (own == Some(r.line.container.as_str())) == owns {
+                kept[i] = false;
+                body -= lines[i].len();
+                skip += 1;
+            }
+        }
     }
-    let mut out = header(skip);
-    for l in &lines[skip..] {
-        out.push_str(l);
+    let mut out = header(left_out + skip);
+    for (l, k) in lines.iter().zip(&kept) {
+        if *k {
+            out.push_str(l);
+        }
     }
     if out.len() > max {
         // Only the header is left and even it does not fit (tiny `max`).
@@ -425,6 +476,74 @@ mod tests {
         )));
         assert!(render(&many, 10).len() <= 10);
         assert_eq!(render(&many, 10), "kube-prest");
+    }
+
+    #[test]
+    fn runs_left_out_before_are_counted_in_the_header() {
+        let runs = vec![run("a", "1-1", 10)];
+        let m = render_with_left_out(&runs, 7, None, 4096);
+        assert!(
+            m.starts_with("kube-prestop hook runs, oldest first (7 older left out):\n"),
+            "{m}"
+        );
+        assert_eq!(parse_message(&m).unwrap().left_out, 7);
+        let many: Vec<HookRun> = (0..200)
+            .map(|i| run("main", &format!("{i}-{i}"), i))
+            .collect();
+        let m = render_with_left_out(&many, 1000, None, 1228);
+        let parsed = parse_message(&m).unwrap();
+        assert_eq!(parsed.left_out + parsed.runs.len(), 1200);
+        assert_eq!(render_with_left_out(&[], 5, None, 4096), "");
+    }
+
+    /// Another container's runs with later exit times (planted, in a
+    /// state directory it writes) fill the message: the watched
+    /// container's own runs are kept, theirs left out first.
+    #[test]
+    fn the_own_containers_runs_are_left_out_last() {
+        let mut runs: Vec<HookRun> = (0..100)
+            .map(|i| run("other", &format!("{}-{i}", i + 1), u64::MAX - 100 + i))
+            .collect();
+        runs.push(run("main", "7-7", 5));
+        runs.push(run("main", "8-8", 6));
+        let without = render(&runs, 1228);
+        assert!(!without.contains("container=main "), "{without}");
+        let m = render_with_left_out(&runs, 3, Some("main"), 1228);
+        assert!(m.len() <= 1228);
+        let parsed = parse_message(&m).unwrap();
+        let mine: Vec<&str> = parsed
+            .runs
+            .iter()
+            .filter(|r| r.container == "main")
+            .map(|r| r.instance.as_str())
+            .collect();
+        assert_eq!(mine, ["7-7", "8-8"]);
+        // Oldest first still, the newest of the others kept after them.
+        assert_eq!(parsed.runs[0].instance, "7-7");
+        assert_eq!(parsed.runs.last().unwrap().instance, "100-99");
+        assert_eq!(parsed.left_out + parsed.runs.len(), 3 + 102);
+        // `own` alone past the limit: its oldest left out too.
+        let mine_only: Vec<HookRun> = (0..200)
+            .map(|i| run("main", &format!("{i}-{i}"), i))
+            .collect();
+        assert_eq!(
+            render_with_left_out(&mine_only, 0, Some("main"), 1228),
+            render(&mine_only, 1228)
+        );
+    }
+
+    #[test]
+    fn no_line_is_shorter_than_min_run_line_bytes() {
+        let shortest = RunLine {
+            container: "a".into(),
+            instance: "0-0".into(),
+            container_exit: Parsed::Verbatim(String::new()),
+            hook: HookToken::Verbatim(String::new()),
+            duration_ms: None,
+            grace_cut: false,
+        };
+        assert_eq!(format!("{shortest}\n").len(), MIN_RUN_LINE_BYTES);
+        assert_eq!(header(0).len(), MIN_HEADER_BYTES);
     }
 
     /// Many runs (a container can plant any number of records in its own

@@ -476,6 +476,106 @@ impl StateStore {
     }
 }
 
+/// What [`StateStore::newest_runs`] found: the newest instances with a run
+/// record, and how many older ones it left out.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct NewestRuns {
+    /// The kept instances, oldest first, each with the record to read:
+    /// [`RecordKind::Done`] when `done-<id>` exists, else
+    /// [`RecordKind::Running`].
+    pub instances: Vec<(String, RecordKind)>,
+    /// Instances with a `done-` or `running-` record that were not kept.
+    pub left_out: usize,
+}
+
+/// The order of instances in [`StateStore::newest_runs`], oldest first,
+/// from the id alone ([`contract::parse_instance_id`]): by start time
+/// (clock ticks since boot), then PID, then the id's text (ids that parse
+/// alike, `1-01` and `1-1`, stay apart). The late run's id
+/// ([`contract::UNSEEN_INSTANCE_ID`], `0-0`) is the newest: its hook runs
+/// at the sidecar's stop, after every run it saw. The container's
+/// instances run one after the other, so in a directory its watcher wrote
+/// the start order is the exit order the message is sorted by.
+fn run_order(id: &str) -> Option<(bool, u64, i32, String)> {
+    let (pid, start) = contract::parse_instance_id(id)?;
+    Some((
+        id == contract::UNSEEN_INSTANCE_ID,
+        start,
+        pid,
+        id.to_owned(),
+    ))
+}
+
+impl StateStore {
+    /// The `k` newest instances (by [`run_order`], from the names alone)
+    /// that have a `done-<id>` or `running-<id>` record, and how many
+    /// others do: the directory is streamed, never listed whole, so memory
+    /// and work per name stay bounded whatever it holds (a container can
+    /// plant any number of names in its own directory, and every sidecar of
+    /// the pod reads it for its termination message). A `running-<id>`
+    /// name is counted only when no `done-<id>` exists (one `fstatat(2)`),
+    /// so an instance is counted once. Names are not opened.
+    ///
+    /// Errors: as [`Self::list`].
+    pub fn newest_runs(&self, k: usize) -> Result<NewestRuns, StateError> {
+        let list_err = |path: PathBuf, source| StateError::List { path, source };
+        let dir = self
+            .open_dir()
+            .map_err(|(p, r)| r.into_error(p, list_err))?;
+        // A second descriptor of the directory to look names up in while
+        // the first is read.
+        let probe = dir.try_clone().map_err(|e| list_err(self.dir.clone(), e))?;
+        let entries =
+            nix::dir::Dir::from_fd(dir).map_err(|e| list_err(self.dir.clone(), e.into()))?;
+        let mut kept: BTreeMap<(bool, u64, i32, String), RecordKind> = BTreeMap::new();
+        let mut left_out = 0;
+        for e in entries {
+            let e = e.map_err(|e| list_err(self.dir.clone(), e.into()))?;
+            let Some(name) = OsStr::from_bytes(e.file_name().to_bytes()).to_str() else {
+                continue;
+            };
+            let Some((kind @ (RecordKind::Done | RecordKind::Running), id)) =
+                RecordKind::parse_file_name(name)
+            else {
+                continue;
+            };
+            let Some(key) = run_order(id) else { continue };
+            if let Some(k) = kept.get_mut(&key) {
+                if kind == RecordKind::Done {
+                    *k = RecordKind::Done;
+                }
+                continue;
+            }
+            if kind == RecordKind::Running
+                && matches!(
+                    lstat_at(&probe, &RecordKind::Done.file_name(id)),
+                    Ok(Some(_))
+                )
+            {
+                // Counted (kept or left out) by its `done-<id>`.
+                continue;
+            }
+            if kept.len() == k {
+                match kept.first_key_value() {
+                    Some((oldest, _)) if *oldest < key => {
+                        kept.pop_first();
+                    }
+                    _ => {
+                        left_out += 1;
+                        continue;
+                    }
+                }
+                left_out += 1;
+            }
+            kept.insert(key, kind);
+        }
+        Ok(NewestRuns {
+            instances: kept.into_iter().map(|((_, _, _, id), k)| (id, k)).collect(),
+            left_out,
+        })
+    }
+}
+
 /// Why an operation on the store failed, before it is given its path.
 #[derive(Debug)]
 enum Refusal {

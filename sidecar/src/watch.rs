@@ -1081,7 +1081,8 @@ impl Watcher {
     /// container; `cut` names this sidecar's own running hook when SIGTERM
     /// came (shown as `hook=cut grace_cut=true` until a later rewrite).
     fn update_termination_message(&mut self, cut: Option<&str>) {
-        let mut runs = termination::collect(&self.cfg.target.root);
+        let termination::Collected { mut runs, left_out } =
+            termination::collect(&self.cfg.target.root, &self.cfg.target.container);
         if self.missed {
             runs.push(HookRun {
                 line: RunLine {
@@ -1103,7 +1104,12 @@ impl Watcher {
                 }
             }
         }
-        let msg = contract::termination::render(&runs, self.cfg.termination_message_max);
+        let msg = contract::termination::render_with_left_out(
+            &runs,
+            left_out,
+            Some(&self.cfg.target.container),
+            self.cfg.termination_message_max,
+        );
         if let Err(e) = termination::write(&self.cfg.termination_message, &msg)
             && !self.termination_error_logged
         {
