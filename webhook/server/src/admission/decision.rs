@@ -1228,11 +1228,11 @@ mod tests {
     #[test]
     fn a_long_message_is_cut_in_the_skipped_annotation() {
         // An invalid annotation's value is in the message, its start only
-        // (128 characters, and 63 in the reason), but each control
-        // character is shown escaped (`\u{1b}`, 6 bytes): over 1,024
-        // bytes. (The cut on a character boundary: the engine's
+        // (128 characters, and the bad entry's 63 in the reason), but each
+        // control character is shown escaped (`\u{1b}`, 6 bytes): over
+        // 1,024 bytes. (The cut on a character boundary: the engine's
         // `skipped_value` tests.)
-        let value = "\u{1b}".repeat(1500);
+        let value = format!("main={}", "\u{1b}".repeat(1500));
         let pod = job_pod(json!({"kube-prestop.io/run-on": value}), None, 0);
         let outcome = allow(&review_of(&pod, false));
         assert_eq!(outcome.reason, "invalid_annotation");
