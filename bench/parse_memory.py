@@ -16,6 +16,7 @@ nothing.
 """
 
 import argparse
+import base64
 import collections
 import http.client
 import json
@@ -92,7 +93,15 @@ def main():
             decided = ""
             if r.status == 200:
                 resp = json.loads(data)["response"]
-                decided = "injected" if "patch" in resp else "admitted-without"
+                # A pod admitted without injection may still get a patch:
+                # the kube-prestop.io/skipped annotation alone.
+                ops = json.loads(base64.b64decode(resp["patch"])) if "patch" in resp else []
+                if any(op.get("path", "").startswith("/spec") for op in ops):
+                    decided = "injected"
+                elif ops:
+                    decided = "admitted-without-annotated"
+                else:
+                    decided = "admitted-without"
             out.append(f"{r.status}{'-' + decided if decided else ''}")
         except OSError as e:
             out.append(f"error:{e.__class__.__name__}")
