@@ -17,7 +17,9 @@
 //! this sidecar's own hook was still running when SIGTERM came and the
 //! message was not rewritten afterwards, i.e. the grace period's SIGKILL
 //! ended it (`grace_cut=true`); or `missed`, instance `-`: the sidecar was
-//! stopped without ever having seen its container run. The watcher rewrites the message after each
+//! stopped without ever having seen its container run, and whether the
+//! runtime created it could not be told (a run created but not seen is a
+//! late run instead, below). The watcher rewrites the message after each
 //! run and on SIGTERM; the kubelet reads it when the sidecar has stopped.
 //!
 //! A *late* run (the watcher never saw the container run, and ran its hook
@@ -79,8 +81,10 @@ pub enum HookToken {
     /// `cut`: this sidecar's hook was running when SIGTERM came.
     Cut,
     /// `missed`: the sidecar was stopped without ever having seen the
-    /// container run (it may not have run; if it did, its hook did not
-    /// run). The line's instance is `-`.
+    /// container run, and whether the runtime created it could not be told
+    /// (it may not have run; if it did, its hook did not run). A run the
+    /// runtime created but the sidecar did not see gets a late run
+    /// instead. The line's instance is `-`.
     Missed,
     /// `unknown`: a `done-<id>` record without an outcome, or `ran` without
     /// a status.
