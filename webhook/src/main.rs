@@ -132,7 +132,9 @@ fn outcomes(args: OutcomesArgs) -> anyhow::Result<()> {
             config,
             // Machine-readable for scripts that start with port 0.
             |addr| println!("listening metrics={addr}"),
-            shutdown_signal(),
+            |listener, router| {
+                kube_prestop_server::serve_metrics(listener, router, shutdown_signal())
+            },
         )
         .await
         .context("outcome exporter")

@@ -218,6 +218,11 @@ async fn outcomes_watches_injected_pods_and_counts_each_run_once() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
+    // The port is served with the webhook metrics port's limits: a request
+    // head past the 16 KiB read buffer gets 431 (axum's own server would
+    // buffer about 400 KiB of it per connection).
+    let head = oversized_head_status(&addr).await;
+    assert!(head.starts_with("HTTP/1.1 431"), "{head}");
     // Nothing else counted: no other outcome, nothing unreadable (the
     // user's sidecar's message is not read).
     assert_eq!(
@@ -239,4 +244,22 @@ async fn outcomes_watches_injected_pods_and_counts_each_run_once() {
     for (_, selector) in &selectors {
         assert_eq!(selector, "kube-prestop.io/injected=true");
     }
+}
+
+/// The status line the server at `addr` answers to a `GET /livez` whose
+/// one header line is longer than the HTTP/1.1 read buffer.
+async fn oversized_head_status(addr: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let pad = "a".repeat(kube_prestop_server::HTTP1_MAX_BUF_BYTES);
+    let request = format!("GET /livez HTTP/1.1\r\nHost: localhost\r\nX-Pad: {pad}\r\n\r\n");
+    // The server may answer and close before it has read all of it.
+    let _ = tcp.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }

@@ -6,8 +6,8 @@
 //!
 //! No reflector store: each pod the watch delivers is read and dropped;
 //! only the tracker's keys stay (see [`crate::tracker`]). The watcher's
-//! initial list and re-lists are paged (kube-runtime's default, 500 pods a
-//! page), so a page is the most held at once.
+//! initial list and re-lists are paged, [`LIST_PAGE_SIZE`] pods a page, so
+//! a page is the most held at once.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,6 +35,19 @@ pub struct OutcomesConfig {
     /// 0: any free port).
     pub metrics_addr: SocketAddr,
 }
+
+/// Pods per page of the watch's list and re-lists: 10.
+///
+/// Any pod author can label a pod as injected, and a pod may be as large
+/// as etcd stores (1.5 MiB by default, its `--max-request-bytes`): kube's
+/// client reads a whole page and then builds every pod of it, about 2 to 3
+/// times the page's JSON at its peak, so kube-runtime's default of 500 a
+/// page (`watcher::Config::default`, kube-runtime 5.0) would let 40 or so such pods,
+/// pending on no node, take the exporter past the chart's 128 MiB limit at
+/// every start. Ten pods are at most 15 MiB of JSON. The sidecar-binary
+/// ConfigMaps' watch pages the same way (`WATCH_PAGE_SIZE` in the cluster
+/// crate).
+pub const LIST_PAGE_SIZE: u32 = 10;
 
 /// The watch's label selector: the label the engine puts on every injected
 /// pod.
@@ -75,17 +88,24 @@ async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
 }
 
 /// Serves the metrics on `config.metrics_addr` and watches the injected
-/// pods through `client` until `shutdown` resolves. `on_listening` is
-/// called with the bound address.
+/// pods through `client` until `serve` returns. `on_listening` is called
+/// with the bound address; `serve` gets the bound listener and the router
+/// of `/metrics`, `/livez` and `/readyz`, serves them with its own limits
+/// (the binary passes the webhook's metrics-port server,
+/// `kube_prestop_server::serve_metrics`: anyone who reaches the port may
+/// call it) and returns on shutdown.
 ///
-/// Errors: the address cannot be bound, or the HTTP server fails. Watch
-/// errors are retried (logged and counted), never returned.
-pub async fn run(
+/// Errors: the address cannot be bound. Watch errors are retried (logged
+/// and counted), never returned.
+pub async fn run<F>(
     client: kube::Client,
     config: OutcomesConfig,
     on_listening: impl FnOnce(SocketAddr),
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+    serve: impl FnOnce(tokio::net::TcpListener, Router) -> F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()>,
+{
     let shared = Shared {
         metrics: OutcomeMetrics::new(),
         ready: Arc::new(AtomicBool::new(false)),
@@ -97,10 +117,9 @@ pub async fn run(
         .route("/livez", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(shared.clone());
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let api: Api<Pod> = Api::all(client);
     tokio::select! {
-        served = server => served,
+        () = serve(listener, app) => Ok(()),
         () = watch_pods(api, shared) => Ok(()),
     }
 }
@@ -110,7 +129,9 @@ pub async fn run(
 async fn watch_pods(api: Api<Pod>, shared: Shared) {
     let selector = label_selector();
     tracing::info!(selector, "watching injected pods");
-    let config = watcher::Config::default().labels(&selector);
+    let config = watcher::Config::default()
+        .labels(&selector)
+        .page_size(LIST_PAGE_SIZE);
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
     let mut tracker = Tracker::new();
     let record = |counts: Vec<Count>| {

@@ -151,20 +151,53 @@ impl ServerConfig {
             body_read_timeout: Duration::from_secs(10),
             max_inflight_body_bytes: DEFAULT_MAX_INFLIGHT_BODY_BYTES,
             max_inflight_parsed_bytes: DEFAULT_MAX_INFLIGHT_PARSED_BYTES,
-            conn_limits: ConnLimits {
-                max_connections: 1024,
-                handshake_timeout: Duration::from_secs(10),
-                header_read_timeout: Duration::from_secs(10),
-                http2_keep_alive: Duration::from_secs(30),
-                idle_timeout: DEFAULT_IDLE_TIMEOUT,
-                min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
-                min_arrival_before_eviction: listener::DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION,
-                write_timeout: listener::DEFAULT_WRITE_TIMEOUT,
-            },
+            conn_limits: default_conn_limits(),
             client_ca_file: None,
         }
     }
 }
+
+/// The HTTPS port's default per-connection limits (`serve`'s flags change
+/// some of them): 1,024 connections, 10 s for a TLS handshake and for a
+/// request's headers, HTTP/2 keep-alive pings every 30 s, idle connections
+/// closed after [`DEFAULT_IDLE_TIMEOUT`], [`DEFAULT_WRITE_TIMEOUT`] to send
+/// a response.
+pub fn default_conn_limits() -> ConnLimits {
+    ConnLimits {
+        max_connections: 1024,
+        handshake_timeout: Duration::from_secs(10),
+        header_read_timeout: Duration::from_secs(10),
+        http2_keep_alive: Duration::from_secs(30),
+        idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        min_idle_before_eviction: listener::DEFAULT_MIN_IDLE_BEFORE_EVICTION,
+        min_arrival_before_eviction: listener::DEFAULT_MIN_ARRIVAL_BEFORE_EVICTION,
+        write_timeout: listener::DEFAULT_WRITE_TIMEOUT,
+    }
+}
+
+/// Serves `router` on `listener` as plain HTTP/1.1 with the limits of the
+/// webhook's own metrics port, until `stop` resolves (then in-flight
+/// requests get 5 s): at most [`METRICS_MAX_CONNECTIONS`] connections at
+/// once, a request's headers within 10 s of their first byte, a request
+/// head of at most [`HTTP1_MAX_BUF_BYTES`] (longer: 431), and the other
+/// limits of [`default_conn_limits`]. For the outcome exporter's port
+/// (`kube-prestop-webhook outcomes`), which anyone who reaches it may
+/// call, as the webhook's.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    router: axum::Router,
+    stop: impl Future<Output = ()>,
+) {
+    let limits = ConnLimits {
+        max_connections: METRICS_MAX_CONNECTIONS,
+        ..default_conn_limits()
+    };
+    listener::serve_plain(listener, router, limits, stop, METRICS_SHUTDOWN_GRACE).await;
+}
+
+/// How long in-flight metrics requests may take once a metrics port's
+/// `stop` has resolved.
+const METRICS_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -342,7 +375,7 @@ impl Server {
             async {
                 let _ = metrics_stop_rx.await;
             },
-            Duration::from_secs(5),
+            METRICS_SHUTDOWN_GRACE,
         ));
 
         let health = state.health.clone();

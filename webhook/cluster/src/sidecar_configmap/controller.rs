@@ -310,12 +310,20 @@ impl Inner {
         }
     }
 
-    /// Whether `cm` holds exactly this binary.
+    /// Whether `cm` holds exactly this binary and is immutable, as the
+    /// webhook makes it. One that can be updated could have its binary
+    /// replaced under every pod that mounts it (the kubelet refreshes a
+    /// mounted ConfigMap's files in running pods, unless it is immutable or
+    /// mounted by `subPath`: Kubernetes docs, "ConfigMaps", "Mounted
+    /// ConfigMaps are updated automatically"), so it never counts, even
+    /// with the right content now.
     fn holds_binary(&self, cm: &ConfigMap) -> bool {
-        cm.binary_data
-            .as_ref()
-            .and_then(|d| d.get(BINARY_KEY))
-            .is_some_and(|b| sha256_hex(&b.0) == self.binary.sha256())
+        cm.immutable == Some(true)
+            && cm
+                .binary_data
+                .as_ref()
+                .and_then(|d| d.get(BINARY_KEY))
+                .is_some_and(|b| sha256_hex(&b.0) == self.binary.sha256())
     }
 
     /// Fold one event of the watch in: objects that do not hold this binary
@@ -328,7 +336,7 @@ impl Inner {
                 namespace = cm.metadata.namespace.as_deref().unwrap_or(""),
                 name = %this.binary.name(),
                 sha256 = %this.binary.sha256(),
-                "a ConfigMap of this name does not hold the sidecar binary (another sha256); pods there get the install init container; delete it to let the webhook make its own"
+                "a ConfigMap of this name does not hold the sidecar binary (another sha256), or is not immutable; pods there get the install init container; delete it to let the webhook make its own"
             );
         };
         let (event, deleted) = match event {

@@ -224,6 +224,15 @@ async fn creates_missing_config_maps_off_the_request_path() {
     )]));
     observe(&cms, watcher::Event::Apply(foreign));
     assert_eq!(lookup(&cms, "dup-b", false), None);
+    // The right content in an object that is not immutable (made by
+    // someone else, who could update it under the pods mounting it): it
+    // does not count either.
+    for immutable in [None, Some(false)] {
+        let mut mutable = ours(&cms, "dup-b");
+        mutable.immutable = immutable;
+        observe(&cms, watcher::Event::Apply(mutable));
+        assert_eq!(lookup(&cms, "dup-b", false), None, "{immutable:?}");
+    }
     // Then ours.
     observe(&cms, watcher::Event::Apply(ours(&cms, "dup-b")));
     assert_eq!(lookup(&cms, "dup-b", false).as_deref(), Some(b.name()));

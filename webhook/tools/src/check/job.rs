@@ -157,7 +157,8 @@ pub async fn run(
         .await
         .map_err(api_error(format!("create a test Job in {namespace}")))?;
     let name = created.metadata.name.clone().unwrap_or_default();
-    let outcome = observe(&jobs, &pods, &name, timeout).await;
+    let uid = created.metadata.uid.clone().unwrap_or_default();
+    let outcome = observe(&jobs, &pods, &name, &uid, timeout).await;
     // Background propagation: the garbage collector deletes the pod.
     let deleted = jobs
         .delete(&name, &DeleteParams::background())
@@ -168,10 +169,25 @@ pub async fn run(
     Ok(outcome)
 }
 
+/// Whether `pod` is one the Job of uid `job_uid` controls (its controller
+/// owner reference). The pods' `batch.kubernetes.io/job-name` label alone
+/// is not enough: anyone who may create pods in the namespace can give one
+/// that label (and an injected look, and a log) while the test Job runs.
+fn controlled_by(pod: &Pod, job_uid: &str) -> bool {
+    !job_uid.is_empty()
+        && pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.kind == "Job" && o.uid == job_uid)
+}
+
 async fn observe(
     jobs: &Api<Job>,
     pods: &Api<Pod>,
     name: &str,
+    job_uid: &str,
     timeout: Duration,
 ) -> Result<JobOutcome, JobError> {
     let selector = format!("batch.kubernetes.io/job-name={name}");
@@ -182,6 +198,7 @@ async fn observe(
         let mut events = std::pin::pin!(watcher(pods.clone(), config).default_backoff());
         while let Some(event) = events.next().await {
             if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event
+                && controlled_by(&pod, job_uid)
                 && let Some(why) = stuck(&pod)
             {
                 return Some(why);
@@ -208,7 +225,7 @@ async fn observe(
         ended,
         stuck: stuck_reason,
     };
-    let Some(pod) = list.items.into_iter().next() else {
+    let Some(pod) = list.items.into_iter().find(|p| controlled_by(p, job_uid)) else {
         return Ok(outcome);
     };
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -248,6 +265,44 @@ mod tests {
             kube_prestop_engine::names::sidecar_name(CONTAINER, &std::collections::BTreeSet::new()),
             SIDECAR
         );
+    }
+
+    #[test]
+    fn only_a_pod_the_test_job_controls_is_read() {
+        let pod = |owners: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "kube-prestop-check-x-abcde",
+                    "labels": {"batch.kubernetes.io/job-name": "kube-prestop-check-x"},
+                    "ownerReferences": owners
+                }
+            }))
+            .unwrap()
+        };
+        let owner = |kind: &str, uid: &str, controller: bool| serde_json::json!({"apiVersion": "batch/v1", "kind": kind, "name": "kube-prestop-check-x", "uid": uid, "controller": controller});
+        assert!(controlled_by(
+            &pod(serde_json::json!([owner("Job", "u1", true)])),
+            "u1"
+        ));
+        // The label alone, another Job, not the controller, another kind.
+        assert!(!controlled_by(&pod(serde_json::json!([])), "u1"));
+        assert!(!controlled_by(
+            &pod(serde_json::json!([owner("Job", "u2", true)])),
+            "u1"
+        ));
+        assert!(!controlled_by(
+            &pod(serde_json::json!([owner("Job", "u1", false)])),
+            "u1"
+        ));
+        assert!(!controlled_by(
+            &pod(serde_json::json!([owner("CronJob", "u1", true)])),
+            "u1"
+        ));
+        // A Job created without a uid in the answer controls nothing.
+        assert!(!controlled_by(
+            &pod(serde_json::json!([owner("Job", "", true)])),
+            ""
+        ));
     }
 
     #[test]
