@@ -133,7 +133,12 @@ fn outcomes(args: OutcomesArgs) -> anyhow::Result<()> {
             // Machine-readable for scripts that start with port 0.
             |addr| println!("listening metrics={addr}"),
             |listener, router| {
-                kube_prestop_server::serve_metrics(listener, router, shutdown_signal())
+                kube_prestop_server::serve_metrics(
+                    listener,
+                    router,
+                    kube_prestop_server::default_conn_limits(),
+                    shutdown_signal(),
+                )
             },
         )
         .await

@@ -175,22 +175,23 @@ pub fn default_conn_limits() -> ConnLimits {
     }
 }
 
-/// Serves `router` on `listener` as plain HTTP/1.1 with the limits of the
-/// webhook's own metrics port, until `stop` resolves (then in-flight
-/// requests get 5 s): at most [`METRICS_MAX_CONNECTIONS`] connections at
-/// once, a request's headers within 10 s of their first byte, a request
-/// head of at most [`HTTP1_MAX_BUF_BYTES`] (longer: 431), and the other
-/// limits of [`default_conn_limits`]. For the outcome exporter's port
-/// (`kube-prestop-webhook outcomes`), which anyone who reaches it may
-/// call, as the webhook's.
+/// Serves `router` on `listener` as a metrics port: plain HTTP/1.1, until
+/// `stop` resolves (then in-flight requests get 5 s), with `limits` but at
+/// most [`METRICS_MAX_CONNECTIONS`] connections at once (a scraper needs
+/// one or two) and a request head of at most [`HTTP1_MAX_BUF_BYTES`]
+/// (longer: 431). The webhook's own metrics port passes its HTTPS port's
+/// limits (the same header timeout); the outcome exporter's port
+/// (`kube-prestop-webhook outcomes`) passes [`default_conn_limits`]. Anyone
+/// who reaches either may call it.
 pub async fn serve_metrics(
     listener: TcpListener,
     router: axum::Router,
+    limits: ConnLimits,
     stop: impl Future<Output = ()>,
 ) {
     let limits = ConnLimits {
         max_connections: METRICS_MAX_CONNECTIONS,
-        ..default_conn_limits()
+        ..limits
     };
     listener::serve_plain(listener, router, limits, stop, METRICS_SHUTDOWN_GRACE).await;
 }
@@ -362,20 +363,14 @@ impl Server {
         let (metrics_stop_tx, metrics_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let metrics_app = routes::metrics_router(state.clone());
         // The metrics port is plain HTTP and reachable like the HTTPS one:
-        // the same header timeout, and a small connection limit of its own
-        // (a scraper needs one or two).
-        let metrics_limits = ConnLimits {
-            max_connections: METRICS_MAX_CONNECTIONS,
-            ..config.conn_limits
-        };
-        let metrics_task = tokio::spawn(listener::serve_plain(
+        // the same limits, and a small connection limit of its own.
+        let metrics_task = tokio::spawn(serve_metrics(
             metrics_listener,
             metrics_app,
-            metrics_limits,
+            config.conn_limits,
             async {
                 let _ = metrics_stop_rx.await;
             },
-            METRICS_SHUTDOWN_GRACE,
         ));
 
         let health = state.health.clone();
